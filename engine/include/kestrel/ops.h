@@ -1,0 +1,72 @@
+// Tensor operations, dispatched to the tensors' device through the plugin ABI.
+//
+// Every op checks that its tensors live on one device (DeviceMismatch names both otherwise) and
+// broadcasts operands numpy-style by handing plugins stride-0 views. Results are new tensors; the
+// functions ending in an underscore write into their first argument.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kestrel/tensor.h"
+
+namespace kestrel::ops {
+
+using UnaryFn = kestrel_unary_fn;
+using BinaryFn = kestrel_binary_fn;
+using ReduceFn = kestrel_reduce_fn;
+
+Shape broadcast_shapes(const Shape& a, const Shape& b);  // throws InvalidArgument naming both
+
+void fill_(Tensor& out, double value);
+void copy_(Tensor& out, const Tensor& in);  // same shape and device; casts between dtypes
+
+Tensor unary(UnaryFn fn, const Tensor& x, double alpha = 0.0, double beta = 0.0);
+Tensor binary(BinaryFn fn, const Tensor& a, const Tensor& b);
+void binary_(BinaryFn fn, Tensor& out, const Tensor& a, const Tensor& b);  // out may alias a or b
+// Reduces over `dims` (all dims when empty); keepdim keeps them as size 1.
+Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims = {}, bool keepdim = false);
+
+// a: (M, K) or (B, M, K), b: (K, N) or (B, K, N) -> (M, N) or (B, M, N). Transposed views are fine.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// out = alpha * a @ b + beta * out
+void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1.0, double beta = 0.0);
+
+Tensor gather(const Tensor& x, int axis, const Tensor& index);
+void scatter_add_(Tensor& out, int axis, const Tensor& index, const Tensor& src);
+
+// Counter-based draws (see kestrel_random_params): identical bits on every backend for one seed.
+void random_(Tensor& out, kestrel_distribution distribution, uint64_t seed, uint64_t offset, double a, double b);
+
+struct Window {
+  int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  int dilation_h = 1, dilation_w = 1;
+  int64_t out_h(int64_t h) const { return (h + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1; }
+  int64_t out_w(int64_t w) const { return (w + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1; }
+};
+// x: (N, C, H, W) -> (N, C*KH*KW, OH*OW)
+Tensor im2col(const Tensor& x, const Window& window);
+// cols: (N, C*KH*KW, OH*OW) -> (N, C, H, W), overlapping windows summed
+Tensor col2im(const Tensor& cols, const Window& window, int64_t channels, int64_t height, int64_t width);
+struct PoolResult {
+  Tensor out;      // (N, C, OH, OW)
+  Tensor indices;  // max pooling only: (N, C, OH, OW) i64, flat h*W+w of each maximum
+};
+PoolResult pool2d(const Tensor& x, const Window& window, kestrel_pool_mode mode);
+// dy: (N, C, OH, OW) -> dx: (N, C, H, W)
+Tensor pool2d_backward(const Tensor& dy, const Tensor& indices, const Window& window, kestrel_pool_mode mode,
+                       const Shape& input_shape);
+
+// Whether the device's plugin runs `op` (a fused op may be absent and is then composed).
+bool supports(const Device& device, const kestrel_op& op);
+// Launches a prepared op on the device's default stream (used by the ops above and by tools).
+void launch(const Device& device, const kestrel_op& op);
+
+}  // namespace kestrel::ops
+
+namespace kestrel {
+// Names of ops and their functions, as `kestrel ops` and error messages print them.
+const char* op_kind_name(kestrel_op_kind kind);
+const char* unary_fn_name(kestrel_unary_fn fn);
+const char* binary_fn_name(kestrel_binary_fn fn);
+const char* reduce_fn_name(kestrel_reduce_fn fn);
+}  // namespace kestrel

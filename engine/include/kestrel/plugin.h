@@ -1,0 +1,338 @@
+/*
+ * Kestrel backend plugin ABI.
+ *
+ * This is the only header a backend plugin needs. It is plain C: no exceptions, STL types or C++
+ * ownership cross it. A plugin is a shared library that exports one symbol,
+ *
+ *     const kestrel_plugin_api* kestrel_plugin_v1(void);
+ *
+ * (use KESTREL_PLUGIN_ENTRY below), returning a table of function pointers that lives as long as the
+ * library stays loaded. The host loads the library with Boost.DLL, checks the ABI version, fills in the
+ * defaults of optional entries (NULL pointers) in one place, and from then on talks to the plugin only
+ * through the table.
+ *
+ * Versioning: a change of KESTREL_PLUGIN_ABI_MAJOR breaks compatibility and the host refuses the
+ * plugin. A minor change only appends fields at the end of structs (and entries at the end of the
+ * table). Every struct that crosses the boundary starts with `size_t struct_size`, so each side can tell
+ * how much of it the other knows: a reader must not touch fields past struct_size.
+ *
+ * Errors: every entry that can fail returns kestrel_status. The message of the last failure on the
+ * calling thread is returned by `last_error`; it is owned by the plugin and valid until the next call
+ * into the plugin on that thread. Messages say what went wrong and what the user can do.
+ *
+ * Threads: entries may be called from several threads, but one stream is used by one thread at a time.
+ *
+ * ABI changelog
+ *   1.0  first version: devices, contexts, streams, events, buffers, pinned host memory, copies,
+ *        memory statistics, ops (required primitives and optional fused ops), capture/replay and
+ *        collectives as optional entries.
+ */
+#ifndef KESTREL_PLUGIN_H
+#define KESTREL_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KESTREL_PLUGIN_ABI_MAJOR 1
+#define KESTREL_PLUGIN_ABI_MINOR 0
+#define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
+#define KESTREL_MAX_RANK 8
+#define KESTREL_MAX_OP_TENSORS 8
+
+#if defined(_WIN32)
+#define KESTREL_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define KESTREL_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* Write `KESTREL_PLUGIN_ENTRY { static kestrel_plugin_api api = {...}; return &api; }` in one source. */
+#ifdef __cplusplus
+#define KESTREL_PLUGIN_ENTRY extern "C" KESTREL_PLUGIN_EXPORT const kestrel_plugin_api* kestrel_plugin_v1(void)
+#else
+#define KESTREL_PLUGIN_ENTRY KESTREL_PLUGIN_EXPORT const kestrel_plugin_api* kestrel_plugin_v1(void)
+#endif
+
+typedef enum kestrel_status {
+  KESTREL_STATUS_OK = 0,
+  KESTREL_STATUS_INVALID_ARGUMENT = 1, /* the caller passed something malformed */
+  KESTREL_STATUS_UNSUPPORTED = 2,      /* valid, but this plugin or device cannot do it */
+  KESTREL_STATUS_OUT_OF_MEMORY = 3,    /* an allocation failed; the context stays usable */
+  KESTREL_STATUS_UNAVAILABLE = 4,      /* the hardware or driver is missing or went away */
+  KESTREL_STATUS_INTERNAL = 5          /* a bug or an unexpected driver error */
+} kestrel_status;
+
+typedef enum kestrel_dtype {
+  KESTREL_DTYPE_F32 = 0,
+  KESTREL_DTYPE_F16 = 1,  /* IEEE binary16, stored as uint16_t bits */
+  KESTREL_DTYPE_BF16 = 2, /* bfloat16, stored as uint16_t bits (upper half of an f32) */
+  KESTREL_DTYPE_I32 = 3,
+  KESTREL_DTYPE_I64 = 4,
+  KESTREL_DTYPE_U8 = 5,
+  KESTREL_DTYPE_F64 = 6,  /* for reference computations and gradient checks; GPUs may not offer it */
+  KESTREL_DTYPE_COUNT = 7
+} kestrel_dtype;
+
+typedef enum kestrel_device_kind {
+  KESTREL_DEVICE_KIND_CPU = 0,
+  KESTREL_DEVICE_KIND_DISCRETE_GPU = 1,
+  KESTREL_DEVICE_KIND_INTEGRATED_GPU = 2,
+  KESTREL_DEVICE_KIND_SOFTWARE = 3 /* a GPU API emulated on the CPU, e.g. Mesa's lavapipe */
+} kestrel_device_kind;
+
+/* Opaque objects, each created and destroyed by the plugin. */
+typedef struct kestrel_context kestrel_context; /* one device, its allocator and statistics */
+typedef struct kestrel_stream kestrel_stream;   /* an in-order queue of work on one context */
+typedef struct kestrel_event kestrel_event;     /* a point in a stream that others can wait for */
+typedef struct kestrel_buffer kestrel_buffer;   /* device memory */
+typedef struct kestrel_graph kestrel_graph;     /* a captured sequence of launches */
+typedef struct kestrel_comm kestrel_comm;       /* a collective-communication group */
+
+/* ---- plugin and device description ------------------------------------------------------------ */
+
+typedef struct kestrel_probe_result {
+  size_t struct_size;
+  int32_t usable;    /* 0: the plugin cannot run on this machine; `reason` says why */
+  int32_t priority;  /* higher is preferred when the user names no backend (cpu: 10, gpu: 100) */
+  char reason[256];  /* NUL-terminated; for usable plugins an optional remark */
+} kestrel_probe_result;
+
+typedef struct kestrel_device_properties {
+  size_t struct_size;
+  char name[128];            /* "NVIDIA H100 80GB HBM3", "AMD EPYC 7B13 (2 threads)" */
+  kestrel_device_kind kind;
+  uint64_t memory_total;     /* bytes the device can hold */
+  uint64_t memory_free;      /* bytes free now, as the driver or OS reports it */
+  char arch[64];             /* compute capability ("9.0") or instruction set ("x86_64 avx2 fma") */
+  int32_t compute_units;     /* streaming multiprocessors, compute units or CPU threads */
+  char runtime[64];          /* what runs the kernels: "Kokkos 3.4.1 Serial", "CUDA 13.0", "Vulkan 1.3" */
+  uint32_t dtype_mask;       /* bit (1u << dtype) set for each dtype the device computes in */
+} kestrel_device_properties;
+
+typedef struct kestrel_memory_stats {
+  size_t struct_size;
+  uint64_t allocated;      /* bytes in live buffers */
+  uint64_t reserved;       /* bytes held from the system, including cached free blocks */
+  uint64_t peak_allocated; /* high-water mark of `allocated` since the last reset_peak */
+  uint64_t alloc_count;    /* number of live buffers */
+} kestrel_memory_stats;
+
+/* ---- operations ------------------------------------------------------------------------------- */
+
+/* A strided view of a buffer. Shapes and strides count elements, not bytes. A stride of 0 broadcasts:
+ * the engine expands every broadcast operand to the output's shape this way, so plugins never see
+ * shape-mismatched operands. A rank-0 tensor is a scalar. */
+typedef struct kestrel_tensor {
+  size_t struct_size;
+  kestrel_buffer* buffer; /* borrowed; must stay alive until the launch has completed on its stream */
+  uint64_t offset;        /* in elements, from the start of the buffer */
+  kestrel_dtype dtype;
+  int32_t rank;
+  int64_t shape[KESTREL_MAX_RANK];
+  int64_t strides[KESTREL_MAX_RANK];
+} kestrel_tensor;
+
+typedef enum kestrel_op_kind {
+  /* Required primitives: every plugin implements these (for the dtypes in its dtype_mask). */
+  KESTREL_OP_FILL = 0,           /* out = value                                  params: kestrel_fill_params */
+  KESTREL_OP_COPY = 1,           /* out = cast(in0), any strides and dtypes      params: none */
+  KESTREL_OP_UNARY = 2,          /* out = f(in0)                                 params: kestrel_unary_params */
+  KESTREL_OP_BINARY = 3,         /* out = f(in0, in1), same dtype everywhere     params: kestrel_binary_params */
+  KESTREL_OP_REDUCE = 4,         /* out = reduce(in0) over dims where out.shape[d] == 1 != in0.shape[d] */
+  KESTREL_OP_GEMM = 5,           /* out = alpha * in0 @ in1 + beta * out; rank 2, or rank 3 batched */
+  KESTREL_OP_GATHER = 6,         /* out = torch.gather(in0, axis, index=in1) */
+  KESTREL_OP_SCATTER_ADD = 7,    /* out.scatter_add_(axis, index=in1, src=in0) */
+  KESTREL_OP_RANDOM = 8,         /* out = Philox4x32-10 draws                    params: kestrel_random_params */
+  KESTREL_OP_IM2COL = 9,         /* in0 (N,C,H,W) -> out (N, C*KH*KW, OH*OW)     params: kestrel_window_params */
+  KESTREL_OP_COL2IM = 10,        /* in0 (N, C*KH*KW, OH*OW) -> out (N,C,H,W), overlaps summed */
+  KESTREL_OP_POOL2D = 11,        /* in0 (N,C,H,W) -> out0 (N,C,OH,OW) [, out1 argmax (i64) for max] */
+  KESTREL_OP_POOL2D_BACKWARD = 12, /* in0 dy (N,C,OH,OW) [, in1 argmax] -> out dx (N,C,H,W) */
+  /* Optional fused ops: a plugin advertises them through supports_op; the engine otherwise composes
+   * them from the primitives above. */
+  KESTREL_OP_LINEAR = 32,        /* out0 = act(in0 @ in1 + in2) [, out1 = pre-activation] */
+  KESTREL_OP_SOFTMAX = 33,       /* out = softmax or log_softmax of in0 over its last axis */
+  KESTREL_OP_SOFTMAX_CROSS_ENTROPY = 34, /* in0 logits (N,C), in1 labels (N) i64 -> out0 loss (N)
+                                          [, out1 dlogits (N,C) = softmax - onehot] */
+  KESTREL_OP_ADAM_UPDATE = 35,   /* in-place on in0 param, in1 grad (read), in2 m, in3 v */
+  KESTREL_OP_SGD_UPDATE = 36     /* in-place on in0 param, in1 grad (read) [, in2 momentum buffer] */
+} kestrel_op_kind;
+
+typedef enum kestrel_unary_fn {
+  KESTREL_UNARY_NEG = 0, KESTREL_UNARY_ABS = 1, KESTREL_UNARY_EXP = 2, KESTREL_UNARY_LOG = 3,
+  KESTREL_UNARY_SQRT = 4, KESTREL_UNARY_RSQRT = 5, KESTREL_UNARY_TANH = 6, KESTREL_UNARY_SIGMOID = 7,
+  KESTREL_UNARY_RELU = 8, KESTREL_UNARY_GELU = 9,   /* GELU with the exact erf form, as torch's default */
+  KESTREL_UNARY_GELU_GRAD = 10,                     /* d gelu(x) / dx */
+  KESTREL_UNARY_STEP = 11,                          /* x > 0 ? 1 : 0 (relu's derivative) */
+  KESTREL_UNARY_SQUARE = 12, KESTREL_UNARY_RECIPROCAL = 13, KESTREL_UNARY_SIGN = 14,
+  KESTREL_UNARY_AFFINE = 15,                        /* alpha * x + beta */
+  KESTREL_UNARY_POW = 16                            /* x ^ alpha */
+} kestrel_unary_fn;
+
+typedef enum kestrel_binary_fn {
+  KESTREL_BINARY_ADD = 0, KESTREL_BINARY_SUB = 1, KESTREL_BINARY_MUL = 2, KESTREL_BINARY_DIV = 3,
+  KESTREL_BINARY_MAX = 4, KESTREL_BINARY_MIN = 5, KESTREL_BINARY_POW = 6,
+  /* comparisons give 1 or 0 in the operands' dtype */
+  KESTREL_BINARY_EQ = 7, KESTREL_BINARY_NE = 8, KESTREL_BINARY_LT = 9, KESTREL_BINARY_LE = 10,
+  KESTREL_BINARY_GT = 11, KESTREL_BINARY_GE = 12
+} kestrel_binary_fn;
+
+typedef enum kestrel_reduce_fn {
+  KESTREL_REDUCE_SUM = 0, KESTREL_REDUCE_MEAN = 1, KESTREL_REDUCE_MAX = 2, KESTREL_REDUCE_MIN = 3,
+  KESTREL_REDUCE_ARGMAX = 4 /* exactly one reduced axis; out is i64; first index wins ties; NaN wins */
+} kestrel_reduce_fn;
+
+typedef enum kestrel_activation {
+  KESTREL_ACTIVATION_NONE = 0, KESTREL_ACTIVATION_RELU = 1, KESTREL_ACTIVATION_GELU = 2
+} kestrel_activation;
+
+typedef enum kestrel_distribution {
+  KESTREL_DISTRIBUTION_UNIFORM = 0,   /* a + (b - a) * u, u in [0, 1) */
+  KESTREL_DISTRIBUTION_NORMAL = 1,    /* a + b * z, z standard normal (Box-Muller) */
+  KESTREL_DISTRIBUTION_BERNOULLI = 2  /* 1 with probability a, else 0 (dropout keep-masks) */
+} kestrel_distribution;
+
+typedef enum kestrel_pool_mode { KESTREL_POOL_MAX = 0, KESTREL_POOL_AVG = 1 } kestrel_pool_mode;
+
+/* Parameter blocks: op.params points at the one named for the op kind (or is NULL where none). */
+typedef struct kestrel_fill_params { size_t struct_size; double value; } kestrel_fill_params;
+typedef struct kestrel_unary_params {
+  size_t struct_size; kestrel_unary_fn fn; double alpha; double beta;
+} kestrel_unary_params;
+typedef struct kestrel_binary_params { size_t struct_size; kestrel_binary_fn fn; } kestrel_binary_params;
+typedef struct kestrel_reduce_params { size_t struct_size; kestrel_reduce_fn fn; } kestrel_reduce_params;
+typedef struct kestrel_gemm_params {
+  size_t struct_size;
+  double alpha, beta; /* transposes are expressed by strides: a (K,M) tensor viewed as (M,K) */
+} kestrel_gemm_params;
+typedef struct kestrel_index_params { size_t struct_size; int32_t axis; } kestrel_index_params;
+/* Random draws. Element i of the (row-major) output uses the Philox4x32-10 block with key `seed` and
+ * counter `offset + i / 4` for uniform/bernoulli (word i % 4), or `offset + i / 2` for normal (words
+ * 2*(i % 2) and 2*(i % 2) + 1). A 32-bit word w becomes u = (w >> 8) * 2^-24. Normal draws use
+ * Box-Muller, z = sqrt(-2 ln(u1 + 2^-24)) cos(2 pi u2), from the two words in order. Bernoulli keeps when
+ * (w >> 8) < a * 2^24 (compared in double), so masks are bit-identical on every backend. See
+ * kestrel/philox.h. */
+typedef struct kestrel_random_params {
+  size_t struct_size; kestrel_distribution distribution; uint64_t seed; uint64_t offset; double a, b;
+} kestrel_random_params;
+/* Convolution/pooling windows. OH = (H + 2*pad_h - dilation_h*(KH-1) - 1) / stride_h + 1. */
+typedef struct kestrel_window_params {
+  size_t struct_size;
+  int32_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  kestrel_pool_mode mode; /* POOL2D and POOL2D_BACKWARD; avg counts padding like torch's default */
+} kestrel_window_params;
+typedef struct kestrel_linear_params {
+  size_t struct_size; kestrel_activation activation;
+} kestrel_linear_params;
+typedef struct kestrel_softmax_params { size_t struct_size; int32_t log; } kestrel_softmax_params;
+/* AdamW when decoupled != 0 (weight decay applied to the parameter, not the gradient). `step` counts
+ * from 1 and drives bias correction. grad_scale multiplies the gradient first (1 / loss scale). */
+typedef struct kestrel_adam_params {
+  size_t struct_size;
+  double lr, beta1, beta2, eps, weight_decay, grad_scale; int64_t step; int32_t decoupled;
+} kestrel_adam_params;
+typedef struct kestrel_sgd_params {
+  size_t struct_size;
+  double lr, momentum, dampening, weight_decay, grad_scale; int32_t nesterov; int32_t first_step;
+} kestrel_sgd_params;
+
+typedef struct kestrel_op {
+  size_t struct_size;
+  kestrel_op_kind kind;
+  int32_t num_inputs;
+  int32_t num_outputs;
+  kestrel_tensor inputs[KESTREL_MAX_OP_TENSORS];
+  kestrel_tensor outputs[KESTREL_MAX_OP_TENSORS];
+  const void* params; /* borrowed for the duration of the call; the struct named for `kind` */
+} kestrel_op;
+
+/* ---- the function table ----------------------------------------------------------------------- */
+
+typedef struct kestrel_plugin_api {
+  size_t struct_size;
+  uint32_t abi_major;  /* KESTREL_PLUGIN_ABI_MAJOR the plugin was built against */
+  uint32_t abi_minor;
+  const char* name;    /* static string: "cpu", "cuda", "vulkan" — what users type in --backend */
+  const char* version; /* static string, the plugin's own version */
+
+  /* Message of the last failure on this thread; owned by the plugin (see top). Required. */
+  const char* (*last_error)(void);
+  /* optional: NULL means usable with priority 0. Must not initialise the device; cheap. */
+  kestrel_status (*probe)(kestrel_probe_result* result);
+  /* optional: NULL means nothing to do. Called once after a successful probe. */
+  kestrel_status (*initialize)(void);
+  /* optional: NULL means nothing to do. Called once; every object must have been destroyed. */
+  void (*shutdown)(void);
+
+  kestrel_status (*device_count)(int32_t* count);
+  kestrel_status (*device_properties)(int32_t device, kestrel_device_properties* props);
+
+  /* The context owns every buffer and stream made from it: destroy those first. */
+  kestrel_status (*context_create)(int32_t device, kestrel_context** context);
+  void (*context_destroy)(kestrel_context* context);
+  kestrel_status (*stream_create)(kestrel_context* context, kestrel_stream** stream);
+  void (*stream_destroy)(kestrel_stream* stream);
+  kestrel_status (*stream_synchronize)(kestrel_stream* stream);
+  /* optional (all four): NULL means every launch completes before it returns, so events are no-ops */
+  kestrel_status (*event_create)(kestrel_context* context, kestrel_event** event);
+  void (*event_destroy)(kestrel_event* event);
+  kestrel_status (*event_record)(kestrel_event* event, kestrel_stream* stream);
+  kestrel_status (*stream_wait_event)(kestrel_stream* stream, kestrel_event* event);
+
+  /* Device buffers: at least 64-byte aligned. Freed buffers may be cached by the plugin. buffer_free is
+   * stream-ordered: the memory must not be reused before work already enqueued on the context's
+   * streams has finished with it. */
+  kestrel_status (*buffer_alloc)(kestrel_context* context, uint64_t bytes, kestrel_buffer** buffer);
+  void (*buffer_free)(kestrel_buffer* buffer);
+  /* optional (both): pinned (page-locked) host memory for asynchronous copies; NULL means the host
+   * uses ordinary aligned memory. The pointer is owned by the caller until host_free. */
+  kestrel_status (*host_alloc)(kestrel_context* context, uint64_t bytes, void** ptr);
+  void (*host_free)(kestrel_context* context, void* ptr);
+
+  /* Copies are ordered on the stream. For asynchronous copies the host memory must stay valid (and,
+   * for the source, unchanged) until the stream reaches the copy. Offsets are in bytes. */
+  kestrel_status (*copy_host_to_device)(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset,
+                                        const void* src, uint64_t bytes);
+  kestrel_status (*copy_device_to_host)(kestrel_stream* stream, void* dst, kestrel_buffer* src,
+                                        uint64_t src_offset, uint64_t bytes);
+  kestrel_status (*copy_device_to_device)(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset,
+                                          kestrel_buffer* src, uint64_t src_offset, uint64_t bytes);
+
+  kestrel_status (*memory_stats)(kestrel_context* context, kestrel_memory_stats* stats);
+  /* optional: NULL means nothing is cached. Releases cached free memory (torch.cuda.empty_cache). */
+  kestrel_status (*memory_trim)(kestrel_context* context);
+  /* optional: NULL means the host cannot reset the peak (it then reports the all-time peak). */
+  kestrel_status (*memory_reset_peak)(kestrel_context* context);
+
+  /* 1 if the plugin can run this op with these dtypes, shapes and strides, else 0. Buffers may be NULL:
+   * the answer depends only on the descriptors. Required. */
+  int32_t (*supports_op)(kestrel_context* context, const kestrel_op* op);
+  /* Enqueues the op. Fails with UNSUPPORTED when supports_op says 0. Required. */
+  kestrel_status (*launch)(kestrel_stream* stream, const kestrel_op* op);
+
+  /* optional (all four): capture the launches on a stream into a graph and replay it. NULL means no
+   * capture; the engine then launches each op every time. */
+  kestrel_status (*capture_begin)(kestrel_stream* stream);
+  kestrel_status (*capture_end)(kestrel_stream* stream, kestrel_graph** graph);
+  kestrel_status (*graph_launch)(kestrel_graph* graph, kestrel_stream* stream);
+  void (*graph_destroy)(kestrel_graph* graph);
+
+  /* optional (all four): collectives for data-parallel training. NULL means single-process only.
+   * comm_create takes an opaque unique id produced by comm_unique_id on rank 0 and shared by the host. */
+  kestrel_status (*comm_unique_id)(char* id, size_t id_size);
+  kestrel_status (*comm_create)(kestrel_context* context, const char* id, int32_t rank, int32_t world_size,
+                                kestrel_comm** comm);
+  void (*comm_destroy)(kestrel_comm* comm);
+  /* In-place sum all-reduce of `tensor` (contiguous) over every rank of the group. */
+  kestrel_status (*all_reduce_sum)(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* tensor);
+} kestrel_plugin_api;
+
+typedef const kestrel_plugin_api* (*kestrel_plugin_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KESTREL_PLUGIN_H */

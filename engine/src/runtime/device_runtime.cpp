@@ -1,0 +1,115 @@
+#include "device_runtime.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "kestrel/error.h"
+
+namespace kestrel {
+
+namespace {
+std::string kind_name(kestrel_device_kind kind) {
+  switch (kind) {
+    case KESTREL_DEVICE_KIND_CPU: return "cpu";
+    case KESTREL_DEVICE_KIND_DISCRETE_GPU: return "discrete-gpu";
+    case KESTREL_DEVICE_KIND_INTEGRATED_GPU: return "integrated-gpu";
+    case KESTREL_DEVICE_KIND_SOFTWARE: return "software";
+  }
+  return "unknown";
+}
+
+std::string mib(uint64_t bytes) { return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)); }
+}  // namespace
+
+DeviceInfo to_device_info(int index, const kestrel_device_properties& props) {
+  DeviceInfo info;
+  info.index = index;
+  info.name = std::string(props.name, strnlen(props.name, sizeof(props.name)));
+  info.kind = kind_name(props.kind);
+  info.memory_total = props.memory_total;
+  info.memory_free = props.memory_free;
+  info.arch = std::string(props.arch, strnlen(props.arch, sizeof(props.arch)));
+  info.compute_units = props.compute_units;
+  info.runtime = std::string(props.runtime, strnlen(props.runtime, sizeof(props.runtime)));
+  for (DType dtype : all_dtypes)
+    if (props.dtype_mask & (1u << static_cast<int>(dtype))) info.dtypes.push_back(dtype);
+  return info;
+}
+
+DeviceRuntime::DeviceRuntime(std::shared_ptr<LoadedPlugin> plugin, int index)
+    : plugin_(std::move(plugin)), index_(index), label_(fmt::format("{}:{}", plugin_->name(), index)) {
+  check(api().context_create(index_, &context_), "creating a context");
+  kestrel_status status = api().stream_create(context_, &stream_);
+  if (status != KESTREL_STATUS_OK) {
+    std::string message = plugin_->last_error();
+    api().context_destroy(context_);
+    throw BackendError(fmt::format("{}: creating a stream failed: {}", label_, message));
+  }
+}
+
+DeviceRuntime::~DeviceRuntime() {
+  api().stream_synchronize(stream_);
+  api().stream_destroy(stream_);
+  api().context_destroy(context_);
+}
+
+void DeviceRuntime::check(kestrel_status status, const std::string& what) const {
+  if (status == KESTREL_STATUS_OK) return;
+  std::string message = fmt::format("{}: {} failed: {}", label_, what, plugin_->last_error());
+  switch (status) {
+    case KESTREL_STATUS_INVALID_ARGUMENT: throw InvalidArgument(message);
+    case KESTREL_STATUS_UNSUPPORTED: throw Unsupported(message);
+    case KESTREL_STATUS_OUT_OF_MEMORY: throw OutOfMemory(message);
+    case KESTREL_STATUS_UNAVAILABLE: throw BackendUnavailable(message);
+    default: throw BackendError(message);
+  }
+}
+
+kestrel_buffer* DeviceRuntime::allocate(uint64_t bytes) {
+  kestrel_buffer* buffer = nullptr;
+  kestrel_status status = api().buffer_alloc(context_, bytes, &buffer);
+  if (status == KESTREL_STATUS_OUT_OF_MEMORY) {
+    MemoryStats stats = memory_stats();
+    DeviceInfo info = properties();
+    throw OutOfMemory(fmt::format(
+        "{}: out of memory allocating {} ({} free of {}; {} allocated, {} reserved by Kestrel). Try a smaller "
+        "batch, gradient accumulation or mixed precision, or free cached memory with empty_cache().",
+        label_, mib(bytes), mib(info.memory_free), mib(info.memory_total), mib(stats.allocated),
+        mib(stats.reserved)));
+  }
+  check(status, fmt::format("allocating {}", mib(bytes)));
+  return buffer;
+}
+
+void DeviceRuntime::release(kestrel_buffer* buffer) { api().buffer_free(buffer); }
+
+void* DeviceRuntime::host_allocate(uint64_t bytes) {
+  void* ptr = nullptr;
+  check(api().host_alloc(context_, bytes, &ptr), fmt::format("allocating {} of pinned host memory", mib(bytes)));
+  return ptr;
+}
+
+void DeviceRuntime::host_release(void* ptr) { api().host_free(context_, ptr); }
+
+MemoryStats DeviceRuntime::memory_stats() const {
+  kestrel_memory_stats raw{};
+  raw.struct_size = sizeof(raw);
+  check(api().memory_stats(context_, &raw), "reading memory statistics");
+  return MemoryStats{raw.allocated, raw.reserved, raw.peak_allocated, raw.alloc_count};
+}
+
+DeviceInfo DeviceRuntime::properties() const {
+  kestrel_device_properties props{};
+  props.struct_size = sizeof(props);
+  check(api().device_properties(index_, &props), "reading device properties");
+  return to_device_info(index_, props);
+}
+
+void DeviceRuntime::synchronize() const { check(api().stream_synchronize(stream_), "synchronising"); }
+
+bool DeviceRuntime::supports(const kestrel_op& op) const { return api().supports_op(context_, &op) != 0; }
+
+void DeviceRuntime::launch(const kestrel_op& op) const { check(api().launch(stream_, &op), "launching an op"); }
+
+}  // namespace kestrel

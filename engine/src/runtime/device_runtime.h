@@ -1,0 +1,51 @@
+// One device of one plugin: its context, default stream, and typed error conversion. Engine-internal.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "kestrel/device.h"
+#include "kestrel/plugin.h"
+#include "loaded_plugin.h"
+
+namespace kestrel {
+
+class DeviceRuntime {
+ public:
+  DeviceRuntime(std::shared_ptr<LoadedPlugin> plugin, int index);
+  ~DeviceRuntime();
+  DeviceRuntime(const DeviceRuntime&) = delete;
+  DeviceRuntime& operator=(const DeviceRuntime&) = delete;
+
+  const kestrel_plugin_api& api() const { return plugin_->api(); }
+  const std::string& backend() const { return plugin_->name(); }
+  int index() const { return index_; }
+  const std::string& str() const { return label_; }
+  kestrel_context* context() const { return context_; }
+  kestrel_stream* stream() const { return stream_; }
+
+  // Throws the typed error for a failed status, with the plugin's message and `what` as context.
+  void check(kestrel_status status, const std::string& what) const;
+
+  kestrel_buffer* allocate(uint64_t bytes);  // OutOfMemory says requested/allocated/reserved/free
+  void release(kestrel_buffer* buffer);
+  void* host_allocate(uint64_t bytes);        // pinned where the plugin offers it
+  void host_release(void* ptr);
+  MemoryStats memory_stats() const;
+  DeviceInfo properties() const;
+  void synchronize() const;
+
+  bool supports(const kestrel_op& op) const;
+  void launch(const kestrel_op& op) const;
+
+ private:
+  std::shared_ptr<LoadedPlugin> plugin_;
+  int index_;
+  std::string label_;
+  kestrel_context* context_ = nullptr;
+  kestrel_stream* stream_ = nullptr;
+};
+
+// Converts a plugin's device properties to the public struct.
+DeviceInfo to_device_info(int index, const kestrel_device_properties& props);
+
+}  // namespace kestrel

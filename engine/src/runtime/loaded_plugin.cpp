@@ -1,0 +1,91 @@
+// Loading one plugin library: every way it can fail becomes a one-line reason, never a crash.
+#include "loaded_plugin.h"
+
+#include <dlfcn.h>
+
+#include <boost/dll/shared_library.hpp>
+#include <cstddef>
+#include <exception>
+#include <filesystem>
+#include <fmt/format.h>
+
+namespace kestrel {
+
+LoadedPlugin::~LoadedPlugin() {
+  if (initialized_) api_.shutdown();
+}
+
+std::string LoadedPlugin::abi() const { return fmt::format("{}.{}", api_.abi_major, api_.abi_minor); }
+
+std::string LoadedPlugin::last_error() const {
+  const char* message = api_.last_error();
+  return message && *message ? message : "(the plugin gave no message)";
+}
+
+LoadOutcome LoadedPlugin::load(const std::string& path) {
+  namespace fs = std::filesystem;
+  LoadOutcome outcome;
+  auto skip = [&outcome](std::string reason) {
+    outcome.reason = std::move(reason);
+    return outcome;
+  };
+  std::error_code fs_error;
+  if (!fs::exists(path, fs_error)) return skip("not found: " + path);
+
+  std::shared_ptr<LoadedPlugin> plugin(new LoadedPlugin());
+  plugin->path_ = path;
+  boost::dll::fs::error_code load_error;
+  dlerror();  // clear, so the message read below is this load's
+  plugin->library_.load(boost::dll::fs::path(path),
+                        boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, load_error);
+  if (load_error || !plugin->library_.is_loaded()) {
+    const char* reason = dlerror();
+    return skip(fmt::format("cannot load the library: {}", reason ? reason : load_error.message()));
+  }
+  if (!plugin->library_.has(KESTREL_PLUGIN_ENTRY_SYMBOL))
+    return skip(fmt::format("no entry symbol '{}': not a Kestrel plugin, or built without KESTREL_PLUGIN_ENTRY",
+                            KESTREL_PLUGIN_ENTRY_SYMBOL));
+
+  const kestrel_plugin_api* table = nullptr;
+  try {
+    table = plugin->library_.get<const kestrel_plugin_api*()>(KESTREL_PLUGIN_ENTRY_SYMBOL)();
+  } catch (const std::exception& e) {
+    return skip(fmt::format("entry '{}' failed: {}", KESTREL_PLUGIN_ENTRY_SYMBOL, e.what()));
+  }
+  if (!table) return skip(fmt::format("entry '{}' returned no function table", KESTREL_PLUGIN_ENTRY_SYMBOL));
+  if (table->struct_size < offsetof(kestrel_plugin_api, last_error))
+    return skip(fmt::format("function table too small ({} bytes): corrupt or not a Kestrel plugin",
+                            table->struct_size));
+  outcome.abi = fmt::format("{}.{}", table->abi_major, table->abi_minor);
+  if (table->name) outcome.name = table->name;
+  if (table->version) outcome.version = table->version;
+  if (table->abi_major != KESTREL_PLUGIN_ABI_MAJOR)
+    return skip(fmt::format("built for plugin ABI {}, this engine speaks {}.{}: rebuild the plugin against this Kestrel",
+                            outcome.abi, KESTREL_PLUGIN_ABI_MAJOR, KESTREL_PLUGIN_ABI_MINOR));
+  if (!table->name || !*table->name) return skip("the function table has no backend name");
+  plugin->name_ = table->name;
+  plugin->version_ = table->version ? table->version : "";
+  std::string missing = missing_required_entries(*table);
+  if (!missing.empty()) return skip(fmt::format("plugin '{}' lacks required entries: {}", plugin->name_, missing));
+  plugin->api_ = complete_plugin_api(*table);
+  const kestrel_plugin_api& api = plugin->api_;
+
+  kestrel_probe_result probe{};
+  probe.struct_size = sizeof(probe);
+  if (api.probe(&probe) != KESTREL_STATUS_OK) return skip("probe failed: " + plugin->last_error());
+  probe.reason[sizeof(probe.reason) - 1] = '\0';
+  if (!probe.usable) return skip(probe.reason[0] ? probe.reason : "the plugin's probe says it cannot run here");
+  plugin->priority_ = probe.priority;
+
+  if (api.initialize() != KESTREL_STATUS_OK) {
+    return skip("initialisation failed: " + plugin->last_error());
+  }
+  plugin->initialized_ = true;
+  int32_t count = 0;
+  if (api.device_count(&count) != KESTREL_STATUS_OK) return skip("cannot count devices: " + plugin->last_error());
+  if (count <= 0) return skip("the plugin found no devices");
+  outcome.plugin = plugin;
+  return outcome;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,330 @@
+// Primitive tensor ops: shape checks and broadcasting here, the arithmetic in the device's plugin.
+#include "kestrel/ops.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "../runtime/device_runtime.h"
+
+namespace kestrel::ops {
+namespace {
+
+// Collects tensors into a kestrel_op descriptor.
+struct OpBuilder {
+  kestrel_op op{};
+  OpBuilder(kestrel_op_kind kind, const void* params) {
+    op.struct_size = sizeof(op);
+    op.kind = kind;
+    op.params = params;
+  }
+  OpBuilder& in(const Tensor& t) {
+    op.inputs[op.num_inputs++] = t.descriptor();
+    return *this;
+  }
+  OpBuilder& out(const Tensor& t) {
+    op.outputs[op.num_outputs++] = t.descriptor();
+    return *this;
+  }
+};
+
+template <class P>
+P make_params() {
+  P params{};
+  params.struct_size = sizeof(P);
+  return params;
+}
+
+// The one device every tensor is on; otherwise a DeviceMismatch naming both and what to do.
+const Device& same_device(const char* what, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) throw InvalidArgument(fmt::format("{}: an argument is an undefined tensor", what));
+    if (!first) {
+      first = t;
+    } else if (t->device() != first->device()) {
+      throw DeviceMismatch(fmt::format(
+          "{}: tensors are on different devices: {} is on {} but {} is on {}. Move one with .to(device) first.",
+          what, first->describe(), first->device().str(), t->describe(), t->device().str()));
+    }
+  }
+  return first->device();
+}
+
+void same_dtype(const char* what, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype())
+    throw InvalidArgument(fmt::format("{}: dtypes differ ({} and {}): convert one with .to(dtype)", what,
+                                      dtype_name(a.dtype()), dtype_name(b.dtype())));
+}
+
+void run(const char* what, const Device& device, const kestrel_op& op) {
+  DeviceRuntime& runtime = device.runtime();
+  if (!runtime.supports(op)) {
+    std::string dtypes;
+    for (int i = 0; i < op.num_inputs; ++i)
+      dtypes += (i ? "," : "") + std::string(dtype_name(static_cast<DType>(op.inputs[i].dtype)));
+    throw Unsupported(fmt::format("{} ({}) is not supported by the {} backend on {}", what,
+                                  dtypes.empty() ? dtype_name(static_cast<DType>(op.outputs[0].dtype)) : dtypes,
+                                  runtime.backend(), runtime.str()));
+  }
+  runtime.launch(op);
+}
+
+int wrap(int dim, int rank, const char* what) {
+  int d = dim < 0 ? dim + rank : dim;
+  if (d < 0 || d >= rank) throw InvalidArgument(fmt::format("{}: dimension {} out of range for rank {}", what, dim, rank));
+  return d;
+}
+
+void need_rank(const char* what, const Tensor& t, int rank) {
+  if (t.rank() != rank)
+    throw InvalidArgument(fmt::format("{}: expected a rank-{} tensor, got {}", what, rank, t.describe()));
+}
+
+}  // namespace
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw InvalidArgument(fmt::format("shapes {} and {} cannot be broadcast together", shape_str(a), shape_str(b)));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+bool supports(const Device& device, const kestrel_op& op) { return device.runtime().supports(op); }
+
+void launch(const Device& device, const kestrel_op& op) { run(op_kind_name(op.kind), device, op); }
+
+void fill_(Tensor& out, double value) {
+  auto params = make_params<kestrel_fill_params>();
+  params.value = value;
+  run("fill", out.device(), OpBuilder(KESTREL_OP_FILL, &params).out(out).op);
+}
+
+void copy_(Tensor& out, const Tensor& in) {
+  const Device& device = same_device("copy", {&out, &in});
+  if (out.shape() != in.shape())
+    throw InvalidArgument(fmt::format("copy: shape {} into {}", shape_str(in.shape()), shape_str(out.shape())));
+  run("copy", device, OpBuilder(KESTREL_OP_COPY, nullptr).in(in).out(out).op);
+}
+
+Tensor unary(UnaryFn fn, const Tensor& x, double alpha, double beta) {
+  auto params = make_params<kestrel_unary_params>();
+  params.fn = fn;
+  params.alpha = alpha;
+  params.beta = beta;
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  run(unary_fn_name(fn), x.device(), OpBuilder(KESTREL_OP_UNARY, &params).in(x).out(out).op);
+  return out;
+}
+
+void binary_(BinaryFn fn, Tensor& out, const Tensor& a, const Tensor& b) {
+  const char* what = binary_fn_name(fn);
+  const Device& device = same_device(what, {&out, &a, &b});
+  same_dtype(what, a, b);
+  same_dtype(what, a, out);
+  Shape shape = broadcast_shapes(a.shape(), b.shape());
+  if (shape != out.shape())
+    throw InvalidArgument(fmt::format("{}: result has shape {} but the output is {}", what, shape_str(shape),
+                                      shape_str(out.shape())));
+  auto params = make_params<kestrel_binary_params>();
+  params.fn = fn;
+  run(what, device, OpBuilder(KESTREL_OP_BINARY, &params).in(a.expand(shape)).in(b.expand(shape)).out(out).op);
+}
+
+Tensor binary(BinaryFn fn, const Tensor& a, const Tensor& b) {
+  same_device(binary_fn_name(fn), {&a, &b});
+  Tensor out = Tensor::empty(broadcast_shapes(a.shape(), b.shape()), a.dtype(), a.device());
+  binary_(fn, out, a, b);
+  return out;
+}
+
+Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims, bool keepdim) {
+  const char* what = reduce_fn_name(fn);
+  if (dims.empty())
+    for (int d = 0; d < x.rank(); ++d) dims.push_back(d);
+  Shape kept = x.shape();
+  std::vector<bool> reduced(x.rank(), false);
+  for (int dim : dims) reduced[wrap(dim, x.rank(), what)] = true;
+  for (int d = 0; d < x.rank(); ++d)
+    if (reduced[d]) kept[d] = 1;
+  if (fn == KESTREL_REDUCE_ARGMAX && std::count(reduced.begin(), reduced.end(), true) != 1)
+    throw InvalidArgument("argmax: reduce exactly one dimension");
+  for (int d = 0; d < x.rank(); ++d)
+    if (reduced[d] && x.shape()[d] == 0 && fn != KESTREL_REDUCE_SUM && fn != KESTREL_REDUCE_MEAN)
+      throw InvalidArgument(fmt::format("{}: cannot reduce an empty dimension of {}", what, x.describe()));
+  DType out_dtype = fn == KESTREL_REDUCE_ARGMAX ? DType::i64 : x.dtype();
+  Tensor out = Tensor::empty(kept, out_dtype, x.device());
+  auto params = make_params<kestrel_reduce_params>();
+  params.fn = fn;
+  run(what, x.device(), OpBuilder(KESTREL_OP_REDUCE, &params).in(x).out(out).op);
+  if (keepdim) return out;
+  Shape squeezed;
+  for (int d = 0; d < x.rank(); ++d)
+    if (!reduced[d]) squeezed.push_back(x.shape()[d]);
+  return out.view(squeezed);
+}
+
+void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  const Device& device = same_device("matmul", {&out, &a, &b});
+  same_dtype("matmul", a, b);
+  same_dtype("matmul", a, out);
+  int rank = out.rank();
+  if ((rank != 2 && rank != 3) || a.rank() != rank || b.rank() != rank)
+    throw InvalidArgument(fmt::format("matmul: operands must all be rank 2 or all rank 3, got {}, {} -> {}",
+                                      a.describe(), b.describe(), out.describe()));
+  int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  if (b.size(-2) != k || out.size(-2) != m || out.size(-1) != n || (rank == 3 && (a.size(0) != out.size(0) ||
+                                                                                 b.size(0) != out.size(0))))
+    throw InvalidArgument(fmt::format("matmul: shapes {} @ {} -> {} do not match", shape_str(a.shape()),
+                                      shape_str(b.shape()), shape_str(out.shape())));
+  auto params = make_params<kestrel_gemm_params>();
+  params.alpha = alpha;
+  params.beta = beta;
+  run("matmul", device, OpBuilder(KESTREL_OP_GEMM, &params).in(a).in(b).out(out).op);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  same_device("matmul", {&a, &b});
+  if (a.rank() < 2 || a.rank() > 3 || b.rank() < 2 || b.rank() > 3)
+    throw InvalidArgument(fmt::format("matmul: expected rank-2 or rank-3 operands, got {} and {}", a.describe(),
+                                      b.describe()));
+  if (a.size(-1) != b.size(-2))
+    throw InvalidArgument(fmt::format("matmul: inner dimensions differ: {} @ {}", shape_str(a.shape()),
+                                      shape_str(b.shape())));
+  if (a.rank() == 2 && b.rank() == 2) {
+    Tensor out = Tensor::empty({a.size(0), b.size(1)}, a.dtype(), a.device());
+    gemm_(out, a, b);
+    return out;
+  }
+  int64_t batch = a.rank() == 3 ? a.size(0) : b.size(0);
+  if (a.rank() == 3 && b.rank() == 3 && a.size(0) != b.size(0) && a.size(0) != 1 && b.size(0) != 1)
+    throw InvalidArgument(fmt::format("matmul: batch sizes differ: {} @ {}", shape_str(a.shape()), shape_str(b.shape())));
+  if (a.rank() == 3 && b.rank() == 3) batch = std::max(a.size(0), b.size(0));
+  auto batched = [batch](const Tensor& t) {
+    Tensor t3 = t.rank() == 2 ? t.unsqueeze(0) : t;
+    return t3.expand({batch, t3.size(1), t3.size(2)});
+  };
+  Tensor out = Tensor::empty({batch, a.size(-2), b.size(-1)}, a.dtype(), a.device());
+  gemm_(out, batched(a), batched(b));
+  return out;
+}
+
+Tensor gather(const Tensor& x, int axis, const Tensor& index) {
+  same_device("gather", {&x, &index});
+  if (index.rank() != x.rank())
+    throw InvalidArgument(fmt::format("gather: index {} must have the rank of {}", index.describe(), x.describe()));
+  auto params = make_params<kestrel_index_params>();
+  params.axis = wrap(axis, x.rank(), "gather");
+  Tensor out = Tensor::empty(index.shape(), x.dtype(), x.device());
+  run("gather", x.device(), OpBuilder(KESTREL_OP_GATHER, &params).in(x).in(index).out(out).op);
+  return out;
+}
+
+void scatter_add_(Tensor& out, int axis, const Tensor& index, const Tensor& src) {
+  const Device& device = same_device("scatter_add", {&out, &index, &src});
+  same_dtype("scatter_add", out, src);
+  if (index.shape() != src.shape() || index.rank() != out.rank())
+    throw InvalidArgument(fmt::format("scatter_add: index {} and src {} must share a shape of out's rank ({})",
+                                      index.describe(), src.describe(), out.describe()));
+  auto params = make_params<kestrel_index_params>();
+  params.axis = wrap(axis, out.rank(), "scatter_add");
+  run("scatter_add", device, OpBuilder(KESTREL_OP_SCATTER_ADD, &params).in(src).in(index).out(out).op);
+}
+
+void random_(Tensor& out, kestrel_distribution distribution, uint64_t seed, uint64_t offset, double a, double b) {
+  auto params = make_params<kestrel_random_params>();
+  params.distribution = distribution;
+  params.seed = seed;
+  params.offset = offset;
+  params.a = a;
+  params.b = b;
+  run("random", out.device(), OpBuilder(KESTREL_OP_RANDOM, &params).out(out).op);
+}
+
+namespace {
+kestrel_window_params window_params(const Window& w, kestrel_pool_mode mode) {
+  auto params = make_params<kestrel_window_params>();
+  params.kernel_h = w.kernel_h;
+  params.kernel_w = w.kernel_w;
+  params.stride_h = w.stride_h;
+  params.stride_w = w.stride_w;
+  params.pad_h = w.pad_h;
+  params.pad_w = w.pad_w;
+  params.dilation_h = w.dilation_h;
+  params.dilation_w = w.dilation_w;
+  params.mode = mode;
+  return params;
+}
+
+void check_window(const char* what, const Window& w, int64_t h, int64_t width) {
+  if (w.kernel_h < 1 || w.kernel_w < 1 || w.stride_h < 1 || w.stride_w < 1 || w.pad_h < 0 || w.pad_w < 0 ||
+      w.dilation_h < 1 || w.dilation_w < 1)
+    throw InvalidArgument(fmt::format("{}: kernel, stride and dilation must be >= 1 and padding >= 0", what));
+  if (w.out_h(h) < 1 || w.out_w(width) < 1)
+    throw InvalidArgument(fmt::format("{}: a {}x{} window does not fit a {}x{} input with padding {}x{}", what,
+                                      w.kernel_h, w.kernel_w, h, width, w.pad_h, w.pad_w));
+}
+}  // namespace
+
+Tensor im2col(const Tensor& x, const Window& window) {
+  need_rank("im2col", x, 4);
+  check_window("im2col", window, x.size(2), x.size(3));
+  auto params = window_params(window, KESTREL_POOL_MAX);
+  Tensor out = Tensor::empty({x.size(0), x.size(1) * window.kernel_h * window.kernel_w,
+                              window.out_h(x.size(2)) * window.out_w(x.size(3))},
+                             x.dtype(), x.device());
+  run("im2col", x.device(), OpBuilder(KESTREL_OP_IM2COL, &params).in(x).out(out).op);
+  return out;
+}
+
+Tensor col2im(const Tensor& cols, const Window& window, int64_t channels, int64_t height, int64_t width) {
+  need_rank("col2im", cols, 3);
+  check_window("col2im", window, height, width);
+  if (cols.size(1) != channels * window.kernel_h * window.kernel_w ||
+      cols.size(2) != window.out_h(height) * window.out_w(width))
+    throw InvalidArgument(fmt::format("col2im: {} does not match {} channels of {}x{}", cols.describe(), channels,
+                                      height, width));
+  auto params = window_params(window, KESTREL_POOL_MAX);
+  Tensor out = Tensor::empty({cols.size(0), channels, height, width}, cols.dtype(), cols.device());
+  run("col2im", cols.device(), OpBuilder(KESTREL_OP_COL2IM, &params).in(cols).out(out).op);
+  return out;
+}
+
+PoolResult pool2d(const Tensor& x, const Window& window, kestrel_pool_mode mode) {
+  need_rank("pool2d", x, 4);
+  check_window("pool2d", window, x.size(2), x.size(3));
+  auto params = window_params(window, mode);
+  Shape shape{x.size(0), x.size(1), window.out_h(x.size(2)), window.out_w(x.size(3))};
+  PoolResult result{Tensor::empty(shape, x.dtype(), x.device()), {}};
+  OpBuilder builder(KESTREL_OP_POOL2D, &params);
+  builder.in(x).out(result.out);
+  if (mode == KESTREL_POOL_MAX) {
+    result.indices = Tensor::empty(shape, DType::i64, x.device());
+    builder.out(result.indices);
+  }
+  run("pool2d", x.device(), builder.op);
+  return result;
+}
+
+Tensor pool2d_backward(const Tensor& dy, const Tensor& indices, const Window& window, kestrel_pool_mode mode,
+                       const Shape& input_shape) {
+  need_rank("pool2d_backward", dy, 4);
+  auto params = window_params(window, mode);
+  Tensor dx = Tensor::empty(input_shape, dy.dtype(), dy.device());
+  OpBuilder builder(KESTREL_OP_POOL2D_BACKWARD, &params);
+  builder.in(dy);
+  if (mode == KESTREL_POOL_MAX) {
+    same_device("pool2d_backward", {&dy, &indices});
+    builder.in(indices);
+  }
+  run("pool2d_backward", dy.device(), builder.out(dx).op);
+  return dx;
+}
+
+}  // namespace kestrel::ops

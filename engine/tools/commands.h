@@ -1,0 +1,12 @@
+// The `kestrel` command-line tool: each subcommand registers itself on the CLI11 app.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace kestrel::cli {
+
+// Registers a subcommand; the returned action runs it and gives the process exit status.
+using Action = std::function<int()>;
+void add_devices_command(CLI::App& app, Action& action);
+
+}  // namespace kestrel::cli

@@ -1,0 +1,353 @@
+// The CPU backend: Kokkos on the default host execution space (Serial with Debian's Kokkos, OpenMP or
+// Threads with a Kokkos built that way) and KokkosBlas -> OpenBLAS for matrix products.
+//
+// Everything runs synchronously on the calling thread's launch: streams are ordered trivially and
+// events are not needed (the table leaves them NULL, which the ABI defines as exactly that).
+#include <dlfcn.h>
+#include <sys/sysinfo.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <new>
+#include <sstream>
+#include <thread>
+
+#include "cpu_ops.hpp"
+
+namespace kestrel_cpu {
+
+struct Context {
+  std::atomic<uint64_t> allocated{0}, peak{0}, count{0};
+};
+
+}  // namespace kestrel_cpu
+
+struct kestrel_context : kestrel_cpu::Context {};
+struct kestrel_stream {
+  kestrel_context* context;
+};
+
+namespace kestrel_cpu {
+namespace {
+
+thread_local std::string last_error_message;
+
+// Runs `body` and converts what it throws into a status and last_error: the one place where C++
+// errors cross into the C ABI.
+template <class Body>
+kestrel_status guarded(Body&& body) {
+  try {
+    body();
+    return KESTREL_STATUS_OK;
+  } catch (const Failure& f) {
+    last_error_message = f.what();
+    return f.status;
+  } catch (const std::bad_alloc&) {
+    last_error_message = "out of host memory";
+    return KESTREL_STATUS_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    last_error_message = std::string("internal error: ") + e.what();
+    return KESTREL_STATUS_INTERNAL;
+  }
+}
+
+std::string cpuinfo_field(const std::string& key) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.compare(0, key.size(), key) == 0) {
+      auto colon = line.find(':');
+      return colon == std::string::npos ? "" : line.substr(colon + 2);
+    }
+  return "";
+}
+
+uint64_t meminfo_bytes(const std::string& key) {
+  std::ifstream in("/proc/meminfo");
+  std::string name;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> name >> kib >> unit)
+    if (name == key + ":") return kib * 1024;
+  return 0;
+}
+
+std::string instruction_set() {
+  std::istringstream flags(" " + cpuinfo_field("flags") + " ");
+  std::string arch = "x86_64", flag;
+#if defined(__aarch64__)
+  arch = "aarch64";
+#endif
+  while (flags >> flag)
+    if (flag == "avx2" || flag == "fma" || flag == "avx512f" || flag == "asimd" || flag == "sve") arch += " " + flag;
+  return arch;
+}
+
+void copy_string(char* dst, size_t size, const std::string& src) {
+  std::strncpy(dst, src.c_str(), size - 1);
+  dst[size - 1] = '\0';
+}
+
+void check_buffer_range(const kestrel_buffer* buffer, uint64_t offset, uint64_t bytes, const char* what) {
+  if (!buffer) fail(std::string(what) + ": null buffer");
+  if (offset > buffer->bytes || bytes > buffer->bytes - offset)
+    fail(std::string(what) + ": " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+         " overrun a buffer of " + std::to_string(buffer->bytes) + " bytes");
+}
+
+// ---- ABI entries ----
+
+const char* last_error() { return last_error_message.c_str(); }
+
+kestrel_status probe(kestrel_probe_result* result) {
+  result->usable = 1;
+  result->priority = 10;
+  result->reason[0] = '\0';
+  return KESTREL_STATUS_OK;
+}
+
+kestrel_status initialize() {
+  return guarded([] {
+    // Kokkos cannot be initialised again after finalize, so this library stays loaded for the rest of
+    // the process and finalises Kokkos at exit.
+    Dl_info self{};
+    if (dladdr(reinterpret_cast<void*>(&initialize), &self) && self.dli_fname)
+      dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    if (!Kokkos::is_initialized()) {
+      Kokkos::initialize();
+      std::atexit([] {
+        if (Kokkos::is_initialized()) Kokkos::finalize();
+      });
+    }
+  });
+}
+
+kestrel_status device_count(int32_t* count) {
+  *count = 1;
+  return KESTREL_STATUS_OK;
+}
+
+kestrel_status device_properties(int32_t device, kestrel_device_properties* props) {
+  return guarded([&] {
+    if (device != 0) fail("the cpu backend has one device, cpu:0");
+    int hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
+    int kokkos_threads = Exec().concurrency();
+    std::string model = cpuinfo_field("model name");
+    copy_string(props->name, sizeof(props->name), model.empty() ? std::string("CPU") : model);
+    props->kind = KESTREL_DEVICE_KIND_CPU;
+    struct sysinfo info {};
+    sysinfo(&info);
+    props->memory_total = uint64_t(info.totalram) * info.mem_unit;
+    props->memory_free = meminfo_bytes("MemAvailable");
+    copy_string(props->arch, sizeof(props->arch), instruction_set());
+    props->compute_units = hardware_threads;
+    std::ostringstream runtime;
+    runtime << "Kokkos " << KOKKOS_VERSION / 10000 << "." << KOKKOS_VERSION / 100 % 100 << "." << KOKKOS_VERSION % 100
+            << " " << Exec::name() << " (" << kokkos_threads << (kokkos_threads == 1 ? " thread)" : " threads)");
+    copy_string(props->runtime, sizeof(props->runtime), runtime.str());
+    props->dtype_mask = (1u << KESTREL_DTYPE_COUNT) - 1;
+  });
+}
+
+kestrel_status context_create(int32_t device, kestrel_context** context) {
+  return guarded([&] {
+    if (device != 0) fail("the cpu backend has one device, cpu:0");
+    *context = new kestrel_context();
+  });
+}
+
+void context_destroy(kestrel_context* context) { delete context; }
+
+kestrel_status stream_create(kestrel_context* context, kestrel_stream** stream) {
+  return guarded([&] { *stream = new kestrel_stream{context}; });
+}
+
+void stream_destroy(kestrel_stream* stream) { delete stream; }
+
+kestrel_status stream_synchronize(kestrel_stream*) {
+  Kokkos::fence();
+  return KESTREL_STATUS_OK;
+}
+
+kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_buffer** buffer) {
+  return guarded([&] {
+    uint64_t rounded = (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64;
+    void* data = std::aligned_alloc(64, rounded);
+    if (!data) fail("out of host memory allocating " + std::to_string(bytes) + " bytes", KESTREL_STATUS_OUT_OF_MEMORY);
+    *buffer = new kestrel_buffer{context, data, bytes};
+    uint64_t now = context->allocated += bytes;
+    context->count += 1;
+    uint64_t peak = context->peak.load();
+    while (now > peak && !context->peak.compare_exchange_weak(peak, now)) {
+    }
+  });
+}
+
+void buffer_free(kestrel_buffer* buffer) {
+  if (!buffer) return;
+  buffer->context->allocated -= buffer->bytes;
+  buffer->context->count -= 1;
+  std::free(buffer->data);
+  delete buffer;
+}
+
+kestrel_status copy_host_to_device(kestrel_stream*, kestrel_buffer* dst, uint64_t dst_offset, const void* src,
+                                   uint64_t bytes) {
+  return guarded([&] {
+    check_buffer_range(dst, dst_offset, bytes, "copy_host_to_device");
+    std::memcpy(static_cast<char*>(dst->data) + dst_offset, src, bytes);
+  });
+}
+
+kestrel_status copy_device_to_host(kestrel_stream*, void* dst, kestrel_buffer* src, uint64_t src_offset,
+                                   uint64_t bytes) {
+  return guarded([&] {
+    check_buffer_range(src, src_offset, bytes, "copy_device_to_host");
+    std::memcpy(dst, static_cast<const char*>(src->data) + src_offset, bytes);
+  });
+}
+
+kestrel_status copy_device_to_device(kestrel_stream*, kestrel_buffer* dst, uint64_t dst_offset, kestrel_buffer* src,
+                                     uint64_t src_offset, uint64_t bytes) {
+  return guarded([&] {
+    check_buffer_range(dst, dst_offset, bytes, "copy_device_to_device");
+    check_buffer_range(src, src_offset, bytes, "copy_device_to_device");
+    std::memmove(static_cast<char*>(dst->data) + dst_offset, static_cast<const char*>(src->data) + src_offset, bytes);
+  });
+}
+
+kestrel_status memory_stats(kestrel_context* context, kestrel_memory_stats* stats) {
+  stats->allocated = context->allocated;
+  stats->reserved = context->allocated;  // nothing is cached: freed memory goes straight back
+  stats->peak_allocated = context->peak;
+  stats->alloc_count = context->count;
+  return KESTREL_STATUS_OK;
+}
+
+kestrel_status memory_reset_peak(kestrel_context* context) {
+  context->peak = context->allocated.load();
+  return KESTREL_STATUS_OK;
+}
+
+struct Family {
+  bool (*supports)(const kestrel_op&);
+  void (*launch)(const kestrel_op&);
+};
+
+const Family* family_of(kestrel_op_kind kind) {
+  static const Family fill{supports_fill, launch_fill}, copy{supports_copy, launch_copy},
+      unary{supports_unary, launch_unary}, binary{supports_binary, launch_binary},
+      reduce{supports_reduce, launch_reduce}, gemm{supports_gemm, launch_gemm},
+      gather{supports_gather, launch_gather}, scatter{supports_scatter_add, launch_scatter_add},
+      random{supports_random, launch_random}, window{supports_window, launch_window},
+      linear{supports_linear, launch_linear}, softmax{supports_softmax, launch_softmax},
+      cross_entropy{supports_softmax_cross_entropy, launch_softmax_cross_entropy},
+      optimizer{supports_optimizer, launch_optimizer};
+  switch (kind) {
+    case KESTREL_OP_FILL: return &fill;
+    case KESTREL_OP_COPY: return &copy;
+    case KESTREL_OP_UNARY: return &unary;
+    case KESTREL_OP_BINARY: return &binary;
+    case KESTREL_OP_REDUCE: return &reduce;
+    case KESTREL_OP_GEMM: return &gemm;
+    case KESTREL_OP_GATHER: return &gather;
+    case KESTREL_OP_SCATTER_ADD: return &scatter;
+    case KESTREL_OP_RANDOM: return &random;
+    case KESTREL_OP_IM2COL: case KESTREL_OP_COL2IM: case KESTREL_OP_POOL2D: case KESTREL_OP_POOL2D_BACKWARD:
+      return &window;
+    case KESTREL_OP_LINEAR: return &linear;
+    case KESTREL_OP_SOFTMAX: return &softmax;
+    case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: return &cross_entropy;
+    case KESTREL_OP_ADAM_UPDATE: case KESTREL_OP_SGD_UPDATE: return &optimizer;
+  }
+  return nullptr;
+}
+
+int32_t supports_op(kestrel_context*, const kestrel_op* op) {
+  if (!op || op->struct_size < sizeof(kestrel_op) || !valid_tensors(*op)) return 0;
+  const Family* family = family_of(op->kind);
+  return family && family->supports(*op) ? 1 : 0;
+}
+
+kestrel_status launch(kestrel_stream*, const kestrel_op* op) {
+  return guarded([&] {
+    if (!supports_op(nullptr, op))
+      fail("the cpu backend does not support this op with these dtypes, shapes or strides",
+           KESTREL_STATUS_UNSUPPORTED);
+    for (int i = 0; i < op->num_inputs; ++i) check_bounds(op->inputs[i], "input");
+    for (int i = 0; i < op->num_outputs; ++i) check_bounds(op->outputs[i], "output");
+    family_of(op->kind)->launch(*op);
+  });
+}
+
+}  // namespace
+
+bool valid_tensors(const kestrel_op& op) {
+  if (op.num_inputs < 0 || op.num_inputs > KESTREL_MAX_OP_TENSORS || op.num_outputs < 0 ||
+      op.num_outputs > KESTREL_MAX_OP_TENSORS)
+    return false;
+  auto ok = [](const kestrel_tensor& t) {
+    if (t.struct_size < sizeof(kestrel_tensor) || !is_valid_dtype(t.dtype) || t.rank < 0 || t.rank > KESTREL_MAX_RANK)
+      return false;
+    for (int d = 0; d < t.rank; ++d)
+      if (t.shape[d] < 0 || t.strides[d] < 0) return false;
+    return true;
+  };
+  for (int i = 0; i < op.num_inputs; ++i)
+    if (!ok(op.inputs[i])) return false;
+  for (int i = 0; i < op.num_outputs; ++i)
+    if (!ok(op.outputs[i])) return false;
+  return true;
+}
+
+bool arity(const kestrel_op& op, int inputs, int outputs) {
+  return op.num_inputs == inputs && op.num_outputs == outputs && valid_tensors(op);
+}
+
+void check_bounds(const kestrel_tensor& t, const char* role) {
+  if (!t.buffer) fail(std::string(role) + " tensor has no buffer");
+  if (numel(t) == 0) return;
+  uint64_t last = t.offset;
+  for (int d = 0; d < t.rank; ++d) last += uint64_t(t.shape[d] - 1) * uint64_t(t.strides[d]);
+  if ((last + 1) * dtype_bytes(t.dtype) > t.buffer->bytes)
+    fail(std::string(role) + " tensor reaches element " + std::to_string(last) + ", past the end of its " +
+         std::to_string(t.buffer->bytes) + "-byte buffer");
+}
+
+}  // namespace kestrel_cpu
+
+KESTREL_PLUGIN_ENTRY {
+  using namespace kestrel_cpu;
+  static const kestrel_plugin_api api = [] {
+    kestrel_plugin_api a{};
+    a.struct_size = sizeof(a);
+    a.abi_major = KESTREL_PLUGIN_ABI_MAJOR;
+    a.abi_minor = KESTREL_PLUGIN_ABI_MINOR;
+    a.name = "cpu";
+    a.version = KESTREL_VERSION;
+    a.last_error = last_error;
+    a.probe = probe;
+    a.initialize = initialize;
+    a.device_count = device_count;
+    a.device_properties = device_properties;
+    a.context_create = context_create;
+    a.context_destroy = context_destroy;
+    a.stream_create = stream_create;
+    a.stream_destroy = stream_destroy;
+    a.stream_synchronize = stream_synchronize;
+    a.buffer_alloc = buffer_alloc;
+    a.buffer_free = buffer_free;
+    a.copy_host_to_device = copy_host_to_device;
+    a.copy_device_to_host = copy_device_to_host;
+    a.copy_device_to_device = copy_device_to_device;
+    a.memory_stats = memory_stats;
+    a.memory_reset_peak = memory_reset_peak;
+    a.supports_op = supports_op;
+    a.launch = launch;
+    return a;
+  }();
+  return &api;
+}

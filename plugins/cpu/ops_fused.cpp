@@ -1,0 +1,174 @@
+// Optional fused ops: softmax, softmax + cross-entropy, and the Adam/AdamW/SGD parameter updates.
+// Each is what the engine would otherwise compose from several primitive launches.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cpu_ops.hpp"
+
+namespace kestrel_cpu {
+
+namespace {
+bool contiguous_all(const kestrel_op& op) {
+  for (int i = 0; i < op.num_inputs; ++i)
+    if (!is_contiguous(op.inputs[i])) return false;
+  for (int i = 0; i < op.num_outputs; ++i)
+    if (!is_contiguous(op.outputs[i])) return false;
+  return true;
+}
+}  // namespace
+
+// in0 (..., C) -> out (..., C), softmax or log-softmax over the last axis; rows are contiguous.
+bool supports_softmax(const kestrel_op& op) {
+  if (!arity(op, 1, 1) || !op.params || !contiguous_all(op)) return false;
+  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
+  return in.rank >= 1 && is_float_dtype(in.dtype) && in.dtype == out.dtype && same_shape(in, out);
+}
+
+void launch_softmax(const kestrel_op& op) {
+  const bool log = params_of<kestrel_softmax_params>(op, "softmax").log != 0;
+  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
+  const int64_t cols = in.shape[in.rank - 1];
+  if (cols == 0) return;
+  const int64_t rows = numel(in) / cols;
+  dispatch_float(in.dtype, [&](auto elem) {
+    using E = decltype(elem);
+    using S = typename E::storage;
+    const S* x = static_cast<const S*>(in.buffer->data) + in.offset;
+    S* y = static_cast<S*>(out.buffer->data) + out.offset;
+    Kokkos::parallel_for("kestrel::softmax", Range(0, rows), [=](int64_t r) {
+      const S* xr = x + r * cols;
+      S* yr = y + r * cols;
+      double top = E::load(xr[0]);
+      for (int64_t j = 1; j < cols; ++j) top = nan_max(top, double(E::load(xr[j])));
+      double sum = 0;
+      for (int64_t j = 0; j < cols; ++j) sum += std::exp(double(E::load(xr[j])) - top);
+      double log_sum = std::log(sum);
+      for (int64_t j = 0; j < cols; ++j) {
+        double shifted = double(E::load(xr[j])) - top;
+        yr[j] = E::store(typename E::compute(log ? shifted - log_sum : std::exp(shifted) / sum));
+      }
+    });
+  });
+}
+
+// in0 logits (N, C), in1 labels (N) -> out0 loss (N) [, out1 dlogits (N, C) = softmax - onehot]
+bool supports_softmax_cross_entropy(const kestrel_op& op) {
+  if (op.num_inputs != 2 || (op.num_outputs != 1 && op.num_outputs != 2) || !valid_tensors(op) ||
+      !contiguous_all(op))
+    return false;
+  const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &loss = op.outputs[0];
+  if (logits.rank != 2 || !is_float_dtype(logits.dtype) || !is_index_dtype(labels.dtype)) return false;
+  if (labels.rank != 1 || labels.shape[0] != logits.shape[0] || logits.shape[1] < 1) return false;
+  if (loss.rank != 1 || loss.shape[0] != logits.shape[0] || loss.dtype != logits.dtype) return false;
+  return op.num_outputs == 1 || (same_shape(op.outputs[1], logits) && op.outputs[1].dtype == logits.dtype);
+}
+
+void launch_softmax_cross_entropy(const kestrel_op& op) {
+  const kestrel_tensor &logits = op.inputs[0], &labels_desc = op.inputs[1];
+  const int64_t rows = logits.shape[0], cols = logits.shape[1];
+  // Labels are read as int64 whatever their storage, and checked before anything is written.
+  std::vector<int64_t> labels(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    labels[r] = labels_desc.dtype == KESTREL_DTYPE_I64
+                    ? static_cast<const int64_t*>(labels_desc.buffer->data)[labels_desc.offset + r]
+                    : static_cast<const int32_t*>(labels_desc.buffer->data)[labels_desc.offset + r];
+    if (labels[r] < 0 || labels[r] >= cols)
+      fail("softmax_cross_entropy: label " + std::to_string(labels[r]) + " of sample " + std::to_string(r) +
+           " is outside the " + std::to_string(cols) + " classes");
+  }
+  const int64_t* label = labels.data();
+  dispatch_float(logits.dtype, [&](auto elem) {
+    using E = decltype(elem);
+    using S = typename E::storage;
+    using C = typename E::compute;
+    const S* x = static_cast<const S*>(logits.buffer->data) + logits.offset;
+    S* loss = static_cast<S*>(op.outputs[0].buffer->data) + op.outputs[0].offset;
+    S* grad = op.num_outputs == 2 ? static_cast<S*>(op.outputs[1].buffer->data) + op.outputs[1].offset : nullptr;
+    Kokkos::parallel_for("kestrel::softmax_cross_entropy", Range(0, rows), [=](int64_t r) {
+      const S* xr = x + r * cols;
+      double top = E::load(xr[0]);
+      for (int64_t j = 1; j < cols; ++j) top = nan_max(top, double(E::load(xr[j])));
+      double sum = 0;
+      for (int64_t j = 0; j < cols; ++j) sum += std::exp(double(E::load(xr[j])) - top);
+      double log_sum = std::log(sum) + top;
+      loss[r] = E::store(C(log_sum - double(E::load(xr[label[r]]))));
+      if (grad)
+        for (int64_t j = 0; j < cols; ++j)
+          grad[r * cols + j] = E::store(C(std::exp(double(E::load(xr[j])) - log_sum) - (j == label[r] ? 1.0 : 0.0)));
+    });
+  });
+}
+
+// Adam/AdamW: in0 param, in1 grad, in2 m, in3 v (all updated in place but the grad).
+// SGD: in0 param, in1 grad [, in2 momentum buffer]. Same shape, contiguous, f32 or f64.
+bool supports_optimizer(const kestrel_op& op) {
+  if (!op.params || op.num_outputs != 0 || !valid_tensors(op) || !contiguous_all(op)) return false;
+  int expected = op.kind == KESTREL_OP_ADAM_UPDATE ? 4 : (op.num_inputs == 3 ? 3 : 2);
+  if (op.num_inputs != expected) return false;
+  kestrel_dtype d = op.inputs[0].dtype;
+  if (d != KESTREL_DTYPE_F32 && d != KESTREL_DTYPE_F64) return false;
+  for (int i = 1; i < op.num_inputs; ++i)
+    if (op.inputs[i].dtype != d || numel(op.inputs[i]) != numel(op.inputs[0])) return false;
+  return true;
+}
+
+namespace {
+
+template <class T>
+void adam(const kestrel_op& op, const kestrel_adam_params& p) {
+  T* param = static_cast<T*>(op.inputs[0].buffer->data) + op.inputs[0].offset;
+  const T* grad = static_cast<const T*>(op.inputs[1].buffer->data) + op.inputs[1].offset;
+  T* m = static_cast<T*>(op.inputs[2].buffer->data) + op.inputs[2].offset;
+  T* v = static_cast<T*>(op.inputs[3].buffer->data) + op.inputs[3].offset;
+  const double bias1 = 1.0 - std::pow(p.beta1, double(p.step));
+  const double bias2 = 1.0 - std::pow(p.beta2, double(p.step));
+  // The same arithmetic as torch.optim.Adam/AdamW (non-fused, non-amsgrad).
+  const T lr = T(p.lr), b1 = T(p.beta1), b2 = T(p.beta2), eps = T(p.eps), wd = T(p.weight_decay);
+  const T scale = T(p.grad_scale), step_size = T(p.lr / bias1), bias2_sqrt = T(std::sqrt(bias2));
+  const bool decoupled = p.decoupled != 0;
+  Kokkos::parallel_for("kestrel::adam_update", Range(0, numel(op.inputs[0])), [=](int64_t i) {
+    T g = grad[i] * scale;
+    if (decoupled)
+      param[i] *= T(1) - lr * wd;
+    else
+      g += wd * param[i];
+    m[i] = b1 * m[i] + (T(1) - b1) * g;
+    v[i] = b2 * v[i] + (T(1) - b2) * g * g;
+    param[i] -= step_size * m[i] / (std::sqrt(v[i]) / bias2_sqrt + eps);
+  });
+}
+
+template <class T>
+void sgd(const kestrel_op& op, const kestrel_sgd_params& p) {
+  T* param = static_cast<T*>(op.inputs[0].buffer->data) + op.inputs[0].offset;
+  const T* grad = static_cast<const T*>(op.inputs[1].buffer->data) + op.inputs[1].offset;
+  T* buf = op.num_inputs == 3 ? static_cast<T*>(op.inputs[2].buffer->data) + op.inputs[2].offset : nullptr;
+  const T lr = T(p.lr), momentum = T(p.momentum), dampening = T(p.dampening), wd = T(p.weight_decay);
+  const T scale = T(p.grad_scale);
+  const bool nesterov = p.nesterov != 0, first = p.first_step != 0;
+  Kokkos::parallel_for("kestrel::sgd_update", Range(0, numel(op.inputs[0])), [=](int64_t i) {
+    T d = grad[i] * scale + wd * param[i];
+    if (buf && momentum != T(0)) {
+      buf[i] = first ? d : momentum * buf[i] + (T(1) - dampening) * d;
+      d = nesterov ? d + momentum * buf[i] : buf[i];
+    }
+    param[i] -= lr * d;
+  });
+}
+
+}  // namespace
+
+void launch_optimizer(const kestrel_op& op) {
+  const bool f32 = op.inputs[0].dtype == KESTREL_DTYPE_F32;
+  if (op.kind == KESTREL_OP_ADAM_UPDATE) {
+    const auto& p = params_of<kestrel_adam_params>(op, "adam_update");
+    if (p.step < 1) fail("adam_update: step counts from 1");
+    f32 ? adam<float>(op, p) : adam<double>(op, p);
+  } else {
+    const auto& p = params_of<kestrel_sgd_params>(op, "sgd_update");
+    f32 ? sgd<float>(op, p) : sgd<double>(op, p);
+  }
+}
+
+}  // namespace kestrel_cpu

@@ -1,0 +1,182 @@
+// Matrix products through KokkosBlas::gemm, which hands row-major float/double views to the BLAS
+// library (OpenBLAS on Debian), plus the fused linear op (GEMM, bias and activation in one call).
+#include <KokkosBlas3_gemm.hpp>
+#include <vector>
+
+#include "cpu_ops.hpp"
+
+namespace kestrel_cpu {
+
+namespace {
+
+template <class T>
+using MatrixView = Kokkos::View<T**, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// One logical (rows x cols) matrix of a possibly batched operand, as BLAS wants it: a row-major block
+// and a transpose flag. Operands that are neither row- nor column-major get packed first.
+template <class T>
+struct BlasOperand {
+  const T* data = nullptr;
+  char trans = 'N';
+  int64_t stored_rows = 0, stored_cols = 0;
+  std::vector<T> packed;
+
+  BlasOperand(const T* base, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+    if ((col_stride == 1 || cols == 1) && (row_stride == cols || rows == 1)) {
+      set(base, 'N', rows, cols);
+    } else if ((row_stride == 1 || rows == 1) && (col_stride == rows || cols == 1)) {
+      set(base, 'T', cols, rows);
+    } else {
+      packed.resize(rows * cols);
+      T* dst = packed.data();
+      Kokkos::parallel_for("kestrel::gemm_pack", Range(0, rows * cols), [=](int64_t i) {
+        dst[i] = base[(i / cols) * row_stride + (i % cols) * col_stride];
+      });
+      set(packed.data(), 'N', rows, cols);
+    }
+  }
+  void set(const T* d, char t, int64_t r, int64_t c) {
+    data = d;
+    trans = t;
+    stored_rows = r;
+    stored_cols = c;
+  }
+  MatrixView<const T> view() const { return MatrixView<const T>(data, stored_rows, stored_cols); }
+};
+
+struct GemmShape {
+  int64_t batch, m, n, k;
+  int64_t a_batch_stride, b_batch_stride, c_batch_stride;
+  int64_t a_strides[2], b_strides[2], c_strides[2];
+};
+
+GemmShape gemm_shape(const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& c) {
+  const int r = c.rank, lead = r - 2;
+  GemmShape s{};
+  s.batch = r == 3 ? c.shape[0] : 1;
+  s.a_batch_stride = r == 3 ? a.strides[0] : 0;
+  s.b_batch_stride = r == 3 ? b.strides[0] : 0;
+  s.c_batch_stride = r == 3 ? c.strides[0] : 0;
+  s.m = c.shape[lead];
+  s.n = c.shape[lead + 1];
+  s.k = a.shape[lead + 1];
+  for (int i = 0; i < 2; ++i) {
+    s.a_strides[i] = a.strides[lead + i];
+    s.b_strides[i] = b.strides[lead + i];
+    s.c_strides[i] = c.strides[lead + i];
+  }
+  return s;
+}
+
+// C = alpha * A @ B + beta * C for every batch entry, C written in place (any strides).
+template <class T>
+void gemm_batched(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, const kestrel_tensor& c_desc, T alpha,
+                  T beta) {
+  const GemmShape s = gemm_shape(a_desc, b_desc, c_desc);
+  const T* a_base = static_cast<const T*>(a_desc.buffer->data) + a_desc.offset;
+  const T* b_base = static_cast<const T*>(b_desc.buffer->data) + b_desc.offset;
+  T* c_base = static_cast<T*>(c_desc.buffer->data) + c_desc.offset;
+  const bool c_row_major = (s.c_strides[1] == 1 || s.n == 1) && (s.c_strides[0] == s.n || s.m == 1);
+  std::vector<T> c_scratch(c_row_major ? 0 : s.m * s.n);
+  for (int64_t batch = 0; batch < s.batch; ++batch) {
+    T* c = c_base + batch * s.c_batch_stride;
+    T* target = c_row_major ? c : c_scratch.data();
+    const int64_t n = s.n, rs = s.c_strides[0], cs = s.c_strides[1];
+    if (!c_row_major && beta != T(0))
+      Kokkos::parallel_for("kestrel::gemm_gather_c", Range(0, s.m * n),
+                           [=](int64_t i) { target[i] = c[(i / n) * rs + (i % n) * cs]; });
+    if (s.k == 0) {  // BLAS rejects empty operands; the product is zero
+      Kokkos::parallel_for("kestrel::gemm_scale", Range(0, s.m * n),
+                           [=](int64_t i) { target[i] = beta == T(0) ? T(0) : beta * target[i]; });
+    } else {
+      BlasOperand<T> a(a_base + batch * s.a_batch_stride, s.m, s.k, s.a_strides[0], s.a_strides[1]);
+      BlasOperand<T> b(b_base + batch * s.b_batch_stride, s.k, s.n, s.b_strides[0], s.b_strides[1]);
+      MatrixView<T> c_view(target, s.m, s.n);
+      const char ta[2] = {a.trans, 0}, tb[2] = {b.trans, 0};
+      KokkosBlas::gemm(ta, tb, alpha, a.view(), b.view(), beta, c_view);
+    }
+    if (!c_row_major)
+      Kokkos::parallel_for("kestrel::gemm_scatter_c", Range(0, s.m * n),
+                           [=](int64_t i) { c[(i / n) * rs + (i % n) * cs] = target[i]; });
+  }
+}
+
+bool gemm_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64; }
+
+bool gemm_shapes_ok(const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& c) {
+  if (c.rank != 2 && c.rank != 3) return false;
+  if (a.rank != c.rank || b.rank != c.rank) return false;
+  const int lead = c.rank - 2;
+  if (c.rank == 3 && (a.shape[0] != c.shape[0] || b.shape[0] != c.shape[0])) return false;
+  return a.shape[lead] == c.shape[lead] && b.shape[lead + 1] == c.shape[lead + 1] &&
+         a.shape[lead + 1] == b.shape[lead];
+}
+
+template <class T>
+T activate(kestrel_activation act, T x) {
+  switch (act) {
+    case KESTREL_ACTIVATION_RELU: return x < 0 ? T(0) : x;
+    case KESTREL_ACTIVATION_GELU: return T(0.5) * x * (T(1) + std::erf(x * T(M_SQRT1_2)));
+    default: return x;
+  }
+}
+
+}  // namespace
+
+bool supports_gemm(const kestrel_op& op) {
+  if (!arity(op, 2, 1) || !op.params) return false;
+  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &c = op.outputs[0];
+  return gemm_dtype(c.dtype) && a.dtype == c.dtype && b.dtype == c.dtype && gemm_shapes_ok(a, b, c);
+}
+
+void launch_gemm(const kestrel_op& op) {
+  const auto& p = params_of<kestrel_gemm_params>(op, "gemm");
+  if (op.outputs[0].dtype == KESTREL_DTYPE_F32)
+    gemm_batched<float>(op.inputs[0], op.inputs[1], op.outputs[0], float(p.alpha), float(p.beta));
+  else
+    gemm_batched<double>(op.inputs[0], op.inputs[1], op.outputs[0], p.alpha, p.beta);
+}
+
+// in0 x (M,K), in1 w (K,N), optional in2 bias (N); out0 = act(x @ w + bias), optional out1 = x @ w + bias.
+bool supports_linear(const kestrel_op& op) {
+  if (!op.params || (op.num_inputs != 2 && op.num_inputs != 3) || (op.num_outputs != 1 && op.num_outputs != 2) ||
+      !valid_tensors(op))
+    return false;
+  const kestrel_tensor &x = op.inputs[0], &w = op.inputs[1], &y = op.outputs[0];
+  if (!gemm_dtype(y.dtype) || x.dtype != y.dtype || w.dtype != y.dtype || y.rank != 2) return false;
+  if (!gemm_shapes_ok(x, w, y) || !is_contiguous(y)) return false;
+  if (op.num_inputs == 3 && (op.inputs[2].dtype != y.dtype || op.inputs[2].rank != 1 || op.inputs[2].shape[0] != y.shape[1]))
+    return false;
+  if (op.num_outputs == 2 && (!same_shape(op.outputs[1], y) || op.outputs[1].dtype != y.dtype || !is_contiguous(op.outputs[1])))
+    return false;
+  auto act = static_cast<const kestrel_linear_params*>(op.params)->activation;
+  return act >= KESTREL_ACTIVATION_NONE && act <= KESTREL_ACTIVATION_GELU;
+}
+
+void launch_linear(const kestrel_op& op) {
+  const auto act = params_of<kestrel_linear_params>(op, "linear").activation;
+  dispatch(op.outputs[0].dtype, [&](auto elem) {
+    using E = decltype(elem);
+    using T = typename E::storage;
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      const kestrel_tensor& pre_desc = op.num_outputs == 2 ? op.outputs[1] : op.outputs[0];
+      gemm_batched<T>(op.inputs[0], op.inputs[1], pre_desc, T(1), T(0));
+      const int64_t n = op.outputs[0].shape[1];
+      T* pre = static_cast<T*>(pre_desc.buffer->data) + pre_desc.offset;
+      T* y = static_cast<T*>(op.outputs[0].buffer->data) + op.outputs[0].offset;
+      const T* bias = nullptr;
+      int64_t bias_stride = 0;
+      if (op.num_inputs == 3) {
+        bias = static_cast<const T*>(op.inputs[2].buffer->data) + op.inputs[2].offset;
+        bias_stride = op.inputs[2].strides[0];
+      }
+      Kokkos::parallel_for("kestrel::linear_epilogue", Range(0, numel(op.outputs[0])), [=](int64_t i) {
+        T v = pre[i] + (bias ? bias[(i % n) * bias_stride] : T(0));
+        pre[i] = v;
+        y[i] = activate(act, v);
+      });
+    }
+  });
+}
+
+}  // namespace kestrel_cpu

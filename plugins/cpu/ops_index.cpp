@@ -1,0 +1,113 @@
+// gather and scatter_add along one axis (torch.gather / Tensor.scatter_add_ semantics).
+#include <string>
+
+#include "cpu_ops.hpp"
+
+namespace kestrel_cpu {
+
+namespace {
+
+template <class I>
+int64_t index_at(const View<I>& index, int64_t linear) {
+  return static_cast<int64_t>(index.base[index.at(linear)]);
+}
+
+// Rejects out-of-range indices before any write, so a bad label never corrupts memory.
+template <class I>
+void check_indices(const View<I>& index, int64_t extent, const char* what) {
+  for (int64_t i = 0; i < index.numel; ++i) {
+    int64_t v = index_at(index, i);
+    if (v < 0 || v >= extent)
+      fail(std::string(what) + ": index " + std::to_string(v) + " is out of range for an axis of size " +
+           std::to_string(extent));
+  }
+}
+
+// Offset in `target` of the element at the index tensor's position `linear`, with the axis coordinate
+// replaced by the index value.
+template <class I>
+int64_t target_offset(const View<I>& index, const kestrel_tensor& target, int axis, int64_t linear) {
+  int64_t off = 0, rest = linear;
+  int64_t value = index_at(index, linear);
+  for (int d = index.rank - 1; d >= 0; --d) {
+    int64_t coordinate = rest % index.shape[d];
+    rest /= index.shape[d];
+    off += (d == axis ? value : coordinate) * target.strides[d];
+  }
+  return off;
+}
+
+template <class Fn>
+void dispatch_index(kestrel_dtype dtype, Fn&& fn) {
+  if (dtype == KESTREL_DTYPE_I64)
+    fn(int64_t{});
+  else
+    fn(int32_t{});
+}
+
+bool index_op_ok(const kestrel_op& op, const kestrel_tensor& data, const kestrel_tensor& index,
+                 const kestrel_tensor& other) {
+  auto* p = static_cast<const kestrel_index_params*>(op.params);
+  if (!p || p->axis < 0 || p->axis >= data.rank || !is_index_dtype(index.dtype)) return false;
+  if (index.rank != data.rank || !same_shape(index, other)) return false;
+  for (int d = 0; d < data.rank; ++d)
+    if (d != p->axis && index.shape[d] > data.shape[d]) return false;
+  return true;
+}
+
+}  // namespace
+
+// in0 data, in1 index -> out (index's shape): out[.., i, ..] = data[.., index[.., i, ..], ..]
+bool supports_gather(const kestrel_op& op) {
+  return arity(op, 2, 1) && op.inputs[0].dtype == op.outputs[0].dtype &&
+         index_op_ok(op, op.inputs[0], op.inputs[1], op.outputs[0]);
+}
+
+void launch_gather(const kestrel_op& op) {
+  const int axis = params_of<kestrel_index_params>(op, "gather").axis;
+  const kestrel_tensor &data = op.inputs[0], &index_desc = op.inputs[1], &out = op.outputs[0];
+  dispatch_index(index_desc.dtype, [&](auto index_type) {
+    using I = decltype(index_type);
+    View<I> index = view_of<I>(index_desc);
+    check_indices(index, data.shape[axis], "gather");
+    dispatch(data.dtype, [&](auto elem) {
+      using S = typename decltype(elem)::storage;
+      const S* x = static_cast<const S*>(data.buffer->data) + data.offset;
+      View<S> y = view_of<S>(out);
+      Kokkos::parallel_for("kestrel::gather", Range(0, y.numel),
+                           [=](int64_t i) { y.base[y.at(i)] = x[target_offset(index, data, axis, i)]; });
+    });
+  });
+}
+
+// in0 src, in1 index (same shape) -> out updated in place: out[.., index[.., i, ..], ..] += src[.., i, ..]
+bool supports_scatter_add(const kestrel_op& op) {
+  kestrel_dtype d = op.outputs[0].dtype;
+  // Accumulation uses Kokkos atomics, which have no 16-bit float form.
+  bool atomic_ok = d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_I32 || d == KESTREL_DTYPE_I64;
+  return arity(op, 2, 1) && atomic_ok && op.inputs[0].dtype == d &&
+         index_op_ok(op, op.outputs[0], op.inputs[1], op.inputs[0]);
+}
+
+void launch_scatter_add(const kestrel_op& op) {
+  const int axis = params_of<kestrel_index_params>(op, "scatter_add").axis;
+  const kestrel_tensor &src_desc = op.inputs[0], &index_desc = op.inputs[1], &out = op.outputs[0];
+  dispatch_index(index_desc.dtype, [&](auto index_type) {
+    using I = decltype(index_type);
+    View<I> index = view_of<I>(index_desc);
+    check_indices(index, out.shape[axis], "scatter_add");
+    dispatch(out.dtype, [&](auto elem) {
+      using S = typename decltype(elem)::storage;
+      if constexpr (std::is_same_v<S, float> || std::is_same_v<S, double> || std::is_same_v<S, int32_t> ||
+                    std::is_same_v<S, int64_t>) {
+        View<S> src = view_of<S>(src_desc);
+        S* y = static_cast<S*>(out.buffer->data) + out.offset;
+        Kokkos::parallel_for("kestrel::scatter_add", Range(0, src.numel), [=](int64_t i) {
+          Kokkos::atomic_add(&y[target_offset(index, out, axis, i)], src.base[src.at(i)]);
+        });
+      }
+    });
+  });
+}
+
+}  // namespace kestrel_cpu

@@ -1,0 +1,124 @@
+// Reductions over any set of axes: out has in's rank, with extent 1 on each reduced axis.
+#include <limits>
+#include <vector>
+
+#include "cpu_ops.hpp"
+
+namespace kestrel_cpu {
+
+namespace {
+
+// Splits the input's axes into kept ones (matching out) and reduced ones.
+struct ReducePlan {
+  int kept_rank = 0, reduced_rank = 0;
+  int64_t kept_shape[KESTREL_MAX_RANK], kept_in_strides[KESTREL_MAX_RANK], kept_out_strides[KESTREL_MAX_RANK];
+  int64_t reduced_shape[KESTREL_MAX_RANK], reduced_strides[KESTREL_MAX_RANK];
+  int64_t reduced_count = 1;
+
+  ReducePlan(const kestrel_tensor& in, const kestrel_tensor& out) {
+    for (int d = 0; d < in.rank; ++d) {
+      if (out.shape[d] == 1 && in.shape[d] != 1) {
+        reduced_shape[reduced_rank] = in.shape[d];
+        reduced_strides[reduced_rank++] = in.strides[d];
+        reduced_count *= in.shape[d];
+      } else {
+        kept_shape[kept_rank] = in.shape[d];
+        kept_in_strides[kept_rank] = in.strides[d];
+        kept_out_strides[kept_rank++] = out.strides[d];
+      }
+    }
+  }
+  // Offsets in `in` and `out` of the kept multi-index with linear index `linear`.
+  void kept_offsets(int64_t linear, int64_t& in_offset, int64_t& out_offset) const {
+    in_offset = out_offset = 0;
+    for (int d = kept_rank - 1; d >= 0; --d) {
+      int64_t idx = linear % kept_shape[d];
+      linear /= kept_shape[d];
+      in_offset += idx * kept_in_strides[d];
+      out_offset += idx * kept_out_strides[d];
+    }
+  }
+  int64_t reduced_offset(int64_t linear) const {
+    int64_t off = 0;
+    for (int d = reduced_rank - 1; d >= 0; --d) {
+      off += (linear % reduced_shape[d]) * reduced_strides[d];
+      linear /= reduced_shape[d];
+    }
+    return off;
+  }
+};
+
+template <class E>
+void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_tensor& out) {
+  using S = typename E::storage;
+  using C = typename E::compute;
+  // Floats accumulate in double: the CPU can afford the accuracy.
+  using Acc = std::conditional_t<E::is_float, double, int64_t>;
+  const ReducePlan plan(in, out);
+  const S* x = static_cast<const S*>(in.buffer->data) + in.offset;
+  const int64_t outputs = numel(out), count = plan.reduced_count;
+  if (fn == KESTREL_REDUCE_ARGMAX) {
+    int64_t* y = static_cast<int64_t*>(out.buffer->data) + out.offset;
+    Kokkos::parallel_for("kestrel::argmax", Range(0, outputs), [=](int64_t o) {
+      int64_t base, out_at;
+      plan.kept_offsets(o, base, out_at);
+      C best = E::load(x[base]);
+      int64_t best_index = 0;
+      for (int64_t r = 1; r < count && best == best; ++r) {  // the first NaN wins, so stop there
+        C v = E::load(x[base + plan.reduced_offset(r)]);
+        if (v > best || v != v) {
+          best = v;
+          best_index = r;
+        }
+      }
+      y[out_at] = best_index;
+    });
+    return;
+  }
+  S* y = static_cast<S*>(out.buffer->data) + out.offset;
+  Kokkos::parallel_for("kestrel::reduce", Range(0, outputs), [=](int64_t o) {
+    int64_t base, out_at;
+    plan.kept_offsets(o, base, out_at);
+    Acc acc = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN ? Acc(0) : Acc(E::load(x[base]));
+    for (int64_t r = 0; r < count; ++r) {
+      Acc v = Acc(E::load(x[base + plan.reduced_offset(r)]));
+      switch (fn) {
+        case KESTREL_REDUCE_MAX: acc = nan_max(acc, v); break;
+        case KESTREL_REDUCE_MIN: acc = nan_min(acc, v); break;
+        default: acc += v; break;
+      }
+    }
+    if (fn == KESTREL_REDUCE_MEAN) acc = count ? acc / Acc(count) : Acc(std::numeric_limits<double>::quiet_NaN());
+    y[out_at] = E::store(static_cast<C>(acc));
+  });
+}
+
+}  // namespace
+
+bool supports_reduce(const kestrel_op& op) {
+  if (!arity(op, 1, 1) || !op.params) return false;
+  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
+  auto fn = static_cast<const kestrel_reduce_params*>(op.params)->fn;
+  if (fn < KESTREL_REDUCE_SUM || fn > KESTREL_REDUCE_ARGMAX || in.rank != out.rank) return false;
+  int reduced = 0;
+  int64_t count = 1;
+  for (int d = 0; d < in.rank; ++d) {
+    if (out.shape[d] == in.shape[d]) continue;
+    if (out.shape[d] != 1) return false;
+    ++reduced;
+    count *= in.shape[d];
+  }
+  if (fn == KESTREL_REDUCE_ARGMAX) return out.dtype == KESTREL_DTYPE_I64 && reduced <= 1 && count > 0;
+  if (out.dtype != in.dtype) return false;
+  if (fn == KESTREL_REDUCE_MEAN) return is_float_dtype(in.dtype);
+  if (fn == KESTREL_REDUCE_MAX || fn == KESTREL_REDUCE_MIN) return numel(in) == 0 || count > 0;
+  return true;
+}
+
+void launch_reduce(const kestrel_op& op) {
+  auto fn = params_of<kestrel_reduce_params>(op, "reduce").fn;
+  if (numel(op.outputs[0]) == 0) return;
+  dispatch(op.inputs[0].dtype, [&](auto elem) { run_reduce<decltype(elem)>(fn, op.inputs[0], op.outputs[0]); });
+}
+
+}  // namespace kestrel_cpu

@@ -1,0 +1,233 @@
+// Sliding-window ops on (N, C, H, W) tensors: im2col/col2im (convolution as GEMM) and 2-D pooling.
+// Inputs may have any strides; outputs are contiguous. Work is split by (n, c) plane so no two threads
+// write the same element.
+#include <limits>
+
+#include "cpu_ops.hpp"
+
+namespace kestrel_cpu {
+
+namespace {
+
+struct Geometry {
+  int64_t n, c, h, w, oh, ow;
+  int kh, kw, sh, sw, ph, pw, dh, dw;
+  int64_t h_at(int64_t o, int k) const { return o * sh - ph + int64_t(k) * dh; }
+  int64_t w_at(int64_t o, int k) const { return o * sw - pw + int64_t(k) * dw; }
+};
+
+Geometry geometry(const kestrel_window_params& p, const kestrel_tensor& image) {
+  Geometry g{image.shape[0], image.shape[1], image.shape[2], image.shape[3], 0, 0,
+             p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w};
+  g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
+  return g;
+}
+
+bool window_ok(const kestrel_window_params* p) {
+  return p && p->kernel_h >= 1 && p->kernel_w >= 1 && p->stride_h >= 1 && p->stride_w >= 1 && p->pad_h >= 0 &&
+         p->pad_w >= 0 && p->dilation_h >= 1 && p->dilation_w >= 1;
+}
+
+// Stride-aware element offset in an (N, C, H, W) descriptor.
+struct Image4 {
+  int64_t s[4];
+  explicit Image4(const kestrel_tensor& t) : s{t.strides[0], t.strides[1], t.strides[2], t.strides[3]} {}
+  int64_t at(int64_t n, int64_t c, int64_t h, int64_t w) const { return n * s[0] + c * s[1] + h * s[2] + w * s[3]; }
+};
+
+template <class E>
+void im2col(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& out) {
+  using S = typename E::storage;
+  const S* x = static_cast<const S*>(in.buffer->data) + in.offset;
+  S* cols = static_cast<S*>(out.buffer->data) + out.offset;
+  const Image4 xi(in);
+  const S zero = E::store(0);
+  const int64_t rows_per_image = g.c * g.kh * g.kw, spatial = g.oh * g.ow;
+  Kokkos::parallel_for("kestrel::im2col", Range(0, g.n * rows_per_image), [=](int64_t row) {
+    int64_t n = row / rows_per_image, r = row % rows_per_image;
+    int64_t c = r / (g.kh * g.kw);
+    int ky = int((r / g.kw) % g.kh), kx = int(r % g.kw);
+    S* dst = cols + row * spatial;
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      int64_t y = g.h_at(oy, ky);
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        int64_t xx = g.w_at(ox, kx);
+        bool inside = y >= 0 && y < g.h && xx >= 0 && xx < g.w;
+        dst[oy * g.ow + ox] = inside ? x[xi.at(n, c, y, xx)] : zero;
+      }
+    }
+  });
+}
+
+template <class E>
+void col2im(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& out) {
+  using S = typename E::storage;
+  using C = typename E::compute;
+  const S* cols = static_cast<const S*>(in.buffer->data) + in.offset;
+  S* x = static_cast<S*>(out.buffer->data) + out.offset;
+  const int64_t cs0 = in.strides[0], cs1 = in.strides[1], cs2 = in.strides[2];
+  Kokkos::parallel_for("kestrel::col2im", Range(0, g.n * g.c), [=](int64_t plane) {
+    int64_t n = plane / g.c, c = plane % g.c;
+    S* dst = x + plane * g.h * g.w;
+    // Accumulate in the compute type so f16/bf16 sums do not round at every step.
+    for (int64_t y = 0; y < g.h; ++y)
+      for (int64_t xx = 0; xx < g.w; ++xx) {
+        C sum = 0;
+        for (int ky = 0; ky < g.kh; ++ky) {
+          int64_t ty = y + g.ph - int64_t(ky) * g.dh;
+          if (ty < 0 || ty % g.sh) continue;
+          int64_t oy = ty / g.sh;
+          if (oy >= g.oh) continue;
+          for (int kx = 0; kx < g.kw; ++kx) {
+            int64_t tx = xx + g.pw - int64_t(kx) * g.dw;
+            if (tx < 0 || tx % g.sw) continue;
+            int64_t ox = tx / g.sw;
+            if (ox >= g.ow) continue;
+            int64_t row = (c * g.kh + ky) * g.kw + kx;
+            sum += E::load(cols[n * cs0 + row * cs1 + (oy * g.ow + ox) * cs2]);
+          }
+        }
+        dst[y * g.w + xx] = E::store(sum);
+      }
+  });
+}
+
+template <class E>
+void pool_forward(const Geometry g, kestrel_pool_mode mode, const kestrel_op& op) {
+  using S = typename E::storage;
+  using C = typename E::compute;
+  const kestrel_tensor& in = op.inputs[0];
+  const S* x = static_cast<const S*>(in.buffer->data) + in.offset;
+  S* y = static_cast<S*>(op.outputs[0].buffer->data) + op.outputs[0].offset;
+  int64_t* argmax = mode == KESTREL_POOL_MAX ? static_cast<int64_t*>(op.outputs[1].buffer->data) + op.outputs[1].offset
+                                             : nullptr;
+  const Image4 xi(in);
+  const C window_size = C(g.kh * g.kw);
+  Kokkos::parallel_for("kestrel::pool2d", Range(0, g.n * g.c), [=](int64_t plane) {
+    int64_t n = plane / g.c, c = plane % g.c;
+    for (int64_t oy = 0; oy < g.oh; ++oy)
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        C best = -std::numeric_limits<C>::infinity(), sum = 0;
+        int64_t best_at = -1;
+        for (int ky = 0; ky < g.kh; ++ky) {
+          int64_t yy = g.h_at(oy, ky);
+          if (yy < 0 || yy >= g.h) continue;
+          for (int kx = 0; kx < g.kw; ++kx) {
+            int64_t xx = g.w_at(ox, kx);
+            if (xx < 0 || xx >= g.w) continue;
+            C v = E::load(x[xi.at(n, c, yy, xx)]);
+            sum += v;
+            if (best_at < 0 || v > best || (v != v && best == best)) {
+              best = v;
+              best_at = yy * g.w + xx;
+            }
+          }
+        }
+        int64_t o = plane * g.oh * g.ow + oy * g.ow + ox;
+        if (argmax) {
+          y[o] = E::store(best);
+          argmax[o] = best_at;
+        } else {
+          y[o] = E::store(sum / window_size);  // padding counts, as torch's count_include_pad=True
+        }
+      }
+  });
+}
+
+template <class E>
+void pool_backward(const Geometry g, kestrel_pool_mode mode, const kestrel_op& op) {
+  using S = typename E::storage;
+  using C = typename E::compute;
+  const kestrel_tensor& dy_desc = op.inputs[0];
+  const S* dy = static_cast<const S*>(dy_desc.buffer->data) + dy_desc.offset;
+  const Image4 dyi(dy_desc);
+  const int64_t* argmax = mode == KESTREL_POOL_MAX
+                              ? static_cast<const int64_t*>(op.inputs[1].buffer->data) + op.inputs[1].offset
+                              : nullptr;
+  const Image4 ai = mode == KESTREL_POOL_MAX ? Image4(op.inputs[1]) : dyi;
+  S* dx = static_cast<S*>(op.outputs[0].buffer->data) + op.outputs[0].offset;
+  const C window_size = C(g.kh * g.kw);
+  const S zero = E::store(0);
+  Kokkos::parallel_for("kestrel::pool2d_backward", Range(0, g.n * g.c), [=](int64_t plane) {
+    int64_t n = plane / g.c, c = plane % g.c;
+    S* plane_dx = dx + plane * g.h * g.w;
+    for (int64_t i = 0; i < g.h * g.w; ++i) plane_dx[i] = zero;
+    for (int64_t oy = 0; oy < g.oh; ++oy)
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        C grad = E::load(dy[dyi.at(n, c, oy, ox)]);
+        if (argmax) {
+          int64_t at = argmax[ai.at(n, c, oy, ox)];
+          if (at >= 0 && at < g.h * g.w) plane_dx[at] = E::store(E::load(plane_dx[at]) + grad);
+          continue;
+        }
+        for (int ky = 0; ky < g.kh; ++ky) {
+          int64_t yy = g.h_at(oy, ky);
+          if (yy < 0 || yy >= g.h) continue;
+          for (int kx = 0; kx < g.kw; ++kx) {
+            int64_t xx = g.w_at(ox, kx);
+            if (xx < 0 || xx >= g.w) continue;
+            plane_dx[yy * g.w + xx] = E::store(E::load(plane_dx[yy * g.w + xx]) + grad / window_size);
+          }
+        }
+      }
+  });
+}
+
+bool shape4(const kestrel_tensor& t, int64_t n, int64_t c, int64_t h, int64_t w) {
+  return t.rank == 4 && t.shape[0] == n && t.shape[1] == c && t.shape[2] == h && t.shape[3] == w;
+}
+
+}  // namespace
+
+bool supports_window(const kestrel_op& op) {
+  auto* p = static_cast<const kestrel_window_params*>(op.params);
+  if (!window_ok(p) || !valid_tensors(op) || op.num_outputs < 1) return false;
+  const kestrel_tensor& out = op.outputs[0];
+  if (!is_float_dtype(out.dtype) || !is_contiguous(out)) return false;
+  const bool max = p->mode == KESTREL_POOL_MAX;
+  switch (op.kind) {
+    case KESTREL_OP_IM2COL: {
+      if (!arity(op, 1, 1) || op.inputs[0].rank != 4 || op.inputs[0].dtype != out.dtype) return false;
+      Geometry g = geometry(*p, op.inputs[0]);
+      return g.oh >= 1 && g.ow >= 1 && out.rank == 3 && out.shape[0] == g.n && out.shape[1] == g.c * g.kh * g.kw &&
+             out.shape[2] == g.oh * g.ow;
+    }
+    case KESTREL_OP_COL2IM: {
+      if (!arity(op, 1, 1) || out.rank != 4 || op.inputs[0].dtype != out.dtype) return false;
+      Geometry g = geometry(*p, out);
+      const kestrel_tensor& cols = op.inputs[0];
+      return g.oh >= 1 && g.ow >= 1 && cols.rank == 3 && cols.shape[0] == g.n &&
+             cols.shape[1] == g.c * g.kh * g.kw && cols.shape[2] == g.oh * g.ow;
+    }
+    case KESTREL_OP_POOL2D: {
+      if (!arity(op, 1, max ? 2 : 1) || op.inputs[0].rank != 4 || op.inputs[0].dtype != out.dtype) return false;
+      Geometry g = geometry(*p, op.inputs[0]);
+      if (g.oh < 1 || g.ow < 1 || !shape4(out, g.n, g.c, g.oh, g.ow)) return false;
+      return !max || (op.outputs[1].dtype == KESTREL_DTYPE_I64 && same_shape(op.outputs[1], out) &&
+                       is_contiguous(op.outputs[1]));
+    }
+    case KESTREL_OP_POOL2D_BACKWARD: {
+      if (!arity(op, max ? 2 : 1, 1) || out.rank != 4 || op.inputs[0].dtype != out.dtype) return false;
+      Geometry g = geometry(*p, out);
+      if (g.oh < 1 || g.ow < 1 || !shape4(op.inputs[0], g.n, g.c, g.oh, g.ow)) return false;
+      return !max || (op.inputs[1].dtype == KESTREL_DTYPE_I64 && same_shape(op.inputs[1], op.inputs[0]));
+    }
+    default: return false;
+  }
+}
+
+void launch_window(const kestrel_op& op) {
+  const auto& p = params_of<kestrel_window_params>(op, "window op");
+  dispatch_float(op.outputs[0].dtype, [&](auto elem) {
+    using E = decltype(elem);
+    switch (op.kind) {
+      case KESTREL_OP_IM2COL: return im2col<E>(geometry(p, op.inputs[0]), op.inputs[0], op.outputs[0]);
+      case KESTREL_OP_COL2IM: return col2im<E>(geometry(p, op.outputs[0]), op.inputs[0], op.outputs[0]);
+      case KESTREL_OP_POOL2D: return pool_forward<E>(geometry(p, op.inputs[0]), p.mode, op);
+      default: return pool_backward<E>(geometry(p, op.outputs[0]), p.mode, op);
+    }
+  });
+}
+
+}  // namespace kestrel_cpu
