@@ -8,5 +8,6 @@ namespace kestrel::cli {
 // Registers a subcommand; the returned action runs it and gives the process exit status.
 using Action = std::function<int()>;
 void add_devices_command(CLI::App& app, Action& action);
+void add_conformance_command(CLI::App& app, Action& action);
 
 }  // namespace kestrel::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   kestrel::cli::Action action;
   kestrel::cli::add_devices_command(app, action);
+  kestrel::cli::add_conformance_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -125,14 +125,27 @@ kestrel_status initialize() {
   });
 }
 
+// KESTREL_CPU_DEVICES=N shows the host as N devices (like XLA's forced host device count), so
+// multi-device code paths (copies between devices, data parallelism) can be exercised without GPUs.
+int32_t configured_device_count() {
+  const char* value = std::getenv("KESTREL_CPU_DEVICES");
+  int parsed = value ? std::atoi(value) : 1;
+  return parsed >= 1 && parsed <= 64 ? parsed : 1;
+}
+
 kestrel_status device_count(int32_t* count) {
-  *count = 1;
+  *count = configured_device_count();
   return KESTREL_STATUS_OK;
+}
+
+void check_device(int32_t device) {
+  if (device < 0 || device >= configured_device_count())
+    fail("no device cpu:" + std::to_string(device) + "; set KESTREL_CPU_DEVICES to show the host as several devices");
 }
 
 kestrel_status device_properties(int32_t device, kestrel_device_properties* props) {
   return guarded([&] {
-    if (device != 0) fail("the cpu backend has one device, cpu:0");
+    check_device(device);
     int hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
     int kokkos_threads = Exec().concurrency();
     std::string model = cpuinfo_field("model name");
@@ -154,7 +167,7 @@ kestrel_status device_properties(int32_t device, kestrel_device_properties* prop
 
 kestrel_status context_create(int32_t device, kestrel_context** context) {
   return guarded([&] {
-    if (device != 0) fail("the cpu backend has one device, cpu:0");
+    check_device(device);
     *context = new kestrel_context();
   });
 }
@@ -168,7 +181,8 @@ kestrel_status stream_create(kestrel_context* context, kestrel_stream** stream) 
 void stream_destroy(kestrel_stream* stream) { delete stream; }
 
 kestrel_status stream_synchronize(kestrel_stream*) {
-  Kokkos::fence();
+  // Static engines may outlive Kokkos, which is finalised at exit: by then there is nothing to wait for.
+  if (Kokkos::is_initialized()) Kokkos::fence();
   return KESTREL_STATUS_OK;
 }
 

@@ -1,0 +1,165 @@
+// Optional fused ops. A plugin may decline them (counted as unsupported); when it runs one, the result
+// must match the reference of the composed primitives.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "harness.hpp"
+
+namespace kestrel::conformance {
+
+namespace {
+
+template <class P>
+P params() {
+  P p{};
+  p.struct_size = sizeof(P);
+  return p;
+}
+
+// Launches a fused op through the engine (which refuses with Unsupported when the plugin declines).
+void launch(const Device& device, kestrel_op_kind kind, const void* p, std::vector<Tensor> inputs,
+            std::vector<Tensor> outputs) {
+  kestrel_op op{};
+  op.struct_size = sizeof(op);
+  op.kind = kind;
+  op.params = p;
+  for (const Tensor& t : inputs) op.inputs[op.num_inputs++] = t.descriptor();
+  for (const Tensor& t : outputs) op.outputs[op.num_outputs++] = t.descriptor();
+  ops::launch(device, op);
+}
+
+double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
+}  // namespace
+
+void fused_cases(Runner& r) {
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    std::string dt(dtype_name(dtype));
+    // linear: x (M, K) @ w^T where w is stored (N, K) like torch.nn.Linear, + bias, then activation.
+    for (auto act : {KESTREL_ACTIVATION_NONE, KESTREL_ACTIVATION_RELU, KESTREL_ACTIVATION_GELU})
+      for (bool bias : {true, false})
+        for (bool keep_pre : {true, false})
+          r.run(case_name({"linear", dt, fmt::format("act{}", static_cast<int>(act)), bias ? "bias" : "nobias",
+                           keep_pre ? "preact" : "noreact"}),
+                false, [&] {
+                  const int64_t m = 8, k = 5, n = 3;
+                  auto x = r.values(m * k, -1, 1, dtype), w = r.values(n * k, -1, 1, dtype), b = r.values(n, -1, 1, dtype);
+                  auto p = params<kestrel_linear_params>();
+                  p.activation = act;
+                  std::vector<Tensor> in = {r.upload({m, k}, x, dtype), r.upload({n, k}, w, dtype).transpose(0, 1)};
+                  if (bias) in.push_back(r.upload({n}, b, dtype));
+                  std::vector<Tensor> out = {Tensor::empty({m, n}, dtype, r.device())};
+                  if (keep_pre) out.push_back(Tensor::empty({m, n}, dtype, r.device()));
+                  launch(r.device(), KESTREL_OP_LINEAR, &p, in, out);
+                  std::vector<double> want_pre(m * n), want(m * n);
+                  for (int64_t i = 0; i < m; ++i)
+                    for (int64_t j = 0; j < n; ++j) {
+                      double v = bias ? b[j] : 0.0;
+                      for (int64_t q = 0; q < k; ++q) v += x[i * k + q] * w[j * k + q];
+                      want_pre[i * n + j] = v;
+                      want[i * n + j] = act == KESTREL_ACTIVATION_RELU ? std::max(v, 0.0)
+                                        : act == KESTREL_ACTIVATION_GELU ? gelu(v) : v;
+                    }
+                  r.expect_close(out[0], want, tolerance_for(dtype, 8), "output");
+                  if (keep_pre) r.expect_close(out[1], want_pre, tolerance_for(dtype, 8), "pre-activation");
+                });
+    for (bool log : {false, true})
+      for (Shape shape : {Shape{4, 7}, Shape{2, 3, 5}})
+        r.run(case_name({log ? "log_softmax" : "softmax", dt, shape_str(shape)}), false, [&] {
+          auto x = r.values(shape_numel(shape), -4, 4, dtype);
+          auto p = params<kestrel_softmax_params>();
+          p.log = log;
+          Tensor out = Tensor::empty(shape, dtype, r.device());
+          launch(r.device(), KESTREL_OP_SOFTMAX, &p, {r.upload(shape, x, dtype)}, {out});
+          const int64_t cols = shape.back();
+          std::vector<double> want(x.size());
+          for (size_t row = 0; row < x.size() / cols; ++row) {
+            double top = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < cols; ++j) top = std::max(top, x[row * cols + j]);
+            for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[row * cols + j] - top);
+            for (int64_t j = 0; j < cols; ++j) {
+              double shifted = x[row * cols + j] - top;
+              want[row * cols + j] = log ? shifted - std::log(sum) : std::exp(shifted) / sum;
+            }
+          }
+          r.expect_close(out, want, tolerance_for(dtype, 4));
+        });
+    for (DType label_dtype : {DType::i64, DType::i32})
+      r.run(case_name({"softmax_cross_entropy", dt, std::string(dtype_name(label_dtype))}), false, [&] {
+        const int64_t n = 6, c = 5;
+        auto x = r.values(n * c, -4, 4, dtype);
+        auto labels = r.values(n, 0, c, DType::i64);
+        Tensor loss = Tensor::empty({n}, dtype, r.device()), grad = Tensor::empty({n, c}, dtype, r.device());
+        launch(r.device(), KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr,
+               {r.upload({n, c}, x, dtype), r.upload({n}, labels, label_dtype)}, {loss, grad});
+        std::vector<double> want_loss(n), want_grad(n * c);
+        for (int64_t i = 0; i < n; ++i) {
+          double top = -INFINITY, sum = 0;
+          for (int64_t j = 0; j < c; ++j) top = std::max(top, x[i * c + j]);
+          for (int64_t j = 0; j < c; ++j) sum += std::exp(x[i * c + j] - top);
+          double log_sum = top + std::log(sum);
+          want_loss[i] = log_sum - x[i * c + static_cast<int64_t>(labels[i])];
+          for (int64_t j = 0; j < c; ++j)
+            want_grad[i * c + j] = std::exp(x[i * c + j] - log_sum) - (j == labels[i] ? 1.0 : 0.0);
+        }
+        r.expect_close(loss, want_loss, tolerance_for(dtype, 4), "loss");
+        r.expect_close(grad, want_grad, tolerance_for(dtype, 4), "gradient");
+      });
+    // Three optimizer steps against torch.optim's update rules written out in double.
+    for (bool decoupled : {false, true})
+      r.run(case_name({decoupled ? "adamw_update" : "adam_update", dt}), false, [&] {
+        const int64_t n = 37;
+        auto param = r.values(n, -1, 1, dtype);
+        Tensor tp = r.upload({n}, param, dtype), tm = Tensor::zeros({n}, dtype, r.device()),
+               tv = Tensor::zeros({n}, dtype, r.device());
+        std::vector<double> m(n, 0.0), v(n, 0.0);
+        auto p = params<kestrel_adam_params>();
+        p.lr = 0.01, p.beta1 = 0.9, p.beta2 = 0.999, p.eps = 1e-8, p.weight_decay = 0.05, p.grad_scale = 0.5;
+        p.decoupled = decoupled;
+        for (int step = 1; step <= 3; ++step) {
+          auto grad = r.values(n, -2, 2, dtype);
+          p.step = step;
+          launch(r.device(), KESTREL_OP_ADAM_UPDATE, &p, {tp, r.upload({n}, grad, dtype), tm, tv}, {});
+          for (int64_t i = 0; i < n; ++i) {
+            double g = grad[i] * p.grad_scale;
+            if (decoupled)
+              param[i] *= 1 - p.lr * p.weight_decay;
+            else
+              g += p.weight_decay * param[i];
+            m[i] = p.beta1 * m[i] + (1 - p.beta1) * g;
+            v[i] = p.beta2 * v[i] + (1 - p.beta2) * g * g;
+            double mhat = m[i] / (1 - std::pow(p.beta1, step)), vhat = v[i] / (1 - std::pow(p.beta2, step));
+            param[i] -= p.lr * mhat / (std::sqrt(vhat) + p.eps);
+          }
+        }
+        r.expect_close(tp, param, tolerance_for(dtype, 8), "param");
+        r.expect_close(tm, m, tolerance_for(dtype, 8), "m");
+        r.expect_close(tv, v, tolerance_for(dtype, 8), "v");
+      });
+    for (bool nesterov : {false, true})
+      r.run(case_name({"sgd_update", dt, nesterov ? "nesterov" : "momentum"}), false, [&] {
+        const int64_t n = 29;
+        auto param = r.values(n, -1, 1, dtype);
+        Tensor tp = r.upload({n}, param, dtype), tb = Tensor::zeros({n}, dtype, r.device());
+        std::vector<double> buf(n, 0.0);
+        auto p = params<kestrel_sgd_params>();
+        p.lr = 0.1, p.momentum = 0.9, p.dampening = 0.0, p.weight_decay = 0.01, p.grad_scale = 1.0;
+        p.nesterov = nesterov;
+        for (int step = 1; step <= 3; ++step) {
+          auto grad = r.values(n, -2, 2, dtype);
+          p.first_step = step == 1;
+          launch(r.device(), KESTREL_OP_SGD_UPDATE, &p, {tp, r.upload({n}, grad, dtype), tb}, {});
+          for (int64_t i = 0; i < n; ++i) {
+            double d = grad[i] + p.weight_decay * param[i];
+            buf[i] = step == 1 ? d : p.momentum * buf[i] + (1 - p.dampening) * d;
+            d = nesterov ? d + p.momentum * buf[i] : buf[i];
+            param[i] -= p.lr * d;
+          }
+        }
+        r.expect_close(tp, param, tolerance_for(dtype, 8), "param");
+      });
+  }
+}
+
+}  // namespace kestrel::conformance

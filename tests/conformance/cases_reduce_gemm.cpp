@@ -1,0 +1,164 @@
+// Reductions and matrix products.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "harness.hpp"
+
+namespace kestrel::conformance {
+
+namespace {
+
+std::string dims_str(const std::vector<int>& dims) {
+  return dims.empty() ? std::string("all") : fmt::format("dims{}", fmt::join(dims, ""));
+}
+
+// Reference reduction of row-major `values` of `shape` over `dims` (all when empty), keepdim shape.
+std::vector<double> reduce_reference(kestrel_reduce_fn fn, const std::vector<double>& values, const Shape& shape,
+                                     const std::vector<int>& dims) {
+  std::vector<bool> reduced(shape.size(), dims.empty());
+  for (int d : dims) reduced[d] = true;
+  Shape out_shape = shape;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (reduced[d]) out_shape[d] = 1;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<std::vector<double>> groups(shape_numel(out_shape));
+  for (int64_t i = 0; i < static_cast<int64_t>(values.size()); ++i) {
+    auto index = unravel(i, shape);
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (reduced[d]) index[d] = 0;
+    groups[ravel(index, out_shape)].push_back(values[i]);
+  }
+  std::vector<double> out;
+  for (const auto& g : groups) {
+    double acc = 0;
+    switch (fn) {
+      case KESTREL_REDUCE_SUM: for (double v : g) acc += v; break;
+      case KESTREL_REDUCE_MEAN: for (double v : g) acc += v; acc = g.empty() ? nan : acc / g.size(); break;
+      case KESTREL_REDUCE_MAX:
+      case KESTREL_REDUCE_MIN:
+        acc = g.front();
+        for (double v : g)
+          acc = std::isnan(acc) || std::isnan(v) ? nan : (fn == KESTREL_REDUCE_MAX ? std::max(acc, v) : std::min(acc, v));
+        break;
+      case KESTREL_REDUCE_ARGMAX: {
+        size_t best = 0;
+        for (size_t j = 0; j < g.size() && !std::isnan(g[best]); ++j)
+          if (g[j] > g[best] || std::isnan(g[j])) best = j;
+        acc = static_cast<double>(best);
+        break;
+      }
+    }
+    out.push_back(acc);
+  }
+  return out;
+}
+
+}  // namespace
+
+void reduce_cases(Runner& r) {
+  struct Setup {
+    Shape shape;
+    std::vector<int> dims;
+    Layout layout;
+  };
+  const std::vector<Setup> setups = {
+      {{5, 7}, {}, Layout::contiguous},     {{5, 7}, {0}, Layout::contiguous},    {{5, 7}, {1}, Layout::strided},
+      {{5, 7}, {1}, Layout::transposed},    {{3, 4, 5}, {0, 2}, Layout::contiguous}, {{3, 4, 5}, {1}, Layout::strided},
+      {{3, 4, 5}, {2}, Layout::contiguous}, {{1000}, {0}, Layout::contiguous},    {{0, 3}, {0}, Layout::contiguous}};
+  for (int f = KESTREL_REDUCE_SUM; f <= KESTREL_REDUCE_ARGMAX; ++f) {
+    auto fn = static_cast<kestrel_reduce_fn>(f);
+    for (DType dtype : all_dtypes) {
+      if (fn == KESTREL_REDUCE_MEAN && !is_floating(dtype)) continue;  // like torch: mean of integers is an error
+      bool required = dtype == DType::f32 || dtype == DType::i64;
+      for (const auto& [shape, dims, layout] : setups) {
+        bool empty = shape_numel(shape) == 0;
+        if (empty && fn != KESTREL_REDUCE_SUM && fn != KESTREL_REDUCE_MEAN) continue;
+        if (fn == KESTREL_REDUCE_ARGMAX && dims.size() != 1) continue;
+        for (bool keepdim : {false, true}) {
+          if (keepdim && fn == KESTREL_REDUCE_ARGMAX) continue;
+          r.run(case_name({reduce_fn_name(fn), std::string(dtype_name(dtype)), shape_str(shape), dims_str(dims),
+                           layout_name(layout), keepdim ? "keepdim" : "squeeze"}),
+                required, [&] {
+                  double lo = dtype == DType::u8 ? 0 : -3, hi = dtype == DType::u8 ? 5 : 3;
+                  auto values = r.values(shape_numel(shape), lo, hi, dtype);
+                  Tensor out = ops::reduce(fn, r.upload(shape, values, dtype, layout), dims, keepdim);
+                  auto want = reduce_reference(fn, values, shape, dims);
+                  int64_t count = shape_numel(shape) / std::max<int64_t>(1, static_cast<int64_t>(want.size()));
+                  bool exact = fn == KESTREL_REDUCE_ARGMAX || fn == KESTREL_REDUCE_MAX || fn == KESTREL_REDUCE_MIN;
+                  if (fn != KESTREL_REDUCE_ARGMAX)
+                    for (double& w : want) w = round_to(dtype, w);
+                  r.expect_close(out, want, exact ? Tolerance{0, 0} : tolerance_for(dtype, 2 * std::sqrt(count + 1.0)));
+                });
+        }
+      }
+      if (!is_floating(dtype)) continue;
+      r.run(case_name({reduce_fn_name(fn), std::string(dtype_name(dtype)), "nan"}), dtype == DType::f32, [&] {
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        std::vector<double> values = {1, nan, 3, 2, 5, 4};
+        Tensor out = ops::reduce(fn, r.upload({2, 3}, values, dtype), {1});
+        r.expect_close(out, reduce_reference(fn, values, {2, 3}, {1}), tolerance_for(dtype));
+      });
+    }
+  }
+}
+
+void gemm_cases(Runner& r) {
+  struct Setup {
+    int64_t m, k, n;
+    Layout a, b;
+  };
+  const std::vector<Setup> setups = {
+      {1, 1, 1, Layout::contiguous, Layout::contiguous},   {7, 5, 3, Layout::contiguous, Layout::contiguous},
+      {33, 17, 64, Layout::contiguous, Layout::contiguous}, {33, 17, 64, Layout::transposed, Layout::contiguous},
+      {33, 17, 64, Layout::contiguous, Layout::transposed}, {33, 17, 64, Layout::transposed, Layout::transposed},
+      {9, 6, 5, Layout::strided, Layout::strided},         {0, 4, 5, Layout::contiguous, Layout::contiguous},
+      {4, 0, 5, Layout::contiguous, Layout::contiguous},   {4, 5, 0, Layout::contiguous, Layout::contiguous}};
+  auto reference = [](const std::vector<double>& a, const std::vector<double>& b, std::vector<double> c, int64_t m,
+                      int64_t k, int64_t n, double alpha, double beta) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double dot = 0;
+        for (int64_t p = 0; p < k; ++p) dot += a[i * k + p] * b[p * n + j];
+        c[i * n + j] = alpha * dot + (beta == 0 ? 0 : beta * c[i * n + j]);
+      }
+    return c;
+  };
+  for (DType dtype : all_dtypes) {
+    if (!is_floating(dtype)) continue;
+    bool required = dtype == DType::f32;
+    for (const auto& s : setups)
+      for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 0.25}})
+        r.run(case_name({std::string(dtype_name(dtype)), fmt::format("{}x{}x{}", s.m, s.k, s.n),
+                         std::string(layout_name(s.a)) + "-" + layout_name(s.b), fmt::format("a{}b{}", alpha, beta)}),
+              required, [&] {
+                auto a = r.values(s.m * s.k, -1, 1, dtype), b = r.values(s.k * s.n, -1, 1, dtype);
+                auto c = r.values(s.m * s.n, -1, 1, dtype);
+                Tensor out = r.upload({s.m, s.n}, c, dtype);
+                ops::gemm_(out, r.upload({s.m, s.k}, a, dtype, s.a), r.upload({s.k, s.n}, b, dtype, s.b), alpha, beta);
+                r.expect_close(out, reference(a, b, c, s.m, s.k, s.n, alpha, beta),
+                               tolerance_for(dtype, 4 * std::sqrt(s.k + 1.0)));
+              });
+    // Batched, and a rank-2 right operand broadcast over the batch with stride 0.
+    for (bool broadcast : {false, true})
+      r.run(case_name({std::string(dtype_name(dtype)), broadcast ? "batched-broadcast" : "batched"}), required, [&] {
+        const int64_t batch = 3, m = 5, k = 4, n = 6;
+        auto a = r.values(batch * m * k, -1, 1, dtype);
+        auto b = r.values((broadcast ? 1 : batch) * k * n, -1, 1, dtype);
+        Tensor tb = broadcast ? r.upload({k, n}, b, dtype) : r.upload({batch, k, n}, b, dtype);
+        Tensor out = ops::matmul(r.upload({batch, m, k}, a, dtype), tb);
+        std::vector<double> want;
+        for (int64_t i = 0; i < batch; ++i) {
+          std::vector<double> ai(a.begin() + i * m * k, a.begin() + (i + 1) * m * k);
+          int64_t bi = broadcast ? 0 : i;
+          std::vector<double> bm(b.begin() + bi * k * n, b.begin() + (bi + 1) * k * n);
+          auto ci = reference(ai, bm, std::vector<double>(m * n), m, k, n, 1, 0);
+          want.insert(want.end(), ci.begin(), ci.end());
+        }
+        r.expect_close(out, want, tolerance_for(dtype, 4 * std::sqrt(k + 1.0)));
+      });
+  }
+}
+
+}  // namespace kestrel::conformance

@@ -1,0 +1,79 @@
+// Helpers shared by the conformance cases: host reference data, uploads in several layouts, and
+// comparisons with per-dtype tolerances.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "conformance.hpp"
+#include "kestrel/ops.h"
+#include "kestrel/tensor.h"
+
+namespace kestrel::conformance {
+
+// How an input tensor is laid out on the device: the same logical values, different strides.
+enum class Layout { contiguous, strided, transposed };
+const char* layout_name(Layout layout);
+
+struct CaseFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The value `v` becomes when stored in `dtype` (rounding, truncation, wrap-around as the dtype does).
+double round_to(DType dtype, double v);
+// Tolerances: |got - want| <= atol + rtol * |want|, scaled by `scale` for long accumulations.
+struct Tolerance {
+  double rtol, atol;
+};
+Tolerance tolerance_for(DType dtype, double scale = 1.0);
+
+class Runner {
+ public:
+  Runner(const Device& device, const std::string& family, const std::string& filter, Summary& summary,
+         const std::function<void(const CaseResult&)>& on_case);
+
+  const Device& device() const { return device_; }
+  // Runs one case. `required`: an Unsupported answer is a failure (required primitives in f32).
+  void run(const std::string& name, bool required, const std::function<void()>& body);
+
+  // Deterministic inputs, already representable in `dtype`.
+  std::vector<double> values(int64_t count, double lo, double hi, DType dtype);
+  std::mt19937_64& rng() { return rng_; }
+
+  Tensor upload(const Shape& shape, const std::vector<double>& values, DType dtype, Layout layout = Layout::contiguous);
+  // Fails the case when any element differs beyond the tolerance (NaN matches NaN, Inf its own sign).
+  void expect_close(const Tensor& got, const std::vector<double>& want, Tolerance tol, const std::string& what = "");
+  void expect_close(const std::vector<double>& got, const std::vector<double>& want, Tolerance tol,
+                    const std::string& what = "");
+
+ private:
+  Device device_;
+  std::string family_, filter_;
+  Summary& summary_;
+  const std::function<void(const CaseResult&)>& on_case_;
+  std::mt19937_64 rng_;
+};
+
+// Name helpers: "f32", "(7, 13)".
+std::string case_name(std::initializer_list<std::string> parts);
+
+// Row-major index helpers for references.
+std::vector<int64_t> unravel(int64_t linear, const Shape& shape);
+int64_t ravel(const std::vector<int64_t>& index, const Shape& shape);
+
+// The families, each registering its cases on a Runner.
+void fill_cases(Runner& r);
+void copy_cases(Runner& r);
+void unary_cases(Runner& r);
+void binary_cases(Runner& r);
+void reduce_cases(Runner& r);
+void gemm_cases(Runner& r);
+void index_cases(Runner& r);
+void random_cases(Runner& r);
+void window_cases(Runner& r);
+void fused_cases(Runner& r);
+
+}  // namespace kestrel::conformance

@@ -1,0 +1,76 @@
+// `kestrel devices` and `kestrel conformance` as a user runs them.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct CliRun {
+  int status;
+  std::string output;
+};
+
+CliRun run(const std::string& args, const std::string& env = "") {
+  std::string command = env + " " + KESTREL_CLI + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+const std::string fault_path = std::string("KESTREL_PLUGIN_PATH=") + KESTREL_FAULT_PLUGIN_DIR;
+
+TEST(CliDevices, JsonShowsTheCpuPluginAndTheSkippedOnes) {
+  CliRun r = run("devices --json", fault_path);
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto json = nlohmann::json::parse(r.output);
+  bool cpu_seen = false;
+  int skipped = 0;
+  for (const auto& plugin : json.at("plugins")) {
+    if (plugin.at("name") == "cpu") {
+      cpu_seen = true;
+      EXPECT_EQ(plugin.at("status"), "loaded");
+      EXPECT_EQ(plugin.at("abi"), "1.0");
+      const auto& device = plugin.at("devices").at(0);
+      EXPECT_EQ(device.at("kind"), "cpu");
+      EXPECT_NE(device.at("runtime").get<std::string>().find("Kokkos"), std::string::npos);
+      EXPECT_GT(device.at("memory_total").get<uint64_t>(), 0u);
+    } else {
+      EXPECT_EQ(plugin.at("status"), "skipped") << plugin.dump();
+      EXPECT_FALSE(plugin.at("reason").get<std::string>().empty()) << plugin.dump();
+      ++skipped;
+    }
+  }
+  EXPECT_TRUE(cpu_seen) << r.output;
+  EXPECT_EQ(skipped, 7) << r.output;
+}
+
+TEST(CliDevices, TableAndCheck) {
+  CliRun r = run("devices --check");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("cpu:0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" ok"), std::string::npos) << r.output;
+}
+
+TEST(CliConformance, RunsOneFamilyOnTheCpuBackend) {
+  CliRun r = run("conformance --backend cpu --family gemm");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
+}
+
+TEST(CliConformance, UnknownBackendAndEmptyFilterFail) {
+  CliRun unknown = run("conformance --backend widget", fault_path);
+  EXPECT_NE(unknown.status, 0);
+  EXPECT_NE(unknown.output.find("no Widget accelerator found"), std::string::npos) << unknown.output;
+  CliRun empty = run("conformance --backend cpu --filter no-such-case");
+  EXPECT_EQ(empty.status, 1) << empty.output;
+  EXPECT_NE(empty.output.find("no case ran"), std::string::npos) << empty.output;
+}
+
+}  // namespace

@@ -1,0 +1,57 @@
+// A complete function table whose entries do nothing useful: the deliberately broken test plugins
+// start from it and break one thing each, so the engine reaches exactly the check under test.
+#pragma once
+#include "kestrel/plugin.h"
+
+namespace fake {
+
+inline const char* last_error() { return "deliberately broken test plugin"; }
+inline kestrel_status unsupported() { return KESTREL_STATUS_UNSUPPORTED; }
+inline kestrel_status device_count(int32_t* count) {
+  *count = 1;
+  return KESTREL_STATUS_OK;
+}
+inline kestrel_status device_properties(int32_t, kestrel_device_properties*) { return unsupported(); }
+inline kestrel_status context_create(int32_t, kestrel_context**) { return unsupported(); }
+inline void context_destroy(kestrel_context*) {}
+inline kestrel_status stream_create(kestrel_context*, kestrel_stream**) { return unsupported(); }
+inline void stream_destroy(kestrel_stream*) {}
+inline kestrel_status stream_synchronize(kestrel_stream*) { return unsupported(); }
+inline kestrel_status buffer_alloc(kestrel_context*, uint64_t, kestrel_buffer**) { return unsupported(); }
+inline void buffer_free(kestrel_buffer*) {}
+inline kestrel_status h2d(kestrel_stream*, kestrel_buffer*, uint64_t, const void*, uint64_t) { return unsupported(); }
+inline kestrel_status d2h(kestrel_stream*, void*, kestrel_buffer*, uint64_t, uint64_t) { return unsupported(); }
+inline kestrel_status d2d(kestrel_stream*, kestrel_buffer*, uint64_t, kestrel_buffer*, uint64_t, uint64_t) {
+  return unsupported();
+}
+inline kestrel_status memory_stats(kestrel_context*, kestrel_memory_stats*) { return unsupported(); }
+inline int32_t supports_op(kestrel_context*, const kestrel_op*) { return 0; }
+inline kestrel_status launch(kestrel_stream*, const kestrel_op*) { return unsupported(); }
+
+inline kestrel_plugin_api table(const char* name) {
+  kestrel_plugin_api api{};
+  api.struct_size = sizeof(api);
+  api.abi_major = KESTREL_PLUGIN_ABI_MAJOR;
+  api.abi_minor = KESTREL_PLUGIN_ABI_MINOR;
+  api.name = name;
+  api.version = "0.0-test";
+  api.last_error = last_error;
+  api.device_count = device_count;
+  api.device_properties = device_properties;
+  api.context_create = context_create;
+  api.context_destroy = context_destroy;
+  api.stream_create = stream_create;
+  api.stream_destroy = stream_destroy;
+  api.stream_synchronize = stream_synchronize;
+  api.buffer_alloc = buffer_alloc;
+  api.buffer_free = buffer_free;
+  api.copy_host_to_device = h2d;
+  api.copy_device_to_host = d2h;
+  api.copy_device_to_device = d2d;
+  api.memory_stats = memory_stats;
+  api.supports_op = supports_op;
+  api.launch = launch;
+  return api;
+}
+
+}  // namespace fake

@@ -1,0 +1,15 @@
+// Passes its probe but fails to initialise, like a driver that refuses a context.
+#include "fake_table.hpp"
+
+static const char* last_error() { return "driver handshake failed (deliberately, for the fault tests)"; }
+static kestrel_status initialize() { return KESTREL_STATUS_UNAVAILABLE; }
+
+KESTREL_PLUGIN_ENTRY {
+  static kestrel_plugin_api api = [] {
+    kestrel_plugin_api a = fake::table("init_fails");
+    a.last_error = last_error;
+    a.initialize = initialize;
+    return a;
+  }();
+  return &api;
+}

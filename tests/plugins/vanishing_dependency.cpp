@@ -1,0 +1,1 @@
+int vanishing_dependency_function() { return 1; }

@@ -1,0 +1,103 @@
+// Every way a plugin can fail to load is skipped with a one-line reason; the engine keeps working with
+// the others; asking for a skipped backend explicitly is an error carrying that reason.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "kestrel/engine.h"
+#include "kestrel/error.h"
+#include "kestrel/ops.h"
+
+namespace {
+
+kestrel::EngineOptions fault_options() {
+  kestrel::EngineOptions options;
+  options.plugin_path = {KESTREL_FAULT_PLUGIN_DIR, "/nonexistent/libkestrel_ghost.so"};
+  options.use_environment = false;
+  return options;
+}
+
+const kestrel::PluginInfo* find(const kestrel::Engine& engine, const std::string& name) {
+  for (const auto& plugin : engine.plugins())
+    if (plugin.name == name) return &plugin;
+  return nullptr;
+}
+
+void expect_skipped(const kestrel::Engine& engine, const std::string& name, const std::string& reason_part) {
+  const kestrel::PluginInfo* plugin = find(engine, name);
+  ASSERT_NE(plugin, nullptr) << "no plugin entry named " << name;
+  EXPECT_FALSE(plugin->loaded) << name;
+  EXPECT_NE(plugin->reason.find(reason_part), std::string::npos) << name << ": " << plugin->reason;
+}
+
+TEST(PluginFaults, EachBrokenPluginIsSkippedWithItsReason) {
+  kestrel::Engine engine(fault_options());
+  expect_skipped(engine, "abi_mismatch", "built for plugin ABI 999.0");
+  expect_skipped(engine, "widget", "no Widget accelerator found");
+  expect_skipped(engine, "init_fails", "initialisation failed: driver handshake failed");
+  expect_skipped(engine, "incomplete", "lacks required entries: supports_op, launch");
+  expect_skipped(engine, "libkestrel_no_entry.so", "no entry symbol 'kestrel_plugin_v1'");
+  expect_skipped(engine, "libkestrel_missing_dependency.so", "libkestrel_vanishing_dependency.so");
+  expect_skipped(engine, "libkestrel_not_elf.so", "cannot load the library");
+  expect_skipped(engine, "libkestrel_ghost.so", "not found");
+}
+
+TEST(PluginFaults, TheEngineKeepsWorkingWithTheOtherPlugins) {
+  kestrel::Engine engine(fault_options());
+  const kestrel::PluginInfo* cpu = find(engine, "cpu");
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_TRUE(cpu->loaded) << cpu->reason;
+  kestrel::Device device = engine.best_device();
+  EXPECT_EQ(device.backend(), "cpu");
+  auto x = kestrel::Tensor::from_vector<float>({1, -2, 3}, {3}, device);
+  EXPECT_EQ(kestrel::ops::unary(KESTREL_UNARY_RELU, x).to_vector<float>(), (std::vector<float>{1, 0, 3}));
+}
+
+TEST(PluginFaults, AskingForASkippedBackendGivesItsReason) {
+  kestrel::Engine engine(fault_options());
+  try {
+    engine.device("widget");
+    FAIL() << "a skipped backend was handed out";
+  } catch (const kestrel::BackendUnavailable& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("no Widget accelerator found"), std::string::npos) << message;
+    EXPECT_NE(message.find("Available: cpu"), std::string::npos) << message;
+  }
+  EXPECT_THROW(engine.device("init_fails:0"), kestrel::BackendUnavailable);
+  EXPECT_THROW(engine.device("nosuchbackend"), kestrel::BackendUnavailable);
+  EXPECT_THROW(engine.device("cpu:7"), kestrel::BackendUnavailable);
+  EXPECT_THROW(engine.device("cpu:x"), kestrel::InvalidArgument);
+  // Falling back through a preference list skips what cannot run.
+  EXPECT_EQ(engine.best_device({"widget", "cpu"}).backend(), "cpu");
+}
+
+TEST(PluginFaults, ASecondPluginWithTheSameNameIsShadowed) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / "kestrel_shadow_test";
+  fs::create_directories(dir);
+  kestrel::Engine probe_engine;
+  const kestrel::PluginInfo* cpu = find(probe_engine, "cpu");
+  ASSERT_NE(cpu, nullptr);
+  fs::copy_file(cpu->path, dir / "libkestrel_cpu_copy.so", fs::copy_options::overwrite_existing);
+  kestrel::EngineOptions options;
+  options.plugin_path = {cpu->path, dir.string()};
+  options.use_environment = false;
+  options.use_default_locations = false;
+  kestrel::Engine engine(options);
+  ASSERT_EQ(engine.plugins().size(), 2u);
+  EXPECT_TRUE(engine.plugins()[0].loaded);
+  EXPECT_FALSE(engine.plugins()[1].loaded);
+  EXPECT_NE(engine.plugins()[1].reason.find("shadowed"), std::string::npos) << engine.plugins()[1].reason;
+  fs::remove_all(dir);
+}
+
+TEST(PluginFaults, NoPluginsAtAllIsAClearError) {
+  kestrel::EngineOptions options;
+  options.use_environment = false;
+  options.use_default_locations = false;
+  kestrel::Engine engine(options);
+  EXPECT_TRUE(engine.plugins().empty());
+  EXPECT_THROW(engine.best_device(), kestrel::BackendUnavailable);
+}
+
+}  // namespace

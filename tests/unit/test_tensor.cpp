@@ -1,0 +1,127 @@
+// The public tensor API: creation, host round trips, views, casts, devices and memory statistics.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "kestrel/engine.h"
+#include "kestrel/error.h"
+#include "kestrel/ops.h"
+
+namespace {
+
+using kestrel::DType;
+using kestrel::Tensor;
+
+kestrel::Engine& engine() {
+  // Two CPU devices, so copies and mismatches between devices can be tested without a GPU.
+  static kestrel::Engine* instance = [] {
+    setenv("KESTREL_CPU_DEVICES", "2", 1);
+    return new kestrel::Engine();
+  }();
+  return *instance;
+}
+
+kestrel::Device cpu(int index = 0) { return engine().device("cpu:" + std::to_string(index)); }
+
+TEST(Tensor, HostRoundTripAndMetadata) {
+  auto t = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}, cpu());
+  EXPECT_EQ(t.shape(), (kestrel::Shape{2, 3}));
+  EXPECT_EQ(t.strides(), (kestrel::Shape{3, 1}));
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_EQ(t.dtype(), DType::f32);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.describe(), "Tensor(f32, (2, 3), cpu:0)");
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_THROW(Tensor::from_vector<float>({1, 2}, {3}, cpu()), kestrel::InvalidArgument);
+}
+
+TEST(Tensor, ViewsShareStorageAndReadBackInLogicalOrder) {
+  auto t = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4}, cpu());
+  auto tt = t.transpose(0, 1);
+  EXPECT_FALSE(tt.is_contiguous());
+  EXPECT_EQ(tt.shape(), (kestrel::Shape{4, 3}));
+  EXPECT_EQ(tt.to_vector<float>(), (std::vector<float>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+  EXPECT_EQ(t.slice(1, 1, 4, 2).to_vector<float>(), (std::vector<float>{1, 3, 5, 7, 9, 11}));
+  EXPECT_EQ(t.select(0, 2).to_vector<float>(), (std::vector<float>{8, 9, 10, 11}));
+  EXPECT_EQ(t.slice(0, -1, 3).to_vector<float>(), (std::vector<float>{8, 9, 10, 11}));
+  EXPECT_EQ(t.view({2, -1}).shape(), (kestrel::Shape{2, 6}));
+  EXPECT_THROW(tt.view({12}), kestrel::InvalidArgument);
+  EXPECT_EQ(tt.reshape({12}).to_vector<float>(), tt.to_vector<float>());
+  auto row = t.select(0, 0).unsqueeze(0).expand({2, 4});
+  EXPECT_EQ(row.strides()[0], 0);
+  EXPECT_EQ(row.to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 0, 1, 2, 3}));
+  // Writing through a view changes the base tensor.
+  auto column = t.slice(1, 0, 1);
+  kestrel::ops::fill_(column, -1);
+  EXPECT_EQ(t.to_vector<float>()[4], -1);
+  EXPECT_THROW(t.as_strided({4, 4}, {4, 1}, 0), kestrel::InvalidArgument);
+}
+
+TEST(Tensor, DtypeConversion) {
+  auto t = Tensor::from_vector<float>({1.5f, -2.25f, 100.75f}, {3}, cpu());
+  EXPECT_EQ(t.to(DType::i32).to_vector<int32_t>(), (std::vector<int32_t>{1, -2, 100}));
+  EXPECT_EQ(t.to(DType::f16).to(DType::f32).to_vector<float>(), (std::vector<float>{1.5f, -2.25f, 100.75f}));
+  EXPECT_EQ(t.to(DType::bf16).to_vector<float>(), (std::vector<float>{1.5f, -2.25f, 101.0f}));  // 100.75 ties to even
+  EXPECT_EQ(t.to(DType::f64).to_vector<double>(), (std::vector<double>{1.5, -2.25, 100.75}));
+  EXPECT_EQ(kestrel::parse_dtype("bfloat16"), DType::bf16);
+  EXPECT_THROW(kestrel::parse_dtype("f8"), kestrel::InvalidArgument);
+}
+
+TEST(Tensor, CopiesBetweenDevices) {
+  auto a = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}, cpu(0));
+  auto b = a.transpose(0, 1).to(cpu(1));
+  EXPECT_EQ(b.device(), cpu(1));
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+  EXPECT_EQ(a.to(cpu(0)).storage(), a.storage());  // same device: no copy, as torch
+  Tensor c = Tensor::zeros({3, 2}, DType::f64, cpu(0));
+  c.copy_from(b);
+  EXPECT_EQ(c.to_vector<double>(), (std::vector<double>{1, 4, 2, 5, 3, 6}));
+}
+
+TEST(Tensor, OpsOnDifferentDevicesNameBothDevices) {
+  auto a = Tensor::from_vector<float>({1, 2}, {2}, cpu(0));
+  auto b = Tensor::from_vector<float>({3, 4}, {2}, cpu(1));
+  try {
+    kestrel::ops::binary(KESTREL_BINARY_ADD, a, b);
+    FAIL() << "mixed devices were accepted";
+  } catch (const kestrel::DeviceMismatch& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("cpu:0"), std::string::npos) << message;
+    EXPECT_NE(message.find("cpu:1"), std::string::npos) << message;
+    EXPECT_NE(message.find(".to(device)"), std::string::npos) << message;
+  }
+  EXPECT_EQ(kestrel::ops::binary(KESTREL_BINARY_ADD, a, b.to(cpu(0))).to_vector<float>(), (std::vector<float>{4, 6}));
+}
+
+TEST(Tensor, ShapeAndDtypeErrorsAreClear) {
+  auto a = Tensor::zeros({2, 3}, DType::f32, cpu());
+  auto b = Tensor::zeros({4, 3}, DType::f32, cpu());
+  EXPECT_THROW(kestrel::ops::binary(KESTREL_BINARY_ADD, a, b), kestrel::InvalidArgument);
+  EXPECT_THROW(kestrel::ops::matmul(a, b), kestrel::InvalidArgument);
+  EXPECT_THROW(kestrel::ops::binary(KESTREL_BINARY_ADD, a, a.to(DType::f64)), kestrel::InvalidArgument);
+  EXPECT_THROW(kestrel::ops::reduce(KESTREL_REDUCE_SUM, a, {5}), kestrel::InvalidArgument);
+  EXPECT_EQ(kestrel::ops::broadcast_shapes({3, 1}, {4}), (kestrel::Shape{3, 4}));
+}
+
+TEST(Tensor, MemoryStatisticsFollowAllocations) {
+  kestrel::Device device = cpu();
+  auto before = engine().memory_stats(device);
+  engine().reset_peak_memory_stats(device);
+  {
+    auto t = Tensor::empty({1024, 256}, DType::f32, device);
+    auto during = engine().memory_stats(device);
+    EXPECT_EQ(during.allocated, before.allocated + 1024 * 256 * 4);
+    EXPECT_EQ(during.alloc_count, before.alloc_count + 1);
+  }
+  auto after = engine().memory_stats(device);
+  EXPECT_EQ(after.allocated, before.allocated);
+  EXPECT_GE(after.peak_allocated, before.allocated + 1024 * 256 * 4);
+  engine().empty_cache(device);
+  engine().reset_peak_memory_stats(device);
+  EXPECT_EQ(engine().memory_stats(device).peak_allocated, after.allocated);
+  auto info = engine().properties(device);
+  EXPECT_GT(info.memory_total, 0u);
+  EXPECT_NE(info.runtime.find("Kokkos"), std::string::npos);
+}
+
+}  // namespace
