@@ -39,6 +39,7 @@ struct ReducePlan {
     }
   }
   int64_t reduced_offset(int64_t linear) const {
+    if (reduced_rank == 1) return linear * reduced_strides[0];  // the common case: one axis
     int64_t off = 0;
     for (int d = reduced_rank - 1; d >= 0; --d) {
       off += (linear % reduced_shape[d]) * reduced_strides[d];

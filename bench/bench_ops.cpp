@@ -1,0 +1,117 @@
+// Op benchmarks through the plugin ABI, registered at run time for every loaded backend and device,
+// next to OpenBLAS called directly, so the cost of the engine + ABI layers shows as a ratio.
+//
+//   build/bin/bench_ops --benchmark_filter=gemm
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "kestrel/engine.h"
+#include "kestrel/ops.h"
+
+namespace {
+
+using kestrel::DType;
+using kestrel::Tensor;
+
+Tensor random_tensor(const kestrel::Shape& shape, DType dtype, const kestrel::Device& device, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, dtype, device);
+  kestrel::ops::random_(t, KESTREL_DISTRIBUTION_UNIFORM, seed, 0, -1, 1);
+  return t;
+}
+
+void gemm_through_plugin(benchmark::State& state, kestrel::Device device, DType dtype, int64_t n) {
+  Tensor a = random_tensor({n, n}, dtype, device, 1), b = random_tensor({n, n}, dtype, device, 2);
+  Tensor c = Tensor::empty({n, n}, dtype, device);
+  for (auto _ : state) {
+    kestrel::ops::gemm_(c, a, b);
+    kestrel::Engine::global().synchronize(device);
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+
+// The baseline: the same sgemm straight into the BLAS library the CPU plugin uses.
+void gemm_openblas(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+
+void elementwise(benchmark::State& state, kestrel::Device device, DType dtype, int64_t n, bool binary) {
+  Tensor a = random_tensor({n}, dtype, device, 3), b = random_tensor({n}, dtype, device, 4);
+  Tensor out = Tensor::empty({n}, dtype, device);
+  for (auto _ : state) {
+    if (binary)
+      kestrel::ops::binary_(KESTREL_BINARY_ADD, out, a, b);
+    else
+      out = kestrel::ops::unary(KESTREL_UNARY_RELU, a);
+    kestrel::Engine::global().synchronize(device);
+  }
+  double bytes = double(n) * kestrel::dtype_size(dtype) * (binary ? 3 : 2);
+  state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1024);
+}
+
+void reduce_sum(benchmark::State& state, kestrel::Device device, DType dtype, int64_t rows, int64_t cols) {
+  Tensor a = random_tensor({rows, cols}, dtype, device, 5);
+  for (auto _ : state) {
+    Tensor s = kestrel::ops::reduce(KESTREL_REDUCE_SUM, a, {1});
+    kestrel::Engine::global().synchronize(device);
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(rows) * cols * kestrel::dtype_size(dtype),
+                                              benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
+}
+
+void register_device_benchmarks(const kestrel::Device& device) {
+  std::string d = device.str();
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    // Register only what the device runs: a probe op decides.
+    try {
+      Tensor probe = Tensor::zeros({2, 2}, dtype, device);
+      kestrel::ops::gemm_(probe, probe, probe);
+    } catch (const kestrel::Error&) {
+      continue;
+    }
+    for (int64_t n : {256, 1024})
+      benchmark::RegisterBenchmark(fmt::format("gemm/{}/{}/{}", d, kestrel::dtype_name(dtype), n).c_str(),
+                                   gemm_through_plugin, device, dtype, n)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+  }
+  for (int64_t n : {1 << 16, 1 << 22}) {
+    benchmark::RegisterBenchmark(fmt::format("add/{}/f32/{}", d, n).c_str(), elementwise, device, DType::f32, n, true)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(fmt::format("relu/{}/f32/{}", d, n).c_str(), elementwise, device, DType::f32, n, false)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  }
+  benchmark::RegisterBenchmark(fmt::format("sum_rows/{}/f32/4096x1024", d).c_str(), reduce_sum, device, DType::f32,
+                               4096, 1024)
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  for (int64_t n : {256, 1024})
+    benchmark::RegisterBenchmark("gemm/openblas-direct/f32", gemm_openblas)->Arg(n)->Unit(benchmark::kMicrosecond)->UseRealTime();
+  kestrel::Engine& engine = kestrel::Engine::global();
+  for (const auto& plugin : engine.plugins())
+    if (plugin.loaded)
+      for (const auto& info : plugin.devices)
+        register_device_benchmarks(engine.device(fmt::format("{}:{}", plugin.name, info.index)));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,34 @@
+# Shared by quickstart.sh and test.sh: install missing Debian packages, then configure and build.
+set -euo pipefail
+
+KESTREL_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+KESTREL_BUILD=${KESTREL_BUILD:-$KESTREL_ROOT/build}
+KESTREL_JOBS=${KESTREL_JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+# Everything the build, the tests and the default training run need, as Debian 12 packages.
+KESTREL_PACKAGES=(
+  build-essential cmake pkg-config python3
+  libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
+  libboost-dev nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
+  libgtest-dev libbenchmark-dev
+  libvulkan-dev glslc mesa-vulkan-drivers
+  dataset-fashion-mnist
+)
+
+kestrel_install_packages() {
+  local missing=()
+  for package in "${KESTREL_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "kestrel: installing missing Debian packages: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+kestrel_build() {
+  cmake -S "$KESTREL_ROOT" -B "$KESTREL_BUILD" -DCMAKE_BUILD_TYPE=Release "$@"
+  cmake --build "$KESTREL_BUILD" -j "$KESTREL_JOBS"
+}
