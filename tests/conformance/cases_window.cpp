@@ -25,6 +25,23 @@ struct Geometry {
     x = ox * win.stride_w - win.pad_w + kx * win.dilation_w;
     return y >= 0 && y < h && x >= 0 && x < w;
   }
+  // Calls f(column-matrix index, image index) for every tap that lands inside the image: the pairing
+  // that im2col copies along and col2im sums back.
+  template <class F>
+  void for_each_tap(F f) const {
+    const int64_t rows = c * win.kernel_h * win.kernel_w, cols = oh() * ow();
+    for (int64_t in = 0; in < n; ++in)
+      for (int64_t ic = 0; ic < c; ++ic)
+        for (int ky = 0; ky < win.kernel_h; ++ky)
+          for (int kx = 0; kx < win.kernel_w; ++kx)
+            for (int64_t oy = 0; oy < oh(); ++oy)
+              for (int64_t ox = 0; ox < ow(); ++ox) {
+                int64_t y, xx;
+                int64_t row = (ic * win.kernel_h + ky) * win.kernel_w + kx;
+                if (tap(oy, ox, ky, kx, y, xx))
+                  f((in * rows + row) * cols + oy * ow() + ox, ((in * c + ic) * h + y) * w + xx);
+              }
+  }
 };
 
 ops::Window window(int kh, int kw, int sh, int sw, int ph, int pw, int dh = 1, int dw = 1) {
@@ -58,39 +75,20 @@ void window_cases(Runner& r) {
     bool required = dtype == DType::f32;
     std::string dt(dtype_name(dtype));
     for (const Geometry& g : conv_geometries()) {
-      const int kh = g.win.kernel_h, kw = g.win.kernel_w;
-      const int64_t rows = g.c * kh * kw, cols = g.oh() * g.ow();
+      const int64_t rows = g.c * g.win.kernel_h * g.win.kernel_w, cols = g.oh() * g.ow();
       for (Layout layout : {Layout::contiguous, Layout::strided})
         r.run(case_name({"im2col", dt, g.str(), layout_name(layout)}), required, [&] {
           auto x = r.values(g.n * g.c * g.h * g.w, -2, 2, dtype);
           Tensor out = ops::im2col(r.upload({g.n, g.c, g.h, g.w}, x, dtype, layout), g.win);
           std::vector<double> want(g.n * rows * cols, 0.0);
-          for (int64_t n = 0; n < g.n; ++n)
-            for (int64_t c = 0; c < g.c; ++c)
-              for (int ky = 0; ky < kh; ++ky)
-                for (int kx = 0; kx < kw; ++kx)
-                  for (int64_t oy = 0; oy < g.oh(); ++oy)
-                    for (int64_t ox = 0; ox < g.ow(); ++ox) {
-                      int64_t y, xx;
-                      int64_t row = (c * kh + ky) * kw + kx;
-                      if (g.tap(oy, ox, ky, kx, y, xx)) want[(n * rows + row) * cols + oy * g.ow() + ox] = x[at4(g, n, c, y, xx)];
-                    }
+          g.for_each_tap([&](int64_t col, int64_t image) { want[col] = x[image]; });
           r.expect_close(out, want, Tolerance{0, 0});
         });
       r.run(case_name({"col2im", dt, g.str()}), required, [&] {
         auto colv = r.values(g.n * rows * cols, -2, 2, dtype);
         Tensor out = ops::col2im(r.upload({g.n, rows, cols}, colv, dtype), g.win, g.c, g.h, g.w);
         std::vector<double> want(g.n * g.c * g.h * g.w, 0.0);
-        for (int64_t n = 0; n < g.n; ++n)
-          for (int64_t c = 0; c < g.c; ++c)
-            for (int ky = 0; ky < kh; ++ky)
-              for (int kx = 0; kx < kw; ++kx)
-                for (int64_t oy = 0; oy < g.oh(); ++oy)
-                  for (int64_t ox = 0; ox < g.ow(); ++ox) {
-                    int64_t y, xx;
-                    int64_t row = (c * kh + ky) * kw + kx;
-                    if (g.tap(oy, ox, ky, kx, y, xx)) want[at4(g, n, c, y, xx)] += colv[(n * rows + row) * cols + oy * g.ow() + ox];
-                  }
+        g.for_each_tap([&](int64_t col, int64_t image) { want[image] += colv[col]; });
         for (double& w : want) w = round_to(dtype, w);
         r.expect_close(out, want, tolerance_for(dtype, 4));
       });
