@@ -275,11 +275,13 @@ typedef struct kestrel_plugin_api {
   kestrel_status (*stream_create)(kestrel_context* context, kestrel_stream** stream);
   void (*stream_destroy)(kestrel_stream* stream);
   kestrel_status (*stream_synchronize)(kestrel_stream* stream);
-  /* optional (all four): NULL means every launch completes before it returns, so events are no-ops */
+  /* optional (all five): NULL means every launch completes before it returns, so events are no-ops.
+   * event_synchronize blocks the calling thread until the work recorded before the event is done. */
   kestrel_status (*event_create)(kestrel_context* context, kestrel_event** event);
   void (*event_destroy)(kestrel_event* event);
   kestrel_status (*event_record)(kestrel_event* event, kestrel_stream* stream);
   kestrel_status (*stream_wait_event)(kestrel_stream* stream, kestrel_event* event);
+  kestrel_status (*event_synchronize)(kestrel_event* event);
 
   /* Device buffers: at least 64-byte aligned. Freed buffers may be cached by the plugin. buffer_free is
    * stream-ordered: the memory must not be reused before work already enqueued on the context's

@@ -27,6 +27,7 @@ kestrel_status default_event_create(kestrel_context*, kestrel_event** event) {
 void default_event_destroy(kestrel_event*) {}
 kestrel_status default_event_record(kestrel_event*, kestrel_stream*) { return KESTREL_STATUS_OK; }
 kestrel_status default_stream_wait_event(kestrel_stream*, kestrel_event*) { return KESTREL_STATUS_OK; }
+kestrel_status default_event_synchronize(kestrel_event*) { return KESTREL_STATUS_OK; }
 
 kestrel_status default_host_alloc(kestrel_context*, uint64_t bytes, void** ptr) {
   // Round up: aligned_alloc wants a multiple of the alignment.
@@ -67,11 +68,13 @@ kestrel_plugin_api complete_plugin_api(const kestrel_plugin_api& from_plugin) {
   default_to(api.probe, default_probe);
   default_to(api.initialize, default_initialize);
   default_to(api.shutdown, default_shutdown);
-  if (!api.event_create || !api.event_destroy || !api.event_record || !api.stream_wait_event) {
+  if (!api.event_create || !api.event_destroy || !api.event_record || !api.stream_wait_event ||
+      !api.event_synchronize) {
     api.event_create = default_event_create;
     api.event_destroy = default_event_destroy;
     api.event_record = default_event_record;
     api.stream_wait_event = default_stream_wait_event;
+    api.event_synchronize = default_event_synchronize;
   }
   if (!api.host_alloc || !api.host_free) {
     api.host_alloc = default_host_alloc;
