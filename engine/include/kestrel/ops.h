@@ -56,6 +56,16 @@ PoolResult pool2d(const Tensor& x, const Window& window, kestrel_pool_mode mode)
 Tensor pool2d_backward(const Tensor& dy, const Tensor& indices, const Window& window, kestrel_pool_mode mode,
                        const Shape& input_shape);
 
+// Builds an op descriptor from tensors (for fused ops and tools); `params` is borrowed.
+kestrel_op make_op(kestrel_op_kind kind, const void* params, std::initializer_list<Tensor> inputs,
+                   std::initializer_list<Tensor> outputs);
+// Launches `op` when the device's plugin offers it and returns true; false (nothing done) otherwise,
+// so the caller composes it from primitives.
+bool launch_if_supported(const Device& device, const kestrel_op& op);
+// Fused ops can be switched off (the engine then always composes them from primitives), to compare
+// the two paths or to debug a plugin's fused kernels. Initially on unless KESTREL_DISABLE_FUSED=1.
+void set_fused_ops_enabled(bool enabled);
+bool fused_ops_enabled();
 // Whether the device's plugin runs `op` (a fused op may be absent and is then composed).
 bool supports(const Device& device, const kestrel_op& op);
 // Launches a prepared op on the device's default stream (used by the ops above and by tools).

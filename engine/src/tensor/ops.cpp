@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 
 #include "../runtime/device_runtime.h"
 
@@ -97,6 +99,34 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
 }
 
 bool supports(const Device& device, const kestrel_op& op) { return device.runtime().supports(op); }
+
+kestrel_op make_op(kestrel_op_kind kind, const void* params, std::initializer_list<Tensor> inputs,
+                   std::initializer_list<Tensor> outputs) {
+  OpBuilder builder(kind, params);
+  for (const Tensor& t : inputs) builder.in(t);
+  for (const Tensor& t : outputs) builder.out(t);
+  return builder.op;
+}
+
+namespace {
+std::atomic<bool>& fused_flag() {
+  static std::atomic<bool> enabled{[] {
+    const char* value = std::getenv("KESTREL_DISABLE_FUSED");
+    return !(value && std::string(value) == "1");
+  }()};
+  return enabled;
+}
+}  // namespace
+
+void set_fused_ops_enabled(bool enabled) { fused_flag() = enabled; }
+bool fused_ops_enabled() { return fused_flag(); }
+
+bool launch_if_supported(const Device& device, const kestrel_op& op) {
+  DeviceRuntime& runtime = device.runtime();
+  if (!fused_flag() || !runtime.supports(op)) return false;
+  runtime.launch(op);
+  return true;
+}
 
 void launch(const Device& device, const kestrel_op& op) { run(op_kind_name(op.kind), device, op); }
 

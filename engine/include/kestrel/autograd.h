@@ -1,0 +1,69 @@
+// Reverse-mode automatic differentiation. A Var is a tensor that remembers how it was computed; calling
+// backward(loss) walks that record in reverse and accumulates dloss/dx into every Var that requires a
+// gradient. Backward rules live next to their forward (see functional.h) and are written in the
+// plugin primitives, so every backend differentiates the same way.
+#pragma once
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "kestrel/tensor.h"
+
+namespace kestrel {
+
+struct VarNode;
+using BackwardFn = std::function<void(const Tensor& grad_output)>;
+
+struct VarNode {
+  Tensor value;
+  Tensor grad;  // dloss/dvalue once accumulated; leaves may hold a preallocated buffer here
+  bool requires_grad = false;
+  bool preallocated_grad = false;  // leaf grads that live in a shared buffer (the flat gradient)
+  std::vector<std::shared_ptr<VarNode>> parents;
+  BackwardFn backward;  // given dloss/dvalue, accumulates into the parents; empty for leaves
+  const char* op = "leaf";
+};
+
+class Var {
+ public:
+  Var() = default;
+  explicit Var(Tensor value, bool requires_grad = false);
+  const Tensor& value() const { return node_->value; }
+  const Tensor& grad() const { return node_->grad; }
+  bool requires_grad() const { return node_ && node_->requires_grad; }
+  bool defined() const { return node_ != nullptr; }
+  const std::shared_ptr<VarNode>& node() const { return node_; }
+  // Uses `buffer` (same shape and dtype) as this leaf's gradient storage; gradients add into it.
+  void set_grad_buffer(const Tensor& buffer);
+
+ private:
+  friend Var make_var(Tensor, std::vector<Var>, const char*, BackwardFn);
+  std::shared_ptr<VarNode> node_;
+};
+
+// The result of an op: requires a gradient when any parent does (and grad mode is on).
+Var make_var(Tensor value, std::vector<Var> parents, const char* op, BackwardFn backward);
+
+// Adds `grad` (already in the parent's shape) into the node's gradient.
+void accumulate_grad(VarNode& node, const Tensor& grad);
+// Adds a broadcast gradient into `node`, first summing over the dims that broadcasting expanded.
+void accumulate_broadcast_grad(VarNode& node, const Tensor& grad);
+
+// dloss/dx for every x that requires a gradient; `root` is usually a scalar loss (seeded with 1), or
+// pass `seed` for a non-scalar root. Intermediate gradients are released as soon as they are used.
+void backward(const Var& root, const Tensor& seed = {});
+
+// Turns graph recording off in a scope (evaluation, optimizer steps), like torch.no_grad().
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+bool grad_enabled();
+
+}  // namespace kestrel

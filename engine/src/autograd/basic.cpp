@@ -1,0 +1,53 @@
+// Arithmetic and shape ops on Vars.
+#include <fmt/format.h>
+
+#include "kestrel/functional.h"
+#include "tensor_math.h"
+
+namespace kestrel::fn {
+
+Var add(const Var& a, const Var& b) {
+  return make_var(math::add(a.value(), b.value()), {a, b}, "add", [a = a.node(), b = b.node()](const Tensor& dy) {
+    accumulate_broadcast_grad(*a, dy);
+    accumulate_broadcast_grad(*b, dy);
+  });
+}
+
+Var sub(const Var& a, const Var& b) {
+  return make_var(math::sub(a.value(), b.value()), {a, b}, "sub", [a = a.node(), b = b.node()](const Tensor& dy) {
+    accumulate_broadcast_grad(*a, dy);
+    if (b->requires_grad) accumulate_broadcast_grad(*b, math::scale(dy, -1.0));
+  });
+}
+
+Var mul(const Var& a, const Var& b) {
+  return make_var(math::mul(a.value(), b.value()), {a, b}, "mul", [a = a.node(), b = b.node()](const Tensor& dy) {
+    if (a->requires_grad) accumulate_broadcast_grad(*a, math::mul(dy, b->value));
+    if (b->requires_grad) accumulate_broadcast_grad(*b, math::mul(dy, a->value));
+  });
+}
+
+Var reshape(const Var& x, const Shape& shape) {
+  return make_var(x.value().reshape(shape), {x}, "reshape",
+                  [x = x.node()](const Tensor& dy) { accumulate_grad(*x, dy.reshape(x->value.shape())); });
+}
+
+Var flatten(const Var& x) {
+  if (x.value().rank() < 1) throw InvalidArgument("flatten: needs a batch dimension");
+  return reshape(x, {x.value().size(0), -1});
+}
+
+Var sum(const Var& x) {
+  return make_var(math::sum(x.value(), {}, false), {x}, "sum", [x = x.node()](const Tensor& dy) {
+    accumulate_grad(*x, dy.expand(x->value.shape()).contiguous());
+  });
+}
+
+Var mean(const Var& x) {
+  return make_var(math::mean(x.value(), {}, false), {x}, "mean", [x = x.node()](const Tensor& dy) {
+    double n = static_cast<double>(x->value.numel());
+    accumulate_grad(*x, math::scale(dy, 1.0 / n).expand(x->value.shape()).contiguous());
+  });
+}
+
+}  // namespace kestrel::fn

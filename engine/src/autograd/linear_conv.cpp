@@ -1,0 +1,98 @@
+// Linear and 2-D convolution layers: forward and backward side by side.
+#include <fmt/format.h>
+
+#include "kestrel/functional.h"
+#include "tensor_math.h"
+
+namespace kestrel::fn {
+
+namespace {
+
+// dW += a @ b, straight into a preallocated gradient buffer when there is one (a GEMM with beta = 1
+// instead of a product, a temporary and an addition).
+void accumulate_product(VarNode& weight, const Tensor& a, const Tensor& b) {
+  if (!weight.requires_grad) return;
+  if (weight.preallocated_grad) {
+    Tensor grad = weight.grad.view({a.size(0), b.size(1)});
+    ops::gemm_(grad, a, b, 1.0, 1.0);
+  } else {
+    accumulate_grad(weight, ops::matmul(a, b).view(weight.value.shape()));
+  }
+}
+
+Tensor activation_grad(kestrel_activation activation, const Tensor& dy, const Tensor& y, const Tensor& pre) {
+  switch (activation) {
+    case KESTREL_ACTIVATION_RELU: return math::mul(dy, math::unary(KESTREL_UNARY_STEP, y));
+    case KESTREL_ACTIVATION_GELU: return math::mul(dy, math::unary(KESTREL_UNARY_GELU_GRAD, pre));
+    default: return dy;
+  }
+}
+
+}  // namespace
+
+Var linear(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation) {
+  const Tensor& input = x.value();  // (N, in)
+  const Tensor& w = weight.value();  // (out, in)
+  if (input.rank() != 2 || w.rank() != 2 || input.size(1) != w.size(1))
+    throw InvalidArgument(fmt::format("linear: input {} does not fit weight {}", input.describe(), w.describe()));
+  Tensor wt = w.transpose(0, 1);  // (in, out) as a strided view: the GEMM reads it transposed
+  Tensor y = Tensor::empty({input.size(0), w.size(0)}, input.dtype(), input.device());
+  Tensor pre = activation == KESTREL_ACTIVATION_GELU ? Tensor::empty(y.shape(), y.dtype(), y.device()) : Tensor();
+  kestrel_linear_params params{sizeof(kestrel_linear_params), activation};
+  kestrel_op op = bias.defined() ? ops::make_op(KESTREL_OP_LINEAR, &params, {input, wt, bias.value()}, {y})
+                                 : ops::make_op(KESTREL_OP_LINEAR, &params, {input, wt}, {y});
+  if (pre.defined()) op.outputs[op.num_outputs++] = pre.descriptor();
+  if (!ops::launch_if_supported(input.device(), op)) {
+    Tensor z = ops::matmul(input, wt);
+    if (bias.defined()) z = math::add(z, bias.value());
+    pre = z;
+    y = activation == KESTREL_ACTIVATION_RELU   ? math::unary(KESTREL_UNARY_RELU, z)
+        : activation == KESTREL_ACTIVATION_GELU ? math::unary(KESTREL_UNARY_GELU, z)
+                                                : z;
+  }
+  std::vector<Var> parents{x, weight};
+  if (bias.defined()) parents.push_back(bias);
+  return make_var(y, parents, "linear",
+                  [x = x.node(), weight = weight.node(), bias = bias.node(), activation, y, pre](const Tensor& dy) {
+                    Tensor dz = activation_grad(activation, dy, y, pre);                  // (N, out)
+                    if (x->requires_grad) accumulate_grad(*x, ops::matmul(dz, weight->value));  // (N, in)
+                    accumulate_product(*weight, dz.transpose(0, 1), x->value);             // (out, in)
+                    if (bias && bias->requires_grad) accumulate_grad(*bias, math::sum(dz, {0}, false));
+                  });
+}
+
+Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& window) {
+  const Tensor& input = x.value();  // (N, C, H, W)
+  const Tensor& w = weight.value();  // (O, C, KH, KW)
+  if (input.rank() != 4 || w.rank() != 4 || input.size(1) != w.size(1))
+    throw InvalidArgument(fmt::format("conv2d: input {} does not fit weight {}", input.describe(), w.describe()));
+  const int64_t n = input.size(0), channels = input.size(1), out_channels = w.size(0);
+  const int64_t oh = window.out_h(input.size(2)), ow = window.out_w(input.size(3));
+  Tensor cols = ops::im2col(input, window);                   // (N, C*KH*KW, OH*OW)
+  Tensor w2 = w.reshape({out_channels, -1});                  // (O, C*KH*KW)
+  Tensor y = ops::matmul(w2, cols);                           // (N, O, OH*OW), w2 shared by the batch
+  if (bias.defined()) y = math::add(y, bias.value().view({1, out_channels, 1}));
+  std::vector<Var> parents{x, weight};
+  if (bias.defined()) parents.push_back(bias);
+  return make_var(
+      y.view({n, out_channels, oh, ow}), parents, "conv2d",
+      [x = x.node(), weight = weight.node(), bias = bias.node(), window, cols, n, channels, out_channels](
+          const Tensor& dy) {
+        const int64_t h = x->value.size(2), wd = x->value.size(3), spatial = cols.size(2);
+        Tensor dy3 = dy.reshape({n, out_channels, spatial});  // (N, O, L)
+        if (bias && bias->requires_grad) accumulate_grad(*bias, math::sum(dy3, {0, 2}, false));
+        if (weight->requires_grad) {
+          // dW = sum_n dy[n] @ cols[n]^T, as one GEMM over the batch folded into K = N * L.
+          Tensor dy2 = dy3.permute({1, 0, 2}).contiguous().view({out_channels, n * spatial});
+          Tensor cols2 = cols.permute({1, 0, 2}).contiguous().view({cols.size(1), n * spatial});
+          accumulate_product(*weight, dy2, cols2.transpose(0, 1));
+        }
+        if (x->requires_grad) {
+          Tensor w2t = weight->value.reshape({out_channels, -1}).transpose(0, 1);  // (C*KH*KW, O)
+          Tensor dcols = ops::matmul(w2t, dy3);                                       // (N, C*KH*KW, L)
+          accumulate_grad(*x, ops::col2im(dcols, window, channels, h, wd));
+        }
+      });
+}
+
+}  // namespace kestrel::fn

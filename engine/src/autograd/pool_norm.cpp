@@ -1,0 +1,65 @@
+// Pooling and batch normalisation: forward and backward side by side.
+#include <fmt/format.h>
+
+#include "kestrel/functional.h"
+#include "tensor_math.h"
+
+namespace kestrel::fn {
+
+namespace {
+Var pool(const Var& x, const ops::Window& window, kestrel_pool_mode mode, const char* name) {
+  if (x.value().rank() != 4) throw InvalidArgument(fmt::format("{}: expected (N, C, H, W), got {}", name, x.value().describe()));
+  ops::PoolResult result = ops::pool2d(x.value(), window, mode);
+  return make_var(result.out, {x}, name, [x = x.node(), window, mode, indices = result.indices](const Tensor& dy) {
+    accumulate_grad(*x, ops::pool2d_backward(dy, indices, window, mode, x->value.shape()));
+  });
+}
+}  // namespace
+
+Var max_pool2d(const Var& x, const ops::Window& window) { return pool(x, window, KESTREL_POOL_MAX, "max_pool2d"); }
+Var avg_pool2d(const Var& x, const ops::Window& window) { return pool(x, window, KESTREL_POOL_AVG, "avg_pool2d"); }
+
+Var batch_norm2d(const Var& x, const Var& weight, const Var& bias, Tensor& running_mean, Tensor& running_var,
+                 bool training, double momentum, double eps) {
+  const Tensor& input = x.value();  // (N, C, H, W)
+  if (input.rank() != 4) throw InvalidArgument(fmt::format("batch_norm2d: expected (N, C, H, W), got {}", input.describe()));
+  const int64_t channels = input.size(1);
+  const Shape per_channel{1, channels, 1, 1};
+  const std::vector<int> stats_dims{0, 2, 3};
+  Tensor mean, var;  // (1, C, 1, 1)
+  if (training) {
+    const double count = static_cast<double>(input.numel() / channels);
+    mean = math::mean(input, stats_dims, true);
+    var = math::mean(math::unary(KESTREL_UNARY_SQUARE, math::sub(input, mean)), stats_dims, true);  // biased
+    // running = (1 - momentum) * running + momentum * batch, with the unbiased variance as torch keeps
+    NoGradGuard no_grad;
+    double unbias = count > 1 ? count / (count - 1) : 1.0;
+    ops::binary_(KESTREL_BINARY_ADD, running_mean, math::scale(running_mean, 1.0 - momentum),
+                 math::scale(mean.view({channels}), momentum));
+    ops::binary_(KESTREL_BINARY_ADD, running_var, math::scale(running_var, 1.0 - momentum),
+                 math::scale(var.view({channels}), momentum * unbias));
+  } else {
+    mean = running_mean.view(per_channel);
+    var = running_var.view(per_channel);
+  }
+  Tensor invstd = math::unary(KESTREL_UNARY_RSQRT, math::affine(var, 1.0, eps));  // (1, C, 1, 1)
+  Tensor xhat = math::mul(math::sub(input, mean), invstd);
+  Tensor gamma = weight.value().view(per_channel), beta = bias.value().view(per_channel);
+  Tensor y = math::add(math::mul(xhat, gamma), beta);
+  return make_var(y, {x, weight, bias},
+                  "batch_norm2d", [x = x.node(), weight = weight.node(), bias = bias.node(), xhat, invstd, gamma,
+                                   training, stats_dims, channels](const Tensor& dy) {
+                    if (bias->requires_grad) accumulate_grad(*bias, math::sum(dy, stats_dims, false));
+                    if (weight->requires_grad) accumulate_grad(*weight, math::sum(math::mul(dy, xhat), stats_dims, false));
+                    if (!x->requires_grad) return;
+                    Tensor dxhat = math::mul(dy, gamma);
+                    if (!training) return accumulate_grad(*x, math::mul(dxhat, invstd));
+                    // dx = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), means over (N, H, W)
+                    Tensor mean_dxhat = math::mean(dxhat, stats_dims, true);
+                    Tensor mean_dxhat_xhat = math::mean(math::mul(dxhat, xhat), stats_dims, true);
+                    Tensor centered = math::sub(math::sub(dxhat, mean_dxhat), math::mul(xhat, mean_dxhat_xhat));
+                    accumulate_grad(*x, math::mul(centered, invstd));
+                  });
+}
+
+}  // namespace kestrel::fn

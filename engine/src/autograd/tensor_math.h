@@ -1,0 +1,23 @@
+// Short names for the tensor arithmetic that backward rules are written in. Engine-internal.
+#pragma once
+#include "kestrel/ops.h"
+
+namespace kestrel::math {
+
+inline Tensor add(const Tensor& a, const Tensor& b) { return ops::binary(KESTREL_BINARY_ADD, a, b); }
+inline Tensor sub(const Tensor& a, const Tensor& b) { return ops::binary(KESTREL_BINARY_SUB, a, b); }
+inline Tensor mul(const Tensor& a, const Tensor& b) { return ops::binary(KESTREL_BINARY_MUL, a, b); }
+inline Tensor div(const Tensor& a, const Tensor& b) { return ops::binary(KESTREL_BINARY_DIV, a, b); }
+inline Tensor affine(const Tensor& x, double alpha, double beta) { return ops::unary(KESTREL_UNARY_AFFINE, x, alpha, beta); }
+inline Tensor scale(const Tensor& x, double alpha) { return affine(x, alpha, 0.0); }
+inline Tensor unary(kestrel_unary_fn fn, const Tensor& x) { return ops::unary(fn, x); }
+inline Tensor sum(const Tensor& x, std::vector<int> dims, bool keepdim) {
+  return ops::reduce(KESTREL_REDUCE_SUM, x, std::move(dims), keepdim);
+}
+inline Tensor mean(const Tensor& x, std::vector<int> dims, bool keepdim) {
+  return ops::reduce(KESTREL_REDUCE_MEAN, x, std::move(dims), keepdim);
+}
+// A scalar tensor holding `value`, on x's device and in its dtype.
+inline Tensor scalar_like(const Tensor& x, double value) { return Tensor::full({}, value, x.dtype(), x.device()); }
+
+}  // namespace kestrel::math

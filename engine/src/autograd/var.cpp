@@ -1,0 +1,102 @@
+#include <fmt/format.h>
+
+#include <unordered_set>
+
+#include "kestrel/autograd.h"
+#include "kestrel/ops.h"
+
+namespace kestrel {
+
+namespace {
+thread_local bool grad_mode = true;
+}
+
+bool grad_enabled() { return grad_mode; }
+NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
+NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
+
+Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<VarNode>()) {
+  node_->value = std::move(value);
+  node_->requires_grad = requires_grad;
+}
+
+void Var::set_grad_buffer(const Tensor& buffer) {
+  if (buffer.shape() != node_->value.shape() || buffer.dtype() != node_->value.dtype())
+    throw InvalidArgument(fmt::format("gradient buffer {} does not match {}", buffer.describe(), node_->value.describe()));
+  node_->grad = buffer;
+  node_->preallocated_grad = true;
+}
+
+Var make_var(Tensor value, std::vector<Var> parents, const char* op, BackwardFn backward) {
+  Var out(std::move(value));
+  bool any = false;
+  for (const Var& p : parents) any = any || p.requires_grad();
+  if (!any || !grad_mode) return out;
+  out.node_->requires_grad = true;
+  out.node_->op = op;
+  out.node_->backward = std::move(backward);
+  for (const Var& p : parents) out.node_->parents.push_back(p.node());
+  return out;
+}
+
+void accumulate_grad(VarNode& node, const Tensor& grad) {
+  if (!node.requires_grad) return;
+  if (grad.shape() != node.value.shape())
+    throw InvalidArgument(fmt::format("internal: gradient {} for {} ({})", grad.describe(), node.value.describe(), node.op));
+  if (node.preallocated_grad) {
+    ops::binary_(KESTREL_BINARY_ADD, node.grad, node.grad, grad);  // the buffer is ours to update
+  } else if (!node.grad.defined()) {
+    node.grad = grad;  // may be shared with another parent's gradient: never updated in place
+  } else {
+    node.grad = ops::binary(KESTREL_BINARY_ADD, node.grad, grad);
+  }
+}
+
+void accumulate_broadcast_grad(VarNode& node, const Tensor& grad) {
+  if (!node.requires_grad) return;
+  const Shape& target = node.value.shape();
+  if (grad.shape() == target) return accumulate_grad(node, grad);
+  // Sum over leading dims that broadcasting added, and over dims where the operand had extent 1.
+  std::vector<int> dims;
+  size_t lead = grad.rank() - target.size();
+  for (size_t d = 0; d < static_cast<size_t>(grad.rank()); ++d)
+    if (d < lead || (target[d - lead] == 1 && grad.shape()[d] != 1)) dims.push_back(static_cast<int>(d));
+  Tensor reduced = dims.empty() ? grad : ops::reduce(KESTREL_REDUCE_SUM, grad, dims, true);
+  accumulate_grad(node, reduced.reshape(target));
+}
+
+void backward(const Var& root, const Tensor& seed) {
+  if (!root.requires_grad())
+    throw InvalidArgument("backward: the value does not require a gradient (no parameter took part, or grad mode was off)");
+  Tensor initial = seed;
+  if (!initial.defined()) {
+    if (root.value().numel() != 1)
+      throw InvalidArgument(fmt::format("backward: {} is not a scalar; pass a seed gradient", root.value().describe()));
+    initial = Tensor::full(root.value().shape(), 1.0, root.value().dtype(), root.value().device());
+  }
+  // Reverse topological order by an iterative depth-first search (graphs can be deep).
+  std::vector<VarNode*> order;
+  std::unordered_set<VarNode*> visited;
+  std::vector<std::pair<VarNode*, size_t>> stack{{root.node().get(), 0}};
+  visited.insert(root.node().get());
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->parents.size()) {
+      VarNode* parent = node->parents[next++].get();
+      if (parent->requires_grad && visited.insert(parent).second) stack.push_back({parent, 0});
+    } else {
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  accumulate_grad(*root.node(), initial);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    VarNode* node = *it;
+    if (!node->backward || !node->grad.defined()) continue;
+    Tensor grad = node->grad;
+    node->grad = Tensor();  // intermediate gradients are not kept
+    node->backward(grad);
+  }
+}
+
+}  // namespace kestrel
