@@ -1,0 +1,61 @@
+// Run configurations: which model, data, loss, optimizer, schedule, batch size, epochs, seed,
+// evaluation, checkpointing and backend preference. Read from JSON; command-line flags override.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kestrel/error.h"
+#include "kestrel/optim.h"
+#include "kestrel/tensor.h"
+
+namespace kestrel {
+
+// A config that cannot be used: the message names the file and JSON path and what is expected.
+class ConfigError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
+struct DataConfig {
+  std::string dataset = "fashion-mnist";  // "fashion-mnist", "synthetic", "synthetic-regression", "csv"
+  std::string path;                       // fashion-mnist folder (default: Debian's)
+  std::vector<double> mean, std;          // normalisation per channel; empty: none
+  int64_t train_subset = 0, test_subset = 0;  // use only the first N samples (0: all)
+  int workers = 2;
+  // synthetic data
+  int64_t train_samples = 1024, test_samples = 256, classes = 10;
+  Shape input_shape;        // per sample (synthetic); default: the model's input shape
+  int64_t out_features = 0; // synthetic-regression
+  // csv
+  std::string train_file, test_file;
+  int target_column = -1;
+  bool classification = true;
+  int target_columns = 1;
+};
+
+struct RunConfig {
+  std::string source;      // the config file
+  std::string model_path;  // resolved relative to the config file
+  DataConfig data;
+  std::string loss = "cross_entropy";  // or "mse"
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  int64_t batch_size = 64;
+  int64_t epochs = 1;
+  int64_t max_steps = 0;   // stop after this many optimizer steps (0: no limit)
+  uint64_t seed = 42;
+  int64_t eval_batch_size = 1000;
+  bool drop_last = false;
+  int64_t log_every = 50;            // steps between metric records
+  int64_t checkpoint_every = 0;      // steps between checkpoints (0: only at epoch ends)
+  int keep_checkpoints = 2;
+  std::vector<std::string> backends = {"cuda", "vulkan", "cpu"};  // preference order
+  std::string fallback = "next";     // "next": try the next preference; "error": only the first
+  std::string out_dir;               // default: runs/<model name>
+
+  static RunConfig load(const std::string& path);
+  static RunConfig parse(const std::string& text, const std::string& source);
+};
+
+}  // namespace kestrel

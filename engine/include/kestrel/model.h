@@ -1,0 +1,96 @@
+// Models described in JSON: a static graph of torch.nn-style layers whose shapes are all known when the
+// file is read. ModelSpec is the checked description; Model is one instantiated on a device, with
+// parameters, ready to run forward (and, through autograd, backward).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kestrel/autograd.h"
+#include "kestrel/tensor.h"
+
+namespace kestrel {
+
+// A model file that cannot be used: the message names the file, the JSON path and what is expected.
+class ModelError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
+class Layer;  // engine-internal: one layer kind (engine/src/model/layers*.cpp)
+
+struct LayerInfo {
+  std::string name;         // "0", "conv1": parameters are called "<name>.weight", "<name>.bias"
+  std::string type;         // "linear", "conv2d", ...
+  std::string json_path;    // "/layers/3"
+  std::vector<int> inputs;  // indices of the producing layers; -1 is the model input
+  Shape output_shape;       // with the batch dimension first (-1: any batch size)
+  int64_t parameters = 0;
+};
+
+class ModelSpec {
+ public:
+  // Reads and checks a model file; throws ModelError with file, JSON path and what to do.
+  static ModelSpec load(const std::string& path);
+  static ModelSpec parse(const std::string& text, const std::string& source);
+
+  const std::string& name() const { return name_; }
+  const std::string& source() const { return source_; }
+  const std::string& fingerprint() const { return fingerprint_; }  // SHA-256 of the file's text
+  const Shape& input_shape() const { return input_shape_; }        // without the batch dimension
+  const std::vector<LayerInfo>& layers() const { return layers_; }
+  int output() const { return output_; }
+  int64_t parameter_count() const;
+  // Keras-style table: layer, type, output shape, parameters; then totals.
+  std::string summary() const;
+
+  const Layer& layer(size_t index) const { return *impls_[index]; }
+
+ private:
+  std::string name_, source_, fingerprint_;
+  Shape input_shape_;
+  std::vector<LayerInfo> layers_;
+  std::vector<std::shared_ptr<const Layer>> impls_;
+  int output_ = -1;
+};
+
+struct NamedTensor;
+
+// A model on a device. Parameters live in one flat buffer (and gradients in another), so an optimizer
+// updates all of them in a single launch and a step needs no per-parameter bookkeeping.
+class Model {
+ public:
+  // Initialises parameters like torch's defaults (Kaiming-uniform weights, uniform biases) from `seed`,
+  // with Philox on the device: the same values on every backend.
+  Model(ModelSpec spec, const Device& device, uint64_t seed);
+
+  const ModelSpec& spec() const { return spec_; }
+  const Device& device() const { return device_; }
+
+  struct Parameter {
+    std::string name;
+    Var var;  // a leaf whose value and gradient are views into the flat buffers
+  };
+  std::vector<Parameter>& parameters() { return parameters_; }
+  // Non-trainable state saved with the weights (batchnorm running statistics).
+  std::vector<std::pair<std::string, Tensor>>& buffers() { return buffers_; }
+  Tensor& flat_parameters() { return flat_params_; }
+  Tensor& flat_gradients() { return flat_grads_; }
+  void zero_grad();
+
+  // x: (N, ...input_shape). In training mode dropout draws masks from (seed, rng_offset) and advances
+  // rng_offset; batchnorm uses batch statistics.
+  Var forward(const Tensor& x, bool training, uint64_t seed, uint64_t& rng_offset);
+
+ private:
+  ModelSpec spec_;
+  Device device_;
+  Tensor flat_params_, flat_grads_;
+  std::vector<Parameter> parameters_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::vector<int>> layer_params_;   // per layer: indices into parameters_
+  std::vector<std::vector<int>> layer_buffers_;  // per layer: indices into buffers_
+};
+
+}  // namespace kestrel

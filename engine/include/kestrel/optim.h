@@ -1,0 +1,54 @@
+// Optimizers over a model's flat parameter buffer (one fused launch per step where the backend offers
+// it) and learning-rate schedules, with torch.optim's update rules.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kestrel/tensor.h"
+
+namespace kestrel {
+
+struct OptimizerConfig {
+  std::string type = "adam";  // "sgd", "adam", "adamw"
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
+  double weight_decay = 0.0;                      // L2 for sgd/adam, decoupled for adamw
+  double momentum = 0.0, dampening = 0.0;         // sgd
+  bool nesterov = false;                          // sgd
+};
+
+class Optimizer {
+ public:
+  Optimizer(OptimizerConfig config, Tensor parameters, Tensor gradients);
+  // One update with learning rate `lr`; gradients are multiplied by grad_scale first (1 / loss scale,
+  // or 1 / accumulation steps).
+  void step(double lr, double grad_scale = 1.0);
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+  const OptimizerConfig& config() const { return config_; }
+  // State tensors for checkpoints, named like torch's state_dict entries.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+
+ private:
+  void adam_composed(double lr, double grad_scale);
+  void sgd_composed(double lr, double grad_scale);
+  OptimizerConfig config_;
+  Tensor params_, grads_;
+  Tensor exp_avg_, exp_avg_sq_, momentum_;
+  int64_t steps_ = 0;
+};
+
+struct ScheduleConfig {
+  std::string type = "constant";  // "constant", "step", "cosine"
+  int64_t step_size = 1;          // step: epochs between decays
+  double gamma = 0.1;             // step: decay factor
+  int64_t warmup_steps = 0;       // cosine: linear warm-up from 0
+  double min_lr = 0.0;            // cosine: the floor reached at the last step
+};
+
+// The learning rate for optimizer step `step` (0-based) of `total_steps`, epoch `epoch` (0-based).
+double scheduled_lr(const ScheduleConfig& schedule, double base_lr, int64_t step, int64_t total_steps, int64_t epoch);
+
+}  // namespace kestrel

@@ -1,0 +1,170 @@
+#include "kestrel/loader.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "../runtime/device_runtime.h"
+#include "../tensor/storage.h"
+
+namespace kestrel::data {
+
+// One pinned host buffer and where it is in its cycle: free -> filling (a worker gathers samples) ->
+// ready -> copying (an asynchronous host-to-device copy reads it) -> free.
+struct DataLoader::Slot {
+  enum class State { free, filling, ready, copying } state = State::free;
+  int64_t batch = -1;
+  uint64_t generation = 0;
+  void* inputs = nullptr;   // pinned: batch_size * sample_numel floats
+  void* targets = nullptr;  // pinned: batch_size labels (i64) or target values (f32)
+  kestrel_event* copied = nullptr;
+};
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, const Device& device)
+    : dataset_(std::move(dataset)), options_(options), device_(device) {
+  if (options_.batch_size < 1) throw InvalidArgument(fmt::format("batch size must be >= 1, got {}", options_.batch_size));
+  if (dataset_->size < 1) throw InvalidArgument(fmt::format("dataset '{}' is empty", dataset_->name));
+  options_.workers = std::max(1, options_.workers);
+  options_.prefetch = std::max(2, options_.prefetch);
+  DeviceRuntime& runtime = device_.runtime();
+  for (int i = 0; i < options_.prefetch; ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->inputs = runtime.host_allocate(options_.batch_size * dataset_->sample_numel() * sizeof(float));
+    slot->targets = runtime.host_allocate(options_.batch_size * dataset_->target_numel() * 8);
+    runtime.check(runtime.api().event_create(runtime.context(), &slot->copied), "creating an event");
+    slots_.push_back(std::move(slot));
+  }
+  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+DataLoader::~DataLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  for (auto& worker : workers_) worker.join();
+  DeviceRuntime& runtime = device_.runtime();
+  runtime.synchronize();  // no copy may still read a buffer we free
+  for (auto& slot : slots_) {
+    runtime.api().event_destroy(slot->copied);
+    runtime.host_release(slot->inputs);
+    runtime.host_release(slot->targets);
+  }
+}
+
+int64_t DataLoader::batches_per_epoch() const {
+  int64_t n = dataset_->size, b = options_.batch_size;
+  return options_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+int64_t DataLoader::batch_size_of(int64_t batch) const {
+  return std::min(options_.batch_size, dataset_->size - batch * options_.batch_size);
+}
+
+void DataLoader::start_epoch(int64_t epoch, int64_t skip_batches) {
+  std::vector<int64_t> order;
+  if (options_.shuffle) {
+    order = epoch_permutation(dataset_->size, options_.seed, epoch);
+  } else {
+    order.resize(dataset_->size);
+    std::iota(order.begin(), order.end(), 0);
+  }
+  device_.runtime().synchronize();  // copies of the previous epoch are done with their buffers
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++generation_;  // batches a worker is still gathering for the old epoch are dropped
+  order_ = std::move(order);
+  batch_count_ = batches_per_epoch();
+  next_fill_ = next_take_ = std::min(skip_batches, batch_count_);
+  for (auto& slot : slots_)
+    if (slot->state != Slot::State::filling) slot->state = Slot::State::free;
+  changed_.notify_all();
+}
+
+void DataLoader::worker_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [&] {
+      return stopping_ || (next_fill_ < batch_count_ &&
+                           slots_[next_fill_ % slots_.size()]->state == Slot::State::free);
+    });
+    if (stopping_) return;
+    int64_t batch = next_fill_++;
+    Slot& slot = *slots_[batch % slots_.size()];
+    slot.state = Slot::State::filling;
+    slot.batch = batch;
+    slot.generation = generation_;
+    // Copy this batch's sample indices now: start_epoch may replace order_ while we gather.
+    const int64_t begin = batch * options_.batch_size;
+    std::vector<int64_t> samples(order_.begin() + begin, order_.begin() + begin + batch_size_of(batch));
+    lock.unlock();
+    fill(slot, samples);
+    lock.lock();
+    slot.state = slot.generation == generation_ ? Slot::State::ready : Slot::State::free;
+    changed_.notify_all();
+  }
+}
+
+void DataLoader::fill(Slot& slot, const std::vector<int64_t>& samples) {
+  const Dataset& d = *dataset_;
+  const int64_t features = d.sample_numel(), targets = d.target_numel();
+  float* inputs = static_cast<float*>(slot.inputs);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    int64_t sample = samples[i];
+    std::memcpy(inputs + i * features, d.features.data() + sample * features, features * sizeof(float));
+    if (d.is_classification())
+      static_cast<int64_t*>(slot.targets)[i] = d.labels[sample];
+    else
+      std::memcpy(static_cast<float*>(slot.targets) + i * targets, d.targets.data() + sample * targets,
+                  targets * sizeof(float));
+  }
+}
+
+void DataLoader::release_copied_slots(int keep) {
+  // A slot's buffer may be refilled once its copy has reached the device; the newest `keep` copying
+  // slots are left in flight (the device is probably still busy with them).
+  DeviceRuntime& runtime = device_.runtime();
+  for (auto& slot : slots_) {
+    if (slot->state != Slot::State::copying || slot->batch >= next_take_ - keep) continue;
+    runtime.check(runtime.api().event_synchronize(slot->copied), "waiting for a batch copy");
+    slot->state = Slot::State::free;
+  }
+}
+
+bool DataLoader::next(Batch& out) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (next_take_ >= batch_count_) return false;
+  const int64_t batch = next_take_;
+  Slot& slot = *slots_[batch % slots_.size()];
+  changed_.wait(lock, [&] { return slot.state == Slot::State::ready && slot.batch == batch; });
+  lock.unlock();
+
+  const Dataset& d = *dataset_;
+  const int64_t size = batch_size_of(batch);
+  Shape input_shape{size}, target_shape{size};
+  input_shape.insert(input_shape.end(), d.sample_shape.begin(), d.sample_shape.end());
+  if (!d.is_classification()) target_shape.insert(target_shape.end(), d.target_shape.begin(), d.target_shape.end());
+  out.inputs = Tensor::empty(input_shape, DType::f32, device_);
+  out.targets = Tensor::empty(target_shape, d.is_classification() ? DType::i64 : DType::f32, device_);
+  out.index = batch;
+  out.size = size;
+  DeviceRuntime& runtime = device_.runtime();
+  const auto& api = runtime.api();
+  runtime.check(api.copy_host_to_device(runtime.stream(), out.inputs.storage()->buffer(), 0, slot.inputs,
+                                        size * d.sample_numel() * sizeof(float)),
+                "copying a batch to the device");
+  runtime.check(api.copy_host_to_device(runtime.stream(), out.targets.storage()->buffer(), 0, slot.targets,
+                                        size * d.target_numel() * (d.is_classification() ? 8 : 4)),
+                "copying a batch to the device");
+  runtime.check(api.event_record(slot.copied, runtime.stream()), "recording a copy event");
+
+  lock.lock();
+  slot.state = Slot::State::copying;
+  ++next_take_;
+  release_copied_slots(1);
+  changed_.notify_all();
+  return true;
+}
+
+}  // namespace kestrel::data

@@ -1,0 +1,82 @@
+// A model on a device: parameters in one flat buffer, initialised from the seed, and the forward pass.
+#include <fmt/format.h>
+
+#include "layer.h"
+
+namespace kestrel {
+
+Model::Model(ModelSpec spec, const Device& device, uint64_t seed) : spec_(std::move(spec)), device_(device) {
+  const auto& layers = spec_.layers();
+  Shape input{-1};
+  input.insert(input.end(), spec_.input_shape().begin(), spec_.input_shape().end());
+  auto shape_of = [&](int index) { return index < 0 ? input : layers[index].output_shape; };
+
+  struct Pending {
+    std::string name;
+    ParamSpec spec;
+  };
+  std::vector<Pending> pending;
+  layer_params_.resize(layers.size());
+  layer_buffers_.resize(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    std::vector<Shape> in;
+    for (int index : layers[i].inputs) in.push_back(shape_of(index));
+    for (const ParamSpec& p : spec_.layer(i).params(in)) {
+      layer_params_[i].push_back(static_cast<int>(pending.size()));
+      pending.push_back({layers[i].name + "." + p.suffix, p});
+    }
+    for (const BufferSpec& b : spec_.layer(i).buffers(in)) {
+      layer_buffers_[i].push_back(static_cast<int>(buffers_.size()));
+      buffers_.emplace_back(layers[i].name + "." + b.suffix, Tensor::full(b.shape, b.value, DType::f32, device));
+    }
+  }
+
+  int64_t total = 0;
+  for (const auto& p : pending) total += shape_numel(p.spec.shape);
+  flat_params_ = Tensor::empty({total}, DType::f32, device);
+  flat_grads_ = Tensor::zeros({total}, DType::f32, device);
+  int64_t offset = 0;
+  for (size_t k = 0; k < pending.size(); ++k) {
+    const auto& p = pending[k];
+    int64_t n = shape_numel(p.spec.shape);
+    Tensor value = flat_params_.slice(0, offset, offset + n).view(p.spec.shape);
+    if (p.spec.constant) {
+      ops::fill_(value, p.spec.value);
+    } else {
+      // Each parameter draws from its own counter range, so adding a layer does not reshuffle the others.
+      ops::random_(value, KESTREL_DISTRIBUTION_UNIFORM, seed, uint64_t(k) << 40, -p.spec.bound, p.spec.bound);
+    }
+    Var var(value, true);
+    var.set_grad_buffer(flat_grads_.slice(0, offset, offset + n).view(p.spec.shape));
+    parameters_.push_back({p.name, var});
+    offset += n;
+  }
+}
+
+void Model::zero_grad() { ops::fill_(flat_grads_, 0.0); }
+
+Var Model::forward(const Tensor& x, bool training, uint64_t seed, uint64_t& rng_offset) {
+  const Shape& expected = spec_.input_shape();
+  Shape got(x.shape().begin() + (x.rank() > 0 ? 1 : 0), x.shape().end());
+  if (x.rank() != static_cast<int>(expected.size()) + 1 || got != expected)
+    throw InvalidArgument(fmt::format("{}: the model takes input (N, {}), got {}", spec_.source(),
+                                      fmt::join(expected, ", "), x.describe()));
+  if (x.device() != device_)
+    throw DeviceMismatch(fmt::format("{}: the model is on {} but the input {} is on {}; move it with .to(device)",
+                                     spec_.source(), device_.str(), x.describe(), x.device().str()));
+  const auto& layers = spec_.layers();
+  std::vector<Var> outputs(layers.size());
+  Var input(x);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    std::vector<Var> in;
+    for (int index : layers[i].inputs) in.push_back(index < 0 ? input : outputs[index]);
+    std::vector<Var> params;
+    for (int k : layer_params_[i]) params.push_back(parameters_[k].var);
+    LayerContext context{training, seed, rng_offset, params, {}};
+    for (int k : layer_buffers_[i]) context.buffers.push_back(&buffers_[k].second);
+    outputs[i] = spec_.layer(i).forward(in, context);
+  }
+  return outputs[spec_.output()];
+}
+
+}  // namespace kestrel

@@ -1,0 +1,206 @@
+// Reading a model file: JSON -> checked layer graph with every shape inferred, or a ModelError that
+// names the file, the JSON path and what to change.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "kestrel/io.h"
+#include "layer.h"
+
+namespace kestrel {
+
+namespace {
+
+std::string position(const std::string& text, size_t byte) {
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return fmt::format("line {}, column {}", line, column);
+}
+
+Shape read_input_shape(const nlohmann::json& doc, const std::string& source) {
+  auto input = doc.find("input");
+  if (input == doc.end() || !input->is_object() || !input->contains("shape"))
+    throw ModelError(fmt::format("{}: /input: expected {{\"shape\": [C, H, W] or [features]}} (without the batch dimension)",
+                                 source));
+  const auto& shape = (*input)["shape"];
+  if (!shape.is_array() || shape.empty())
+    throw ModelError(fmt::format("{}: /input/shape: expected a non-empty array of positive integers, got {}", source, shape.dump()));
+  Shape out;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (!shape[i].is_number_integer() || shape[i].get<int64_t>() < 1)
+      throw ModelError(fmt::format("{}: /input/shape/{}: expected a positive integer, got {}", source, i, shape[i].dump()));
+    out.push_back(shape[i].get<int64_t>());
+  }
+  if (input->contains("dtype") && (*input)["dtype"] != "f32")
+    throw ModelError(fmt::format("{}: /input/dtype: models take f32 input, got {}", source, (*input)["dtype"].dump()));
+  for (const auto& [key, value] : input->items())
+    if (key != "shape" && key != "dtype")
+      throw ModelError(fmt::format("{}: /input/{}: unknown key; valid keys: shape, dtype", source, key));
+  return out;
+}
+
+}  // namespace
+
+ModelSpec ModelSpec::load(const std::string& path) {
+  std::string text;
+  try {
+    text = io::read_file(path);
+  } catch (const InvalidArgument& e) {
+    throw ModelError(e.what());
+  }
+  return parse(text, path);
+}
+
+ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ModelError(fmt::format("{}: invalid JSON at {}: {}", source, position(text, e.byte), e.what()));
+  }
+  if (!doc.is_object()) throw ModelError(fmt::format("{}: expected a JSON object with \"input\" and \"layers\"", source));
+  for (const auto& [key, value] : doc.items())
+    if (key != "name" && key != "input" && key != "layers" && key != "nodes" && key != "output" && key != "$schema" &&
+        key != "description")
+      throw ModelError(fmt::format("{}: /{}: unknown key; valid keys: name, description, input, layers or nodes, output",
+                                   source, key));
+
+  ModelSpec spec;
+  spec.source_ = source;
+  spec.fingerprint_ = io::sha256_hex(text);
+  spec.name_ = doc.value("name", std::filesystem::path(source).stem().string());
+  spec.input_shape_ = read_input_shape(doc, source);
+
+  const bool graph = doc.contains("nodes");
+  if (graph == doc.contains("layers"))
+    throw ModelError(fmt::format("{}: give either \"layers\" (a sequential list) or \"nodes\" (named layers with inputs)", source));
+  const char* list_key = graph ? "nodes" : "layers";
+  const auto& list = doc[list_key];
+  if (!list.is_array() || list.empty())
+    throw ModelError(fmt::format("{}: /{}: expected a non-empty array of layer objects", source, list_key));
+
+  std::map<std::string, int> by_name{{"input", -1}};
+  std::vector<Shape> shapes;
+  std::vector<std::unique_ptr<Layer>> layers;
+  Shape input_with_batch{-1};
+  input_with_batch.insert(input_with_batch.end(), spec.input_shape_.begin(), spec.input_shape_.end());
+  auto shape_of = [&](int index) { return index < 0 ? input_with_batch : shapes[index]; };
+
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::string where = fmt::format("{}: /{}/{}", source, list_key, i);
+    const auto& object = list[i];
+    if (!object.is_object() || !object.contains("type") || !object["type"].is_string())
+      throw ModelError(fmt::format("{}: expected an object with a \"type\" (one of {})", where, fmt::join(layer_types(), ", ")));
+    LayerInfo info;
+    info.type = object["type"].get<std::string>();
+    info.json_path = fmt::format("/{}/{}", list_key, i);
+    if (graph && (!object.contains("name") || !object["name"].is_string()))
+      throw ModelError(fmt::format("{}/name: nodes need a unique string name", where));
+    info.name = object.contains("name") && object["name"].is_string() ? object["name"].get<std::string>() : std::to_string(i);
+    if (by_name.count(info.name)) throw ModelError(fmt::format("{}/name: the name '{}' is used twice", where, info.name));
+
+    if (std::find(layer_types().begin(), layer_types().end(), info.type) == layer_types().end())
+      throw ModelError(fmt::format("{}/type: unknown layer type '{}'; known types: {}", where, info.type,
+                                   fmt::join(layer_types(), ", ")));
+    std::unique_ptr<Layer> layer;
+    try {
+      Args args(object, where, info.type);
+      layer = make_layer(info.type, args);
+    } catch (const ShapeError& e) {
+      throw ModelError(fmt::format("{}: {}", where, e.what()));
+    }
+
+    if (object.contains("inputs")) {
+      if (!graph) throw ModelError(fmt::format("{}/inputs: \"inputs\" belongs in \"nodes\" models; \"layers\" run in order", where));
+      const auto& inputs = object["inputs"];
+      if (!inputs.is_array()) throw ModelError(fmt::format("{}/inputs: expected an array of node names", where));
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        auto found = inputs[k].is_string() ? by_name.find(inputs[k].get<std::string>()) : by_name.end();
+        if (found == by_name.end())
+          throw ModelError(fmt::format("{}/inputs/{}: {} is not \"input\" or the name of an earlier node", where, k,
+                                       inputs[k].dump()));
+        info.inputs.push_back(found->second);
+      }
+    } else {
+      info.inputs.push_back(static_cast<int>(i) - 1);
+    }
+    if (static_cast<int>(info.inputs.size()) != layer->arity())
+      throw ModelError(fmt::format("{}/inputs: {} takes {} input(s), got {}", where, info.type, layer->arity(), info.inputs.size()));
+
+    std::vector<Shape> in_shapes;
+    for (int index : info.inputs) in_shapes.push_back(shape_of(index));
+    try {
+      info.output_shape = layer->infer(in_shapes);
+    } catch (const ShapeError& e) {
+      throw ModelError(fmt::format("{}: {}", where, e.what()));
+    }
+    for (const auto& p : layer->params(in_shapes)) info.parameters += shape_numel(p.shape);
+    by_name[info.name] = static_cast<int>(i);
+    shapes.push_back(info.output_shape);
+    spec.layers_.push_back(info);
+    layers.push_back(std::move(layer));
+  }
+
+  spec.output_ = static_cast<int>(list.size()) - 1;
+  if (doc.contains("output")) {
+    auto found = doc["output"].is_string() ? by_name.find(doc["output"].get<std::string>()) : by_name.end();
+    if (found == by_name.end() || found->second < 0)
+      throw ModelError(fmt::format("{}: /output: {} is not the name of a node", source, doc["output"].dump()));
+    spec.output_ = found->second;
+  }
+
+  // Fold relu/gelu into the linear layer before it when nothing else reads the linear's output.
+  std::vector<int> consumers(layers.size(), 0);
+  for (const auto& info : spec.layers_)
+    for (int index : info.inputs)
+      if (index >= 0) ++consumers[index];
+  for (size_t i = 0; i < layers.size(); ++i) {
+    kestrel_activation act = layers[i]->activation();
+    int source_index = spec.layers_[i].inputs[0];
+    if (act == KESTREL_ACTIVATION_NONE || source_index < 0 || spec.layers_[source_index].type != "linear") continue;
+    if (consumers[source_index] != 1 || source_index == spec.output_ || spec.layers_[i].type == "linear") continue;
+    if (layers[source_index]->fuse_activation(act)) mark_activation_fused(*layers[i]);
+  }
+  for (auto& layer : layers) spec.impls_.push_back(std::move(layer));
+  return spec;
+}
+
+int64_t ModelSpec::parameter_count() const {
+  int64_t total = 0;
+  for (const auto& layer : layers_) total += layer.parameters;
+  return total;
+}
+
+std::string ModelSpec::summary() const {
+  std::ostringstream out;
+  out << fmt::format("Model: {} ({})\n", name_, source_);
+  out << fmt::format("{:<28} {:<22} {:>12}\n", "Layer (type)", "Output shape", "Param #");
+  out << std::string(64, '-') << "\n";
+  Shape input{-1};
+  input.insert(input.end(), input_shape_.begin(), input_shape_.end());
+  out << fmt::format("{:<28} {:<22} {:>12}\n", "input", batch_shape_str(input), 0);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const auto& layer = layers_[i];
+    std::string type = layer.type;
+    if (impls_[i]->activation() != KESTREL_ACTIVATION_NONE && layer.type == "linear")
+      type += impls_[i]->activation() == KESTREL_ACTIVATION_RELU ? "+relu" : "+gelu";
+    out << fmt::format("{:<28} {:<22} {:>12}\n", fmt::format("{} ({})", layer.name, type),
+                       batch_shape_str(layer.output_shape), layer.parameters);
+  }
+  out << std::string(64, '-') << "\n";
+  int64_t total = parameter_count();
+  out << fmt::format("Total parameters: {} ({:.2f} MiB as f32)\n", total, total * 4.0 / (1 << 20));
+  return out.str();
+}
+
+}  // namespace kestrel
