@@ -9,5 +9,6 @@ namespace kestrel::cli {
 using Action = std::function<int()>;
 void add_devices_command(CLI::App& app, Action& action);
 void add_conformance_command(CLI::App& app, Action& action);
+void add_train_commands(CLI::App& app, Action& action);
 
 }  // namespace kestrel::cli

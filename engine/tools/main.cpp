@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   kestrel::cli::Action action;
   kestrel::cli::add_devices_command(app, action);
   kestrel::cli::add_conformance_command(app, action);
+  kestrel::cli::add_train_commands(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

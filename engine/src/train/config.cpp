@@ -210,6 +210,8 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   backend.finish();
 
   top.string("out", c.out_dir);
+  if (!c.out_dir.empty() && fs::path(c.out_dir).is_relative())  // like the model path: relative to this file
+    c.out_dir = (fs::path(source).parent_path() / c.out_dir).lexically_normal().string();
   top.finish();
   return c;
 }

@@ -1,0 +1,93 @@
+// The trainer: one loop for every model and backend. Trains a RunConfig's model on its data, evaluates
+// on the test set each epoch, records metrics, checkpoints atomically and resumes exactly.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kestrel/config.h"
+#include "kestrel/data.h"
+#include "kestrel/engine.h"
+#include "kestrel/model.h"
+#include "kestrel/optim.h"
+
+namespace kestrel {
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;  // classification only (fraction, 0..1); NaN for regression
+  int64_t samples = 0;
+};
+
+struct TrainSummary {
+  std::string device;
+  int64_t steps = 0;
+  int64_t epochs = 0;
+  double train_loss = 0;
+  EvalResult test;
+  double samples_per_second = 0;
+  double seconds = 0;
+  std::string out_dir;
+};
+
+struct TrainOptions {
+  bool resume = false;       // continue from out_dir/checkpoint.json
+  std::string resume_from;   // or from this checkpoint.json (or its folder)
+  int progress = -1;         // 1: progress bar, 0: plain lines, -1: a bar when stdout is a terminal
+  bool quiet = false;        // no output at all (tests, embedding)
+};
+
+struct Prediction {
+  int64_t label = -1;                              // the true label
+  std::vector<std::pair<int64_t, double>> top;     // (class, probability), best first
+};
+
+class Trainer {
+ public:
+  // Picks the device from the config's backend preference, loads data and builds the model.
+  explicit Trainer(RunConfig config, Engine& engine = Engine::global());
+  ~Trainer();
+
+  TrainSummary fit(const TrainOptions& options = {});
+  EvalResult evaluate();
+  // Loads weights (a .safetensors file or a checkpoint.json) into the model.
+  void load_weights(const std::string& path);
+  std::vector<Prediction> predict(int64_t count, int64_t top_k = 3);
+
+  const RunConfig& config() const { return config_; }
+  const Device& device() const { return device_; }
+  Model& model() { return *model_; }
+  const data::Dataset& train_data() const { return *train_; }
+  const data::Dataset& test_data() const { return *test_; }
+  // Class names for printing predictions (Fashion-MNIST's, or "class N").
+  std::string class_name(int64_t label) const;
+
+ private:
+  struct State {
+    int64_t epoch = 0;  // the epoch in progress
+    int64_t batch = 0;  // batches of it already done
+    int64_t step = 0;   // optimizer steps done
+    uint64_t rng_offset = 0;  // Philox blocks used by dropout so far
+  };
+  Var loss_of(const Var& output, const Tensor& targets);
+  EvalResult evaluate_on(const std::shared_ptr<const data::Dataset>& dataset);
+  void save_checkpoint(const State& state);
+  State restore_checkpoint(const std::string& path);
+  // Copies named tensors from a safetensors file into the model (and the optimizer when asked).
+  void load_tensors(const std::string& weights_path, const std::string& expected_sha256, bool with_optimizer);
+
+  RunConfig config_;
+  Engine& engine_;
+  Device device_;
+  std::shared_ptr<const data::Dataset> train_, test_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+// Picks the device for a preference list ("cuda:1", "vulkan", "cpu") under a fallback policy ("next":
+// the first that can run; "error": the first or nothing). Throws BackendUnavailable with the reasons.
+Device select_device(Engine& engine, std::vector<std::string> preferences, const std::string& fallback);
+
+}  // namespace kestrel

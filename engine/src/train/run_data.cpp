@@ -1,0 +1,63 @@
+// Datasets named by a run config, loaded and normalised. Engine-internal.
+#include "run_data.h"
+
+#include <fmt/format.h>
+
+namespace kestrel {
+
+RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
+  const DataConfig& d = config.data;
+  RunData out;
+  if (d.dataset == "fashion-mnist") {
+    auto both = d.path.empty() ? data::load_fashion_mnist() : data::load_fashion_mnist(d.path);
+    out.train = both.train.subset(d.train_subset);
+    out.test = both.test.subset(d.test_subset);
+  } else if (d.dataset == "synthetic") {
+    Shape shape = d.input_shape.empty() ? spec.input_shape() : d.input_shape;
+    out.train = data::synthetic_classification(d.train_samples, shape, d.classes, config.seed);
+    out.test = data::synthetic_classification(std::max<int64_t>(d.test_samples, 1), shape, d.classes, config.seed + 1);
+  } else if (d.dataset == "synthetic-regression") {
+    const Shape& in = spec.input_shape();
+    const Shape& out_shape = spec.layers()[spec.output()].output_shape;
+    int64_t out_features = d.out_features ? d.out_features : out_shape.back();
+    if (in.size() != 1)
+      throw ConfigError(fmt::format("{}: /data: synthetic-regression needs a model with a 1-D input, got {}", config.source,
+                                    shape_str(in)));
+    // Train and test come from one draw (the same hidden A and b), split at train_samples.
+    data::Dataset all = data::synthetic_regression(d.train_samples + std::max<int64_t>(d.test_samples, 1), in[0],
+                                                   out_features, config.seed);
+    out.train = all.subset(d.train_samples);
+    out.test = all;
+    int64_t skip = d.train_samples, per_x = all.sample_numel(), per_y = all.target_numel();
+    out.test.size = all.size - skip;
+    out.test.features.erase(out.test.features.begin(), out.test.features.begin() + skip * per_x);
+    out.test.targets.erase(out.test.targets.begin(), out.test.targets.begin() + skip * per_y);
+  } else {
+    data::CsvOptions options{d.target_column, d.classification, d.target_columns};
+    out.train = data::load_csv(d.train_file, options).subset(d.train_subset);
+    out.test = d.test_file.empty() ? out.train : data::load_csv(d.test_file, options).subset(d.test_subset);
+  }
+  if (!d.mean.empty() || !d.std.empty()) {
+    std::vector<double> mean = d.mean.empty() ? std::vector<double>{0.0} : d.mean;
+    std::vector<double> std = d.std.empty() ? std::vector<double>{1.0} : d.std;
+    data::normalize(out.train, mean, std);
+    data::normalize(out.test, mean, std);
+  }
+  if (out.train.sample_shape != spec.input_shape())
+    throw ConfigError(fmt::format("{}: the data's samples are {} but the model {} takes {}", config.source,
+                                  shape_str(out.train.sample_shape), spec.source(), shape_str(spec.input_shape())));
+  const Shape& model_out = spec.layers()[spec.output()].output_shape;
+  if (config.loss == "cross_entropy") {
+    if (!out.train.is_classification())
+      throw ConfigError(fmt::format("{}: /loss: cross_entropy needs class labels; this data is regression (use mse)", config.source));
+    if (model_out.size() != 2 || model_out[1] < out.train.num_classes)
+      throw ConfigError(fmt::format("{}: the model's output {} cannot score {} classes", config.source,
+                                    shape_str(model_out), out.train.num_classes));
+  } else if (out.train.is_classification()) {
+    throw ConfigError(fmt::format("{}: /loss: mse needs regression targets; this data has class labels (use cross_entropy)",
+                                  config.source));
+  }
+  return out;
+}
+
+}  // namespace kestrel

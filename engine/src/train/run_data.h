@@ -1,0 +1,15 @@
+#pragma once
+#include "kestrel/config.h"
+#include "kestrel/data.h"
+#include "kestrel/model.h"
+
+namespace kestrel {
+
+struct RunData {
+  data::Dataset train, test;
+};
+
+// Loads, subsets and normalises the config's data, and checks that it fits the model and the loss.
+RunData load_run_data(const RunConfig& config, const ModelSpec& spec);
+
+}  // namespace kestrel

@@ -1,0 +1,36 @@
+// What a training run reports: OUT/metrics.jsonl, a progress bar (or plain lines when not on a
+// terminal) and OUT/plot.svg of loss and accuracy per epoch. Engine-internal.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace kestrel {
+
+struct MetricRecord {
+  std::string kind;  // "train" (every log_every steps) or "eval" (every epoch)
+  int64_t epoch = 0, step = 0;
+  double loss = 0, accuracy = 0, lr = 0, samples_per_second = 0, seconds = 0;
+};
+
+class RunLog {
+ public:
+  // Reopens OUT/metrics.jsonl; when resuming, records after `resume_step` (written by the run that was
+  // interrupted, and about to be redone) are dropped first.
+  RunLog(std::string out_dir, int64_t resume_step, bool quiet, int progress);
+  void record(const MetricRecord& record);
+  void progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss, double accuracy,
+                double samples_per_second, double eta_seconds);
+  void message(const std::string& text);
+  void write_plot() const;
+  const std::vector<MetricRecord>& records() const { return records_; }
+
+ private:
+  std::string out_dir_;
+  bool quiet_, bar_;
+  bool bar_open_ = false;
+  std::vector<MetricRecord> records_;
+};
+
+}  // namespace kestrel

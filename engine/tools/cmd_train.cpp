@@ -1,0 +1,131 @@
+// `kestrel train`, `eval`, `predict` and `check`: the model and run-config workflow.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "commands.h"
+#include "kestrel/trainer.h"
+
+namespace kestrel::cli {
+
+namespace {
+
+struct RunFlags {
+  std::string config, backend, out, checkpoint;
+  int64_t epochs = 0, batch_size = 0, max_steps = -1, seed = -1, count = 5;
+  double lr = -1;
+  bool resume = false, quiet = false, no_progress = false, progress = false;
+};
+
+void add_run_flags(CLI::App* cmd, RunFlags& f) {
+  cmd->add_option("config", f.config, "Run config (JSON), e.g. models/fashion_mlp.train.json")->required();
+  cmd->add_option("--backend", f.backend,
+                  "Backend or device, or a comma-separated preference list (cuda:0 | vulkan | cpu | cuda,cpu). "
+                  "Overrides KESTREL_BACKEND and the config");
+}
+
+RunConfig resolve(const RunFlags& f) {
+  RunConfig config = RunConfig::load(f.config);
+  std::string backends = f.backend;
+  if (backends.empty())
+    if (const char* env = std::getenv("KESTREL_BACKEND")) backends = env;
+  if (!backends.empty()) {
+    config.backends.clear();
+    std::stringstream list(backends);
+    std::string name;
+    while (std::getline(list, name, ','))
+      if (!name.empty()) config.backends.push_back(name);
+    // Naming a single backend means "this one": its absence is an error with the reason, not a fallback.
+    config.fallback = config.backends.size() == 1 ? "error" : "next";
+  }
+  if (f.epochs > 0) config.epochs = f.epochs;
+  if (f.batch_size > 0) config.batch_size = f.batch_size;
+  if (f.max_steps >= 0) config.max_steps = f.max_steps;
+  if (f.seed >= 0) config.seed = static_cast<uint64_t>(f.seed);
+  if (f.lr >= 0) config.optimizer.lr = f.lr;
+  if (!f.out.empty()) config.out_dir = f.out;
+  return config;
+}
+
+std::string percent(double fraction) { return std::isnan(fraction) ? "n/a" : fmt::format("{:.2f}%", fraction * 100); }
+
+}  // namespace
+
+void add_train_commands(CLI::App& app, Action& action) {
+  static RunFlags train, eval, predict;
+  static std::string model_file;
+
+  auto* t = app.add_subcommand("train", "Train the model of a run config on the best available backend");
+  add_run_flags(t, train);
+  t->add_option("--epochs", train.epochs, "Number of epochs")->check(CLI::PositiveNumber);
+  t->add_option("--batch-size", train.batch_size, "Batch size")->check(CLI::PositiveNumber);
+  t->add_option("--max-steps", train.max_steps, "Stop after this many optimizer steps")->check(CLI::NonNegativeNumber);
+  t->add_option("--seed", train.seed, "Random seed")->check(CLI::NonNegativeNumber);
+  t->add_option("--lr", train.lr, "Learning rate")->check(CLI::NonNegativeNumber);
+  t->add_option("--out", train.out, "Output folder for metrics, checkpoints, summary and plot");
+  t->add_flag("--resume", train.resume, "Continue from OUT/checkpoint.json");
+  t->add_flag("--progress", train.progress, "Always draw a progress bar");
+  t->add_flag("--no-progress", train.no_progress, "Print plain lines instead of a progress bar");
+  t->add_flag("--quiet", train.quiet, "Print only the final result");
+  t->callback([&action] {
+    action = [] {
+      Trainer trainer(resolve(train));
+      TrainOptions options;
+      options.resume = train.resume;
+      options.quiet = train.quiet;
+      options.progress = train.progress ? 1 : train.no_progress ? 0 : -1;
+      TrainSummary s = trainer.fit(options);
+      fmt::print("final: {} steps on {}, test loss {:.4f}, test accuracy {}, {:.0f} samples/s; outputs in {}\n", s.steps,
+                 s.device, s.test.loss, percent(s.test.accuracy), s.samples_per_second, s.out_dir);
+      return 0;
+    };
+  });
+
+  auto* e = app.add_subcommand("eval", "Evaluate a checkpoint on the test data of a run config");
+  add_run_flags(e, eval);
+  e->add_option("--checkpoint", eval.checkpoint, "A .safetensors weights file, checkpoint.json, or a run folder")->required();
+  e->callback([&action] {
+    action = [] {
+      Trainer trainer(resolve(eval));
+      trainer.load_weights(eval.checkpoint);
+      EvalResult r = trainer.evaluate();
+      fmt::print("{} on {}: {} test samples, loss {:.4f}, accuracy {}\n", trainer.model().spec().name(),
+                 trainer.device().str(), r.samples, r.loss, percent(r.accuracy));
+      return 0;
+    };
+  });
+
+  auto* p = app.add_subcommand("predict", "Show a few test samples with the model's top classes");
+  add_run_flags(p, predict);
+  p->add_option("--checkpoint", predict.checkpoint, "A .safetensors weights file, checkpoint.json, or a run folder")->required();
+  p->add_option("--count", predict.count, "How many samples")->check(CLI::PositiveNumber);
+  p->callback([&action] {
+    action = [] {
+      Trainer trainer(resolve(predict));
+      if (!trainer.test_data().is_classification())
+        throw InvalidArgument("predict shows classes; this run config's data is regression (use eval)");
+      trainer.load_weights(predict.checkpoint);
+      int64_t index = 0;
+      for (const Prediction& pr : trainer.predict(predict.count)) {
+        std::string tops;
+        for (auto [cls, prob] : pr.top) tops += fmt::format("  {} {:.1f}%", trainer.class_name(cls), prob * 100);
+        fmt::print("sample {}: true {:<12} predicted{}{}\n", index++, trainer.class_name(pr.label), tops,
+                   pr.top.front().first == pr.label ? "" : "   (wrong)");
+      }
+      return 0;
+    };
+  });
+
+  auto* c = app.add_subcommand("check", "Validate a model file and print its layers, shapes and parameters");
+  c->add_option("model", model_file, "Model file (JSON)")->required();
+  c->callback([&action] {
+    action = [] {
+      fmt::print("{}", ModelSpec::load(model_file).summary());
+      return 0;
+    };
+  });
+}
+
+}  // namespace kestrel::cli
