@@ -14,13 +14,17 @@ namespace {
 
 struct RunFlags {
   std::string config, backend, out, checkpoint;
-  int64_t epochs = 0, batch_size = 0, max_steps = -1, seed = -1, count = 5;
+  int64_t epochs = 0, batch_size = 0, max_steps = -1, seed = -1, count = 5, train_subset = -1, test_subset = -1;
   double lr = -1;
   bool resume = false, quiet = false, no_progress = false, progress = false;
 };
 
 void add_run_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("config", f.config, "Run config (JSON), e.g. models/fashion_mlp.train.json")->required();
+  cmd->add_option("--train-subset", f.train_subset, "Use only the first N training samples (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--test-subset", f.test_subset, "Use only the first N test samples (0: all)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", f.backend,
                   "Backend or device, or a comma-separated preference list (cuda:0 | vulkan | cpu | cuda,cpu). "
                   "Overrides KESTREL_BACKEND and the config");
@@ -45,6 +49,11 @@ RunConfig resolve(const RunFlags& f) {
   if (f.max_steps >= 0) config.max_steps = f.max_steps;
   if (f.seed >= 0) config.seed = static_cast<uint64_t>(f.seed);
   if (f.lr >= 0) config.optimizer.lr = f.lr;
+  // Subsets cut file datasets and size synthetic ones.
+  if (f.train_subset >= 0) config.data.train_subset = f.train_subset;
+  if (f.train_subset > 0) config.data.train_samples = f.train_subset;
+  if (f.test_subset >= 0) config.data.test_subset = f.test_subset;
+  if (f.test_subset > 0) config.data.test_samples = f.test_subset;
   if (!f.out.empty()) config.out_dir = f.out;
   return config;
 }

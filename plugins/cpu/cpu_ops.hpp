@@ -39,16 +39,26 @@ bool arity(const kestrel_op& op, int inputs, int outputs);
 bool valid_tensors(const kestrel_op& op);  // dtypes known, ranks in range, extents non-negative
 
 // Elementwise helpers used by several families: out[i] = f(in[i]) over equal shapes, any strides.
+// Strided operands are walked row by row (the last axis), so the index arithmetic is paid once per row
+// rather than once per element.
+inline int64_t inner_extent(int rank, const int64_t* shape) { return rank ? shape[rank - 1] : 1; }
+inline int64_t inner_stride(int rank, const int64_t* strides) { return rank ? strides[rank - 1] : 0; }
+
 template <class E, class F>
 void map_unary(const kestrel_tensor& in, const kestrel_tensor& out, F f, const char* label) {
   using S = typename E::storage;
   View<S> x = view_of<S>(in), y = view_of<S>(out);
   if (x.contiguous && y.contiguous) {
     Kokkos::parallel_for(label, Range(0, y.numel), [=](int64_t i) { y.base[i] = E::store(f(E::load(x.base[i]))); });
-  } else {
-    Kokkos::parallel_for(label, Range(0, y.numel),
-                         [=](int64_t i) { y.base[y.at(i)] = E::store(f(E::load(x.base[x.at(i)]))); });
+    return;
   }
+  const int64_t inner = inner_extent(y.rank, y.shape), rows = inner ? y.numel / inner : 0;
+  const int64_t xs = inner_stride(x.rank, x.strides), ys = inner_stride(y.rank, y.strides);
+  Kokkos::parallel_for(label, Range(0, rows), [=](int64_t r) {
+    const S* xr = x.base + x.at(r * inner);
+    S* yr = y.base + y.at(r * inner);
+    for (int64_t j = 0; j < inner; ++j) yr[j * ys] = E::store(f(E::load(xr[j * xs])));
+  });
 }
 
 template <class E, class F>
@@ -59,11 +69,17 @@ void map_binary(const kestrel_tensor& in0, const kestrel_tensor& in1, const kest
   if (a.contiguous && b.contiguous && y.contiguous) {
     Kokkos::parallel_for(label, Range(0, y.numel),
                          [=](int64_t i) { y.base[i] = E::store(f(E::load(a.base[i]), E::load(b.base[i]))); });
-  } else {
-    Kokkos::parallel_for(label, Range(0, y.numel), [=](int64_t i) {
-      y.base[y.at(i)] = E::store(f(E::load(a.base[a.at(i)]), E::load(b.base[b.at(i)])));
-    });
+    return;
   }
+  const int64_t inner = inner_extent(y.rank, y.shape), rows = inner ? y.numel / inner : 0;
+  const int64_t as = inner_stride(a.rank, a.strides), bs = inner_stride(b.rank, b.strides);
+  const int64_t ys = inner_stride(y.rank, y.strides);
+  Kokkos::parallel_for(label, Range(0, rows), [=](int64_t r) {
+    const S* ar = a.base + a.at(r * inner);
+    const S* br = b.base + b.at(r * inner);
+    S* yr = y.base + y.at(r * inner);
+    for (int64_t j = 0; j < inner; ++j) yr[j * ys] = E::store(f(E::load(ar[j * as]), E::load(br[j * bs])));
+  });
 }
 
 }  // namespace kestrel_cpu

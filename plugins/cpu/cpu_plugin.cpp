@@ -14,13 +14,27 @@
 #include <new>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include "cpu_ops.hpp"
 
 namespace kestrel_cpu {
 
+// Freed buffers are kept per size and handed out again: training allocates the same shapes every
+// step, and returning large blocks to the OS each time costs page faults (torch's CPU caching does the
+// same). memory_trim (empty_cache) releases the cache.
 struct Context {
-  std::atomic<uint64_t> allocated{0}, peak{0}, count{0};
+  std::mutex mutex;
+  uint64_t allocated = 0, cached = 0, peak = 0, count = 0;
+  std::unordered_map<uint64_t, std::vector<void*>> free_blocks;  // by rounded size
+
+  void trim() {
+    for (auto& [bytes, blocks] : free_blocks)
+      for (void* block : blocks) std::free(block);
+    free_blocks.clear();
+    cached = 0;
+  }
+  ~Context() { trim(); }
 };
 
 }  // namespace kestrel_cpu
@@ -188,23 +202,41 @@ kestrel_status stream_synchronize(kestrel_stream*) {
 
 kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_buffer** buffer) {
   return guarded([&] {
-    uint64_t rounded = (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64;
-    void* data = std::aligned_alloc(64, rounded);
-    if (!data) fail("out of host memory allocating " + std::to_string(bytes) + " bytes", KESTREL_STATUS_OUT_OF_MEMORY);
-    *buffer = new kestrel_buffer{context, data, bytes};
-    uint64_t now = context->allocated += bytes;
-    context->count += 1;
-    uint64_t peak = context->peak.load();
-    while (now > peak && !context->peak.compare_exchange_weak(peak, now)) {
+    const uint64_t rounded = (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64;
+    std::lock_guard<std::mutex> lock(context->mutex);
+    void* data = nullptr;
+    auto cached = context->free_blocks.find(rounded);
+    if (cached != context->free_blocks.end() && !cached->second.empty()) {
+      data = cached->second.back();
+      cached->second.pop_back();
+      context->cached -= rounded;
+    } else {
+      data = std::aligned_alloc(64, rounded);
+      if (!data && context->cached) {  // give the cache back and try once more
+        context->trim();
+        data = std::aligned_alloc(64, rounded);
+      }
+      if (!data)
+        fail("out of host memory allocating " + std::to_string(bytes) + " bytes", KESTREL_STATUS_OUT_OF_MEMORY);
     }
+    *buffer = new kestrel_buffer{context, data, bytes};
+    context->allocated += rounded;
+    context->count += 1;
+    context->peak = std::max(context->peak, context->allocated);
   });
 }
 
 void buffer_free(kestrel_buffer* buffer) {
   if (!buffer) return;
-  buffer->context->allocated -= buffer->bytes;
-  buffer->context->count -= 1;
-  std::free(buffer->data);
+  kestrel_context* context = static_cast<kestrel_context*>(buffer->context);
+  const uint64_t rounded = (std::max<uint64_t>(buffer->bytes, 1) + 63) / 64 * 64;
+  {
+    std::lock_guard<std::mutex> lock(context->mutex);
+    context->allocated -= rounded;
+    context->count -= 1;
+    context->cached += rounded;
+    context->free_blocks[rounded].push_back(buffer->data);
+  }
   delete buffer;
 }
 
@@ -234,15 +266,23 @@ kestrel_status copy_device_to_device(kestrel_stream*, kestrel_buffer* dst, uint6
 }
 
 kestrel_status memory_stats(kestrel_context* context, kestrel_memory_stats* stats) {
+  std::lock_guard<std::mutex> lock(context->mutex);
   stats->allocated = context->allocated;
-  stats->reserved = context->allocated;  // nothing is cached: freed memory goes straight back
+  stats->reserved = context->allocated + context->cached;
   stats->peak_allocated = context->peak;
   stats->alloc_count = context->count;
   return KESTREL_STATUS_OK;
 }
 
+kestrel_status memory_trim(kestrel_context* context) {
+  std::lock_guard<std::mutex> lock(context->mutex);
+  context->trim();
+  return KESTREL_STATUS_OK;
+}
+
 kestrel_status memory_reset_peak(kestrel_context* context) {
-  context->peak = context->allocated.load();
+  std::lock_guard<std::mutex> lock(context->mutex);
+  context->peak = context->allocated;
   return KESTREL_STATUS_OK;
 }
 
@@ -358,6 +398,7 @@ KESTREL_PLUGIN_ENTRY {
     a.copy_device_to_host = copy_device_to_host;
     a.copy_device_to_device = copy_device_to_device;
     a.memory_stats = memory_stats;
+    a.memory_trim = memory_trim;
     a.memory_reset_peak = memory_reset_peak;
     a.supports_op = supports_op;
     a.launch = launch;

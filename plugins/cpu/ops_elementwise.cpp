@@ -32,8 +32,14 @@ void launch_copy(const kestrel_op& op) {
       using To = decltype(to);
       View<typename From::storage> x = view_of<typename From::storage>(in);
       View<typename To::storage> y = view_of<typename To::storage>(out);
-      Kokkos::parallel_for("kestrel::copy", Range(0, y.numel), [=](int64_t i) {
-        y.base[y.at(i)] = To::store(static_cast<typename To::compute>(From::load(x.base[x.at(i)])));
+      // Row by row (see map_unary): transposes and broadcasts are the common strided copies.
+      const int64_t inner = inner_extent(y.rank, y.shape), rows = inner ? y.numel / inner : 0;
+      const int64_t xs = inner_stride(x.rank, x.strides), ys = inner_stride(y.rank, y.strides);
+      Kokkos::parallel_for("kestrel::copy", Range(0, rows), [=](int64_t r) {
+        const auto* xr = x.base + x.at(r * inner);
+        auto* yr = y.base + y.at(r * inner);
+        for (int64_t j = 0; j < inner; ++j)
+          yr[j * ys] = To::store(static_cast<typename To::compute>(From::load(xr[j * xs])));
       });
     });
   });

@@ -116,7 +116,9 @@ TEST(Tensor, MemoryStatisticsFollowAllocations) {
   auto after = engine().memory_stats(device);
   EXPECT_EQ(after.allocated, before.allocated);
   EXPECT_GE(after.peak_allocated, before.allocated + 1024 * 256 * 4);
+  EXPECT_GE(after.reserved, after.allocated + 1024 * 256 * 4);  // the freed block stays cached
   engine().empty_cache(device);
+  EXPECT_EQ(engine().memory_stats(device).reserved, engine().memory_stats(device).allocated);
   engine().reset_peak_memory_stats(device);
   EXPECT_EQ(engine().memory_stats(device).peak_allocated, after.allocated);
   auto info = engine().properties(device);

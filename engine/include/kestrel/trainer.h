@@ -37,6 +37,9 @@ struct TrainOptions {
   std::string resume_from;   // or from this checkpoint.json (or its folder)
   int progress = -1;         // 1: progress bar, 0: plain lines, -1: a bar when stdout is a terminal
   bool quiet = false;        // no output at all (tests, embedding)
+  // Stops after this many optimizer steps as if the process were killed there: no evaluation, no final
+  // checkpoint (0: never). For testing that --resume reproduces an uninterrupted run.
+  int64_t interrupt_after = 0;
 };
 
 struct Prediction {
@@ -70,10 +73,13 @@ class Trainer {
     int64_t batch = 0;  // batches of it already done
     int64_t step = 0;   // optimizer steps done
     uint64_t rng_offset = 0;  // Philox blocks used by dropout so far
+    // The metrics window open since the last report, so a resumed run reports the same figures.
+    double window_loss = 0, window_correct = 0;
+    int64_t window_steps = 0, window_samples = 0;
   };
   Var loss_of(const Var& output, const Tensor& targets);
   EvalResult evaluate_on(const std::shared_ptr<const data::Dataset>& dataset);
-  void save_checkpoint(const State& state);
+  void save_checkpoint(State state, const Tensor& loss_sum, const Tensor& correct);
   State restore_checkpoint(const std::string& path);
   // Copies named tensors from a safetensors file into the model (and the optimizer when asked).
   void load_tensors(const std::string& weights_path, const std::string& expected_sha256, bool with_optimizer);

@@ -24,8 +24,10 @@ constexpr const char* weights_format = "kestrel-weights-1";
 }
 }  // namespace
 
-void Trainer::save_checkpoint(const State& state) {
+void Trainer::save_checkpoint(State state, const Tensor& loss_sum, const Tensor& correct) {
   const std::string out = config_.out_dir;
+  state.window_loss = loss_sum.to_doubles()[0];
+  state.window_correct = correct.to_doubles()[0];
   const std::string name = fmt::format("checkpoints/step-{:09}.safetensors", state.step);
   std::vector<io::NamedTensor> tensors;
   for (auto& p : model_->parameters()) tensors.push_back(io::to_named(p.name, p.var.value()));
@@ -47,6 +49,8 @@ void Trainer::save_checkpoint(const State& state) {
                       {"step", state.step},
                       {"optimizer_steps", optimizer_->steps()},
                       {"rng_offset", state.rng_offset},
+                      {"window", {{"loss", state.window_loss}, {"correct", state.window_correct},
+                                  {"steps", state.window_steps}, {"samples", state.window_samples}}},
                       {"seed", config_.seed},
                       {"device", device_.str()}};
   io::write_file_atomically(out + "/checkpoint.json", json.dump(2) + "\n");
@@ -99,6 +103,11 @@ Trainer::State Trainer::restore_checkpoint(const std::string& path) {
     state.batch = json.at("batch").get<int64_t>();
     state.step = json.at("step").get<int64_t>();
     state.rng_offset = json.at("rng_offset").get<uint64_t>();
+    const auto& window = json.at("window");
+    state.window_loss = window.at("loss").get<double>();
+    state.window_correct = window.at("correct").get<double>();
+    state.window_steps = window.at("steps").get<int64_t>();
+    state.window_samples = window.at("samples").get<int64_t>();
     if (json.at("seed").get<uint64_t>() != config_.seed)
       corrupt(state_path, fmt::format("it was trained with seed {} but the config says {}", json.at("seed").get<uint64_t>(),
                                       config_.seed));

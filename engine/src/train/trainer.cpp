@@ -103,8 +103,10 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
   const int64_t planned = config_.epochs * batches;
   const int64_t total_steps = config_.max_steps ? std::min(config_.max_steps, planned) : planned;
   const bool classify = train_->is_classification();
-  Tensor loss_sum = Tensor::zeros({}, DType::f32, device_), correct = Tensor::zeros({}, DType::i64, device_);
-  int64_t window_steps = 0, window_samples = 0;
+  Tensor loss_sum = Tensor::full({}, state.window_loss, DType::f32, device_);
+  Tensor correct = Tensor::full({}, state.window_correct, DType::i64, device_);
+  int64_t& window_steps = state.window_steps;
+  int64_t& window_samples = state.window_samples;
   auto window_start = Clock::now(), run_start = Clock::now();
   int64_t run_samples = 0, start_step = state.step;
   double last_train_loss = NAN;
@@ -143,7 +145,15 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
         window_steps = window_samples = 0;
         window_start = Clock::now();
       }
-      if (config_.checkpoint_every && state.step % config_.checkpoint_every == 0) save_checkpoint(state);
+      if (config_.checkpoint_every && state.step % config_.checkpoint_every == 0)
+        save_checkpoint(state, loss_sum, correct);
+      if (options.interrupt_after && state.step >= options.interrupt_after) {
+        TrainSummary interrupted;
+        interrupted.device = device_.str();
+        interrupted.steps = state.step;
+        interrupted.out_dir = config_.out_dir;
+        return interrupted;
+      }
     }
     bool epoch_done = state.batch >= batches;
     last_eval = evaluate();
@@ -155,7 +165,7 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
       ++state.epoch;
       state.batch = 0;
     }
-    save_checkpoint(state);
+    save_checkpoint(state, loss_sum, correct);
     log.write_plot();
     if (!epoch_done) break;  // max_steps reached mid-epoch
   }

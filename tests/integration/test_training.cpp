@@ -1,0 +1,164 @@
+// Training end to end on the CPU backend: resume equivalence, checkpoint faults, and accuracy on a
+// Fashion-MNIST subset (the full-size targets are benchmarks, see bench/results/).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kestrel/io.h"
+#include "kestrel/trainer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string models = std::string(KESTREL_SOURCE_DIR) + "/models/";
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("kestrel_test_" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+kestrel::RunConfig small_mlp_config(const fs::path& out) {
+  kestrel::RunConfig config = kestrel::RunConfig::load(models + "fashion_mlp.train.json");
+  config.data.train_subset = 1280;  // 20 batches of 64 per epoch
+  config.data.test_subset = 500;
+  config.epochs = 2;
+  config.checkpoint_every = 7;
+  config.backends = {"cpu"};
+  config.out_dir = out.string();
+  return config;
+}
+
+std::vector<float> parameters(kestrel::Trainer& trainer) {
+  return trainer.model().flat_parameters().to_vector<float>();
+}
+
+kestrel::TrainOptions quiet() {
+  kestrel::TrainOptions options;
+  options.quiet = true;
+  return options;
+}
+
+TEST(Training, ResumingAKilledRunMatchesAnUninterruptedOneExactly) {
+  fs::path straight_dir = fresh_dir("straight"), resumed_dir = fresh_dir("resumed");
+  kestrel::Trainer straight(small_mlp_config(straight_dir));
+  kestrel::TrainSummary expected = straight.fit(quiet());
+
+  {
+    // "Killed" after step 31 (mid-way through epoch 2); its last checkpoint is from step 28.
+    kestrel::Trainer interrupted(small_mlp_config(resumed_dir));
+    kestrel::TrainOptions options = quiet();
+    options.interrupt_after = 31;
+    interrupted.fit(options);
+    auto state = nlohmann::json::parse(kestrel::io::read_file((resumed_dir / "checkpoint.json").string()));
+    ASSERT_EQ(state["step"], 28);
+    ASSERT_EQ(state["epoch"], 1);
+    ASSERT_EQ(state["batch"], 8);
+  }
+  kestrel::Trainer resumed(small_mlp_config(resumed_dir));
+  kestrel::TrainOptions options = quiet();
+  options.resume = true;
+  kestrel::TrainSummary got = resumed.fit(options);
+
+  EXPECT_EQ(got.steps, expected.steps);
+  EXPECT_EQ(parameters(resumed), parameters(straight));  // bit for bit
+  EXPECT_EQ(got.test.loss, expected.test.loss);
+  EXPECT_EQ(got.test.accuracy, expected.test.accuracy);
+  // The metrics of the redone steps replace the interrupted run's, so the log reads as one run.
+  std::ifstream a(straight_dir / "metrics.jsonl"), b(resumed_dir / "metrics.jsonl");
+  std::string line_a, line_b;
+  int lines = 0;
+  while (std::getline(a, line_a) && std::getline(b, line_b)) {
+    auto ja = nlohmann::json::parse(line_a), jb = nlohmann::json::parse(line_b);
+    EXPECT_EQ(ja["step"], jb["step"]);
+    EXPECT_EQ(ja["loss"], jb["loss"]);
+    ++lines;
+  }
+  EXPECT_GT(lines, 2);
+  EXPECT_TRUE(fs::exists(resumed_dir / "summary.json"));
+  EXPECT_TRUE(fs::exists(resumed_dir / "plot.svg"));
+}
+
+TEST(Training, CorruptOrMismatchedCheckpointsAreRejected) {
+  fs::path dir = fresh_dir("corrupt");
+  kestrel::RunConfig config = small_mlp_config(dir);
+  config.epochs = 1;
+  kestrel::Trainer(config).fit(quiet());
+  auto state = nlohmann::json::parse(kestrel::io::read_file((dir / "checkpoint.json").string()));
+  fs::path weights = dir / state["weights"].get<std::string>();
+
+  // A flipped byte in the weights file.
+  std::string bytes = kestrel::io::read_file(weights.string());
+  bytes[bytes.size() - 5] ^= 0x40;
+  kestrel::io::write_file_atomically(weights.string(), bytes);
+  kestrel::TrainOptions options = quiet();
+  options.resume = true;
+  try {
+    kestrel::Trainer(config).fit(options);
+    FAIL() << "a corrupt checkpoint was accepted";
+  } catch (const kestrel::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("SHA-256"), std::string::npos) << e.what();
+  }
+
+  // A checkpoint of another model.
+  kestrel::RunConfig other = kestrel::RunConfig::load(models + "seeds_mlp.train.json");
+  other.backends = {"cpu"};
+  other.data.train_samples = 256;
+  other.data.test_samples = 64;
+  other.out_dir = dir.string();
+  try {
+    kestrel::Trainer(other).fit(options);
+    FAIL() << "a checkpoint of another model was accepted";
+  } catch (const kestrel::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("model file"), std::string::npos) << e.what();
+  }
+
+  // Garbage in checkpoint.json.
+  kestrel::io::write_file_atomically((dir / "checkpoint.json").string(), "{\"format\": ");
+  EXPECT_THROW(kestrel::Trainer(config).fit(options), kestrel::InvalidArgument);
+}
+
+TEST(Training, FashionMnistMlpLearnsOnASubset) {
+  kestrel::RunConfig config = small_mlp_config(fresh_dir("accuracy"));
+  config.data.train_subset = 10000;
+  config.data.test_subset = 2000;
+  config.epochs = 2;
+  config.checkpoint_every = 0;
+  kestrel::Trainer trainer(config);
+  kestrel::TrainSummary summary = trainer.fit(quiet());
+  EXPECT_GE(summary.test.accuracy, 0.80) << "test loss " << summary.test.loss;
+  // Evaluating the saved checkpoint in a new trainer gives the same figures.
+  kestrel::Trainer reloaded(config);
+  reloaded.load_weights(config.out_dir + "/checkpoint.json");
+  kestrel::EvalResult again = reloaded.evaluate();
+  EXPECT_EQ(again.accuracy, summary.test.accuracy);
+  auto predictions = reloaded.predict(4);
+  ASSERT_EQ(predictions.size(), 4u);
+  EXPECT_EQ(predictions[0].top.size(), 3u);
+}
+
+TEST(Training, ConvNetLearnsOnASubset) {
+  kestrel::RunConfig config = kestrel::RunConfig::load(models + "fashion_convnet.train.json");
+  config.data.train_subset = 3200;
+  config.data.test_subset = 1000;
+  config.epochs = 1;
+  config.checkpoint_every = 0;
+  config.backends = {"cpu"};
+  config.out_dir = fresh_dir("convnet").string();
+  kestrel::TrainSummary summary = kestrel::Trainer(config).fit(quiet());
+  EXPECT_GE(summary.test.accuracy, 0.65) << "test loss " << summary.test.loss;
+}
+
+TEST(Training, LinearRegressionFitsItsData) {
+  kestrel::RunConfig config = kestrel::RunConfig::load(models + "linear_regression.train.json");
+  config.backends = {"cpu"};
+  config.out_dir = fresh_dir("regression").string();
+  kestrel::TrainSummary summary = kestrel::Trainer(config).fit(quiet());
+  EXPECT_LT(summary.test.loss, 1e-3);  // the targets carry noise of variance 1e-4
+  EXPECT_TRUE(std::isnan(summary.test.accuracy));
+}
+
+}  // namespace
