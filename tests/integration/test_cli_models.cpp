@@ -1,0 +1,152 @@
+// The model workflow as a user meets it: every shipped model checks and trains, and bad input gets a
+// clear error (file, JSON path, what to do) with exit status 2 — never a crash.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int status;
+  std::string output;
+};
+
+CliRun run(const std::string& args) {
+  std::string command = std::string(KESTREL_CLI) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
+}
+
+const fs::path models = fs::path(KESTREL_SOURCE_DIR) / "models";
+
+fs::path write_temp(const std::string& name, const std::string& text) {
+  fs::path dir = fs::temp_directory_path() / "kestrel_cli_models";
+  fs::create_directories(dir);
+  std::ofstream(dir / name) << text;
+  return dir / name;
+}
+
+TEST(CliModels, EveryShippedModelChecks) {
+  int checked = 0;
+  for (const auto& entry : fs::directory_iterator(models)) {
+    std::string name = entry.path().filename().string();
+    if (entry.path().extension() != ".json" || name.find(".train.") != std::string::npos) continue;
+    CliRun r = run("check " + entry.path().string());
+    EXPECT_EQ(r.status, 0) << name << "\n" << r.output;
+    EXPECT_NE(r.output.find("Total parameters"), std::string::npos) << r.output;
+    ++checked;
+  }
+  EXPECT_GE(checked, 5);
+}
+
+TEST(CliModels, EveryShippedRunConfigTrains) {
+  int trained = 0;
+  for (const auto& entry : fs::directory_iterator(models)) {
+    std::string name = entry.path().filename().string();
+    if (name.find(".train.json") == std::string::npos) continue;
+    fs::path out = fs::temp_directory_path() / ("kestrel_cli_train_" + name);
+    fs::remove_all(out);
+    CliRun r = run("train " + entry.path().string() + " --backend cpu --max-steps 3 --epochs 2 --train-subset 256 --test-subset 128 "
+                   "--no-progress --out " + out.string());
+    EXPECT_EQ(r.status, 0) << name << "\n" << r.output;
+    EXPECT_NE(r.output.find("final: 3 steps on cpu:0"), std::string::npos) << name << "\n" << r.output;
+    EXPECT_TRUE(fs::exists(out / "summary.json")) << name;
+    EXPECT_TRUE(fs::exists(out / "metrics.jsonl")) << name;
+    EXPECT_TRUE(fs::exists(out / "checkpoint.json")) << name;
+    ++trained;
+  }
+  EXPECT_GE(trained, 5);
+}
+
+TEST(CliModels, EvalAndPredictUseACheckpoint) {
+  fs::path out = fs::temp_directory_path() / "kestrel_cli_eval";
+  fs::remove_all(out);
+  std::string config = (models / "fashion_mlp.train.json").string();
+  std::string subsets = " --train-subset 640 --test-subset 200 --backend cpu";
+  ASSERT_EQ(run("train " + config + subsets + " --epochs 1 --quiet --out " + out.string()).status, 0);
+  CliRun eval = run("eval " + config + subsets + " --checkpoint " + out.string());
+  EXPECT_EQ(eval.status, 0) << eval.output;
+  EXPECT_NE(eval.output.find("200 test samples"), std::string::npos) << eval.output;
+  CliRun predict = run("predict " + config + subsets + " --count 3 --checkpoint " + (out / "checkpoint.json").string());
+  EXPECT_EQ(predict.status, 0) << predict.output;
+  EXPECT_NE(predict.output.find("sample 2: true"), std::string::npos) << predict.output;
+}
+
+struct BadModel {
+  const char* name;
+  const char* text;
+  const char* expected;  // part of the message
+};
+
+TEST(CliModels, BadModelFilesGetPathQualifiedErrors) {
+  const BadModel cases[] = {
+      {"malformed.json", "{\"input\": {\"shape\": [4]},\n \"layers\": [ {\"type\": \"linear\" ", "invalid JSON at line 2"},
+      {"unknown_layer.json", R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 3}, {"type": "lineer"}]})",
+       "/layers/1/type: unknown layer type 'lineer'"},
+      {"unknown_arg.json", R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 3, "outputs": 2}]})",
+       "/layers/0/outputs: unknown argument 'outputs' for linear; valid arguments: out_features, bias"},
+      {"wrong_type.json", R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": "ten"}]})",
+       "/layers/0/out_features: linear expects an integer >= 1, got \"ten\""},
+      {"missing_arg.json", R"({"input": {"shape": [4]}, "layers": [{"type": "conv2d", "out_channels": 3}]})",
+       "/layers/0/kernel_size: conv2d needs 'kernel_size'"},
+      {"needs_flatten.json",
+       R"({"input": {"shape": [3, 14, 14]}, "layers": [{"type": "conv2d", "out_channels": 16, "kernel_size": 3, "padding": 1}, {"type": "linear", "out_features": 10}]})",
+       "/layers/1: linear expects a rank-2 input (N, features), got (N, 16, 14, 14); add a flatten layer"},
+      {"too_small.json", R"({"input": {"shape": [1, 4, 4]}, "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 5}]})",
+       "does not fit the 4x4 input"},
+      {"bad_input.json", R"({"input": {"shape": [0]}, "layers": [{"type": "relu"}]})", "/input/shape/0: expected a positive integer"},
+      {"bad_graph.json", R"({"input": {"shape": [4]}, "nodes": [{"name": "a", "type": "add", "inputs": ["input", "b"]}]})",
+       "/nodes/0/inputs/1: \"b\" is not \"input\" or the name of an earlier node"},
+  };
+  for (const auto& c : cases) {
+    fs::path file = write_temp(c.name, c.text);
+    CliRun r = run("check " + file.string());
+    EXPECT_EQ(r.status, 2) << c.name << "\n" << r.output;
+    EXPECT_NE(r.output.find(file.string()), std::string::npos) << "the message must name the file: " << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.name << "\n" << r.output;
+  }
+  CliRun missing = run("check /nonexistent/model.json");
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  EXPECT_NE(missing.output.find("/nonexistent/model.json"), std::string::npos) << missing.output;
+}
+
+TEST(CliModels, BadRunConfigsAndFlagsGetClearErrors) {
+  std::string model = (models / "seeds_mlp.json").string();
+  fs::path bad_optimizer = write_temp(
+      "bad_optimizer.train.json", R"({"model": ")" + model + R"(", "data": {"dataset": "synthetic"}, "optimizer": {"type": "adagrad"}})");
+  CliRun r = run("train " + bad_optimizer.string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("/optimizer/type: expected one of sgd, adam, adamw, got \"adagrad\""), std::string::npos) << r.output;
+
+  fs::path typo = write_temp("typo.train.json", R"({"model": ")" + model + R"(", "bacth_size": 32})");
+  r = run("train " + typo.string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("/bacth_size: unknown key"), std::string::npos) << r.output;
+
+  fs::path wrong_data = write_temp(
+      "wrong_data.train.json", R"({"model": ")" + model + R"(", "data": {"dataset": "fashion-mnist"}})");
+  r = run("train " + wrong_data.string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("the data's samples are (1, 28, 28) but the model"), std::string::npos) << r.output;
+
+  r = run("train " + (models / "seeds_mlp.train.json").string() + " --backend nosuchbackend");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("no 'nosuchbackend' backend plugin was found"), std::string::npos) << r.output;
+
+  r = run("train " + (models / "seeds_mlp.train.json").string() + " --epochs -3");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--epochs"), std::string::npos) << r.output;
+}
+
+}  // namespace
