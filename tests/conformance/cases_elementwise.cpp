@@ -102,7 +102,8 @@ void fill_cases(Runner& r) {
     for (const auto& [shape, layout] : elementwise_shapes())
       for (double value : {0.0, 3.0, -2.5}) {
         if (value < 0 && dtype == DType::u8) continue;
-        r.run(case_name({dtype_str(dtype), shape_str(shape), fmt::format("{}", value)}), dtype == DType::f32, [&] {
+        r.run(case_name({dtype_str(dtype), shape_str(shape), fmt::format("{}", value)}),
+              r.required(dtype == DType::f32, {dtype}), [&] {
           Tensor t = Tensor::empty(shape, dtype, r.device());
           ops::fill_(t, value);
           r.expect_close(t, std::vector<double>(t.numel(), round_to(dtype, value)), tolerance_for(dtype));
@@ -119,7 +120,7 @@ void copy_cases(Runner& r) {
   for (DType from : all_dtypes)
     for (DType to : all_dtypes)
       for (const auto& [shape, layout] : layouts) {
-        bool required = from == DType::f32 || to == DType::f32;
+        bool required = r.required(from == DType::f32 || to == DType::f32, {from, to});
         r.run(case_name({dtype_str(from) + "->" + dtype_str(to), shape_str(shape), layout_name(layout)}), required, [&] {
           auto values = r.values(shape_numel(shape), 0, 100, from);
           Tensor in = r.upload(shape, values, from, layout);
@@ -137,7 +138,7 @@ void unary_cases(Runner& r) {
     auto fn = static_cast<kestrel_unary_fn>(f);
     const double alpha = fn == KESTREL_UNARY_POW ? 2.5 : 0.75, beta = -0.5;
     for (DType dtype : all_dtypes) {
-      bool required = dtype == DType::f32 || (dtype == DType::i64 && integer_unary(fn));
+      bool required = r.required(dtype == DType::f32 || (dtype == DType::i64 && integer_unary(fn)), {dtype});
       for (const auto& [shape, layout] : elementwise_shapes())
         r.run(case_name({unary_fn_name(fn), dtype_str(dtype), shape_str(shape), layout_name(layout)}), required, [&] {
           auto [lo, hi] = unary_range(fn, dtype);
@@ -150,7 +151,7 @@ void unary_cases(Runner& r) {
         });
       if (!is_floating(dtype)) continue;
       // IEEE specials must propagate as they do in double arithmetic.
-      r.run(case_name({unary_fn_name(fn), dtype_str(dtype), "nan-inf"}), dtype == DType::f32, [&] {
+      r.run(case_name({unary_fn_name(fn), dtype_str(dtype), "nan-inf"}), r.required(dtype == DType::f32, {dtype}), [&] {
         std::vector<double> values = {nan_value, inf_value, -inf_value, 0.0, 1.0, -1.0};
         Tensor y = ops::unary(fn, r.upload({6}, values, dtype), alpha, beta);
         std::vector<double> want;
@@ -174,7 +175,7 @@ void binary_cases(Runner& r) {
     auto fn = static_cast<kestrel_binary_fn>(f);
     bool float_only = fn == KESTREL_BINARY_DIV || fn == KESTREL_BINARY_POW;
     for (DType dtype : all_dtypes) {
-      bool required = dtype == DType::f32 || (dtype == DType::i64 && !float_only);
+      bool required = r.required(dtype == DType::f32 || (dtype == DType::i64 && !float_only), {dtype});
       for (const auto& [shape_a, shape_b, layout] : pairs)
         r.run(case_name({binary_fn_name(fn), dtype_str(dtype), shape_str(shape_a) + "x" + shape_str(shape_b),
                          layout_name(layout)}),
@@ -197,7 +198,7 @@ void binary_cases(Runner& r) {
                 r.expect_close(out, want, tolerance_for(dtype, 2));
               });
       if (!is_floating(dtype)) continue;
-      r.run(case_name({binary_fn_name(fn), dtype_str(dtype), "nan-inf"}), dtype == DType::f32, [&] {
+      r.run(case_name({binary_fn_name(fn), dtype_str(dtype), "nan-inf"}), r.required(dtype == DType::f32, {dtype}), [&] {
         std::vector<double> a = {nan_value, 1.0, inf_value, -inf_value, 2.0, nan_value};
         std::vector<double> b = {1.0, nan_value, 1.0, 2.0, inf_value, nan_value};
         Tensor out = ops::binary(fn, r.upload({6}, a, dtype), r.upload({6}, b, dtype));

@@ -47,7 +47,7 @@ void index_cases(Runner& r) {
     for (DType index_dtype : {DType::i64, DType::i32})
       for (const auto& s : index_setups()) {
         std::string shapes = shape_str(s.data) + fmt::format("-axis{}-", s.axis) + shape_str(s.index);
-        bool required = dtype == DType::f32 && index_dtype == DType::i64;
+        bool required = r.required(dtype == DType::f32 && index_dtype == DType::i64, {dtype, index_dtype});
         r.run(case_name({"gather", std::string(dtype_name(dtype)), std::string(dtype_name(index_dtype)), shapes,
                          layout_name(s.layout)}),
               required, [&] {
@@ -77,7 +77,7 @@ void index_cases(Runner& r) {
               });
       }
   // A bad index is a clear error, never a crash or a silent write.
-  r.run("gather/out-of-range-index", true, [&] {
+  r.run("gather/out-of-range-index", r.required(true, {DType::f32, DType::i64}), [&] {
     Tensor data = r.upload({2, 3}, {1, 2, 3, 4, 5, 6}, DType::f32);
     try {
       ops::gather(data, 1, r.upload({2, 1}, {0, 3}, DType::i64)).to_doubles();
@@ -99,7 +99,7 @@ void random_cases(Runner& r) {
         const uint64_t seed = 0x5eed1234abcdULL;
         std::string where = shape_str(shape) + fmt::format("/offset{}", offset);
         if (is_float)
-          r.run(case_name({"uniform", std::string(dtype_name(dtype)), where}), dtype == DType::f32, [&] {
+          r.run(case_name({"uniform", std::string(dtype_name(dtype)), where}), r.required(dtype == DType::f32, {dtype}), [&] {
             Tensor t = Tensor::empty(shape, dtype, r.device());
             ops::random_(t, KESTREL_DISTRIBUTION_UNIFORM, seed, offset, -2.0, 3.0);
             std::vector<double> want;
@@ -108,7 +108,7 @@ void random_cases(Runner& r) {
             r.expect_close(t, want, tolerance_for(dtype));
           });
         if (is_float)
-          r.run(case_name({"normal", std::string(dtype_name(dtype)), where}), dtype == DType::f32, [&] {
+          r.run(case_name({"normal", std::string(dtype_name(dtype)), where}), r.required(dtype == DType::f32, {dtype}), [&] {
             Tensor t = Tensor::empty(shape, dtype, r.device());
             ops::random_(t, KESTREL_DISTRIBUTION_NORMAL, seed, offset, 1.0, 2.0);
             std::vector<double> want;
@@ -121,7 +121,8 @@ void random_cases(Runner& r) {
             r.expect_close(t, want, tolerance_for(dtype, 8));
           });
         if (is_float || dtype == DType::u8)
-          r.run(case_name({"bernoulli", std::string(dtype_name(dtype)), where}), dtype == DType::f32, [&] {
+          r.run(case_name({"bernoulli", std::string(dtype_name(dtype)), where}), r.required(dtype == DType::f32, {dtype}),
+                [&] {
             Tensor t = Tensor::empty(shape, dtype, r.device());
             ops::random_(t, KESTREL_DISTRIBUTION_BERNOULLI, seed, offset, 0.3, 0.0);
             std::vector<double> want;
@@ -132,7 +133,7 @@ void random_cases(Runner& r) {
       }
   }
   // The draws have the right moments (a check of the generator and of the element-to-counter mapping).
-  r.run("moments/f32", true, [&] {
+  r.run("moments/f32", r.required(true, {DType::f32}), [&] {
     const int64_t n = 200000;
     Tensor t = Tensor::empty({n}, DType::f32, r.device());
     auto moments = [&](kestrel_distribution d, double a, double b) {

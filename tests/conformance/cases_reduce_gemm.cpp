@@ -71,7 +71,7 @@ void reduce_cases(Runner& r) {
     auto fn = static_cast<kestrel_reduce_fn>(f);
     for (DType dtype : all_dtypes) {
       if (fn == KESTREL_REDUCE_MEAN && !is_floating(dtype)) continue;  // like torch: mean of integers is an error
-      bool required = dtype == DType::f32 || dtype == DType::i64;
+      bool required = r.required(dtype == DType::f32 || dtype == DType::i64, {dtype});
       for (const auto& [shape, dims, layout] : setups) {
         bool empty = shape_numel(shape) == 0;
         if (empty && fn != KESTREL_REDUCE_SUM && fn != KESTREL_REDUCE_MEAN) continue;
@@ -94,7 +94,8 @@ void reduce_cases(Runner& r) {
         }
       }
       if (!is_floating(dtype)) continue;
-      r.run(case_name({reduce_fn_name(fn), std::string(dtype_name(dtype)), "nan"}), dtype == DType::f32, [&] {
+      r.run(case_name({reduce_fn_name(fn), std::string(dtype_name(dtype)), "nan"}), r.required(dtype == DType::f32, {dtype}),
+            [&] {
         const double nan = std::numeric_limits<double>::quiet_NaN();
         std::vector<double> values = {1, nan, 3, 2, 5, 4};
         Tensor out = ops::reduce(fn, r.upload({2, 3}, values, dtype), {1});
@@ -127,7 +128,7 @@ void gemm_cases(Runner& r) {
   };
   for (DType dtype : all_dtypes) {
     if (!is_floating(dtype)) continue;
-    bool required = dtype == DType::f32;
+    bool required = r.required(dtype == DType::f32, {dtype});
     for (const auto& s : setups)
       for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 0.25}})
         r.run(case_name({std::string(dtype_name(dtype)), fmt::format("{}x{}x{}", s.m, s.k, s.n),

@@ -72,7 +72,7 @@ int64_t at4(const Geometry& g, int64_t n, int64_t c, int64_t y, int64_t x) { ret
 
 void window_cases(Runner& r) {
   for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
-    bool required = dtype == DType::f32;
+    bool required = r.required(dtype == DType::f32, {dtype});
     std::string dt(dtype_name(dtype));
     for (const Geometry& g : conv_geometries()) {
       const int64_t rows = g.c * g.win.kernel_h * g.win.kernel_w, cols = g.oh() * g.ow();

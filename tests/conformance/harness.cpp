@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
+
+#include "kestrel/engine.h"
 
 #include "kestrel/error.h"
 #include "kestrel/half.h"
@@ -66,7 +69,13 @@ int64_t ravel(const std::vector<int64_t>& index, const Shape& shape) {
 Runner::Runner(const Device& device, const std::string& family, const std::string& filter, Summary& summary,
                const std::function<void(const CaseResult&)>& on_case)
     : device_(device), family_(family), filter_(filter), summary_(summary), on_case_(on_case),
-      rng_(std::hash<std::string>{}(family)) {}
+      rng_(std::hash<std::string>{}(family)), declared_(Engine::global().properties(device).dtypes) {}
+
+bool Runner::required(bool rule, std::initializer_list<DType> dtypes) const {
+  for (DType dtype : dtypes)
+    if (std::find(declared_.begin(), declared_.end(), dtype) == declared_.end()) return false;
+  return rule;
+}
 
 void Runner::run(const std::string& name, bool required, const std::function<void()>& body) {
   std::string full = family_ + "/" + name;

@@ -36,8 +36,11 @@ class Runner {
          const std::function<void(const CaseResult&)>& on_case);
 
   const Device& device() const { return device_; }
-  // Runs one case. `required`: an Unsupported answer is a failure (required primitives in f32).
+  // Runs one case. `required`: an Unsupported answer is a failure (see required()).
   void run(const std::string& name, bool required, const std::function<void()>& body);
+  // Whether a case must run: `rule` (required primitives in f32, integer ones in i64) and the device
+  // lists every dtype of the case among those it computes in.
+  bool required(bool rule, std::initializer_list<DType> dtypes) const;
 
   // Deterministic inputs, already representable in `dtype`.
   std::vector<double> values(int64_t count, double lo, double hi, DType dtype);
@@ -55,6 +58,7 @@ class Runner {
   Summary& summary_;
   const std::function<void(const CaseResult&)>& on_case_;
   std::mt19937_64 rng_;
+  std::vector<DType> declared_;
 };
 
 // Name helpers: "f32", "(7, 13)".

@@ -1,0 +1,106 @@
+// Training-step benchmarks, registered for every loaded backend device: one full step (zero_grad,
+// forward, loss, backward, optimizer update, synchronise) of the seeds' and Fashion-MNIST models. Next
+// to them, the GEMMs of the seeds' MLP step called directly in OpenBLAS: the floor the CPU step is
+// measured against (the non-GEMM work should add little).
+//
+//   build/bin/bench_train --benchmark_filter=seeds_mlp
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "kestrel/engine.h"
+#include "kestrel/functional.h"
+#include "kestrel/model.h"
+#include "kestrel/optim.h"
+
+namespace {
+
+using kestrel::Tensor;
+
+struct Workload {
+  const char* name;
+  const char* model_file;
+  int64_t batch;
+};
+
+const Workload workloads[] = {{"seeds_mlp", "seeds_mlp.json", 128},
+                              {"fashion_mlp", "fashion_mlp.json", 64},
+                              {"fashion_mlp", "fashion_mlp.json", 512},
+                              {"fashion_convnet", "convnet.json", 64},
+                              {"fashion_convnet", "convnet.json", 512}};
+
+void train_step(benchmark::State& state, kestrel::Device device, Workload workload) {
+  kestrel::ModelSpec spec = kestrel::ModelSpec::load(std::string(KESTREL_MODELS_DIR) + "/" + workload.model_file);
+  kestrel::Model model(spec, device, 42);
+  kestrel::Optimizer adam({"adam", 1e-3}, model.flat_parameters(), model.flat_gradients());
+  kestrel::Shape shape{workload.batch};
+  shape.insert(shape.end(), spec.input_shape().begin(), spec.input_shape().end());
+  Tensor x = Tensor::empty(shape, kestrel::DType::f32, device);
+  kestrel::ops::random_(x, KESTREL_DISTRIBUTION_NORMAL, 1, 0, 0, 1);
+  std::vector<int64_t> labels(workload.batch);
+  for (int64_t i = 0; i < workload.batch; ++i) labels[i] = i % 10;
+  Tensor y = Tensor::from_vector(labels, {workload.batch}, device);
+  uint64_t rng_offset = 0;
+  for (auto _ : state) {
+    model.zero_grad();
+    kestrel::Var loss = kestrel::fn::cross_entropy(model.forward(x, true, 7, rng_offset), y);
+    kestrel::backward(loss);
+    adam.step(1e-3);
+    kestrel::Engine::global().synchronize(device);
+  }
+  state.counters["samples/s"] = benchmark::Counter(double(workload.batch), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The eight sgemm calls of one seeds' MLP training step at batch 128 (forward X W^T; backward dY W,
+// except for the input layer, and dY^T X), row-major as the engine issues them.
+void seeds_mlp_gemms_openblas(benchmark::State& state) {
+  const int batch = 128;
+  const int sizes[] = {1024, 2048, 512, 10};
+  std::vector<std::vector<float>> weights, activations, grads;
+  for (int l = 0; l < 3; ++l) weights.emplace_back(size_t(sizes[l]) * sizes[l + 1], 0.01f);
+  for (int l = 0; l < 4; ++l) {
+    activations.emplace_back(size_t(batch) * sizes[l], 0.5f);
+    grads.emplace_back(size_t(batch) * sizes[l], 0.25f);
+  }
+  std::vector<float> weight_grad(size_t(2048) * 1024);
+  for (auto _ : state) {
+    for (int l = 0; l < 3; ++l)  // Y (B, out) = X (B, in) @ W^T, W stored (out, in)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, sizes[l + 1], sizes[l], 1.0f, activations[l].data(),
+                  sizes[l], weights[l].data(), sizes[l], 0.0f, activations[l + 1].data(), sizes[l + 1]);
+    for (int l = 2; l >= 0; --l) {
+      if (l > 0)  // dX (B, in) = dY (B, out) @ W (out, in)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, sizes[l], sizes[l + 1], 1.0f, grads[l + 1].data(),
+                    sizes[l + 1], weights[l].data(), sizes[l], 0.0f, grads[l].data(), sizes[l]);
+      // dW (out, in) += dY^T (out, B) @ X (B, in)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, sizes[l + 1], sizes[l], batch, 1.0f, grads[l + 1].data(),
+                  sizes[l + 1], activations[l].data(), sizes[l], 1.0f, weight_grad.data(), sizes[l]);
+    }
+    benchmark::DoNotOptimize(weight_grad.data());
+  }
+  state.counters["samples/s"] = benchmark::Counter(double(batch), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::RegisterBenchmark("train_step/seeds_mlp/gemms-only-openblas/b128", seeds_mlp_gemms_openblas)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  kestrel::Engine& engine = kestrel::Engine::global();
+  for (const auto& plugin : engine.plugins())
+    if (plugin.loaded)
+      for (const auto& info : plugin.devices) {
+        kestrel::Device device = engine.device(fmt::format("{}:{}", plugin.name, info.index));
+        for (const Workload& w : workloads)
+          benchmark::RegisterBenchmark(fmt::format("train_step/{}/{}/b{}", w.name, device.str(), w.batch).c_str(),
+                                       train_step, device, w)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime();
+      }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
