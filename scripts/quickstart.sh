@@ -4,4 +4,5 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 kestrel_install_packages
 kestrel_build
-"$KESTREL_BUILD/bin/kestrel" devices --check
+"$KESTREL_BUILD/bin/kestrel" devices
+"$KESTREL_BUILD/bin/kestrel" train "$KESTREL_ROOT/models/fashion_mlp.train.json" "$@"
