@@ -161,4 +161,28 @@ TEST(Training, LinearRegressionFitsItsData) {
   EXPECT_TRUE(std::isnan(summary.test.accuracy));
 }
 
+TEST(Training, CsvDataThroughARunConfig) {
+  // Two Gaussian blobs in a CSV file, a linear classifier, a config that names both.
+  fs::path dir = fresh_dir("csv");
+  fs::create_directories(dir);
+  std::ofstream csv(dir / "blobs.csv");
+  csv << "x,y,label\n";
+  for (int i = 0; i < 400; ++i) {
+    int label = i % 2;
+    double angle = i * 0.7, radius = 0.3 * (i % 7) / 7.0;
+    csv << (label ? 1.0 : -1.0) + radius * std::cos(angle) << "," << (label ? 1.0 : -1.0) + radius * std::sin(angle)
+        << "," << label << "\n";
+  }
+  csv.close();
+  std::ofstream(dir / "classifier.json") << R"({"input": {"shape": [2]}, "layers": [{"type": "linear", "out_features": 2}]})";
+  std::ofstream(dir / "blobs.train.json") << R"({"model": "classifier.json", "out": "run",
+    "data": {"dataset": "csv", "train_file": "blobs.csv", "target_column": -1},
+    "optimizer": {"type": "sgd", "lr": 0.1, "momentum": 0.9}, "batch_size": 32, "epochs": 3,
+    "backend": {"preference": ["cpu"]}})";
+  kestrel::RunConfig config = kestrel::RunConfig::load((dir / "blobs.train.json").string());
+  EXPECT_EQ(config.out_dir, (dir / "run").string());
+  kestrel::TrainSummary summary = kestrel::Trainer(config).fit(quiet());
+  EXPECT_GE(summary.test.accuracy, 0.99);
+}
+
 }  // namespace
