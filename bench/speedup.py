@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The seeds' headline, measured: training-step time of every workload on every backend, the speedup
+over Kestrel's CPU backend, and PyTorch on the same machine when it is installed. One command runs
+Kestrel's suite (build/bin/bench_train) and PyTorch's (bench/pytorch/workloads.py) and writes
+bench/results/<date>-<host>.md with the table ("CPU time / other time / speedup"), .json and .svg.
+
+    python3 bench/speedup.py                  # full run
+    python3 bench/speedup.py --quick          # smoke run: one short repetition (proves it works)
+    python3 bench/speedup.py --no-pytorch     # Kestrel only
+"""
+import argparse
+import datetime
+import importlib.util
+import json
+import pathlib
+import platform
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def kestrel_times(build, quick):
+    command = [str(ROOT / build / "bin" / "bench_train"), "--benchmark_format=json"]
+    command += ["--benchmark_min_time=0.01"] if quick else ["--benchmark_repetitions=3",
+                                                             "--benchmark_report_aggregates_only=true"]
+    report = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+    rows = {}
+    for row in report["benchmarks"]:
+        if not quick and row.get("aggregate_name") != "median":
+            continue
+        parts = row["run_name"].split("/")  # train_step/<workload>/<backend>/b<batch>/real_time
+        workload, backend, batch = parts[1], parts[2], parts[3]
+        if backend.startswith("gemms-only"):
+            continue  # the GEMM floor of bench/cpu_step_overhead.py, not a backend
+        rows.setdefault(f"{workload}/{batch}", {})[f"kestrel:{backend}"] = row["real_time"]
+    return rows, " ".join(c.replace(str(ROOT) + "/", "") for c in command)
+
+
+def pytorch_times(quick):
+    if importlib.util.find_spec("torch") is None:
+        return {}, "PyTorch is not installed here: no PyTorch columns"
+    script = ROOT / "bench" / "pytorch" / "workloads.py"
+    import torch  # noqa: F401  (only to pick the devices)
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    rows, commands = {}, []
+    for device in devices:
+        command = [sys.executable, str(script), "--device", device, "--steps", "3" if quick else "30"]
+        if device == "cuda" and not quick:
+            command.append("--compile")
+        commands.append(" ".join(command[1:]).replace(str(ROOT) + "/", ""))
+        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            r = json.loads(line)
+            rows.setdefault(r["workload"], {})[r["backend"]] = r["ms_per_step"]
+    return rows, "; ".join(commands)
+
+
+def svg(table, backends):
+    width, bar, gap = 760, 12, 10
+    height = 30 + len(table) * (len(backends) * bar + gap)
+    top = max(v for r in table.values() for v in r.values())
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' font-family='sans-serif' font-size='11'>",
+           "<rect width='100%' height='100%' fill='white'/>", "<text x='10' y='16'>training-step time (ms, linear)</text>"]
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    y = 30
+    for workload, times in table.items():
+        out.append(f"<text x='10' y='{y + bar}'>{workload}</text>")
+        for k, backend in enumerate(backends):
+            if backend in times:
+                w = max(1, times[backend] / top * (width - 360))
+                out.append(f"<rect x='170' y='{y}' width='{w:.1f}' height='{bar - 2}' fill='{colours[k % 6]}'/>")
+                out.append(f"<text x='{175 + w:.1f}' y='{y + bar - 3}'>{backend} {times[backend]:.2f}</text>")
+            y += bar
+        y += gap
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-pytorch", action="store_true")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args = parser.parse_args()
+    table, kestrel_command = kestrel_times(args.build, args.quick)
+    torch_command = "not run (--no-pytorch)"
+    if not args.no_pytorch:
+        torch_rows, torch_command = pytorch_times(args.quick)
+        for workload, times in torch_rows.items():
+            table.setdefault(workload, {}).update(times)
+    backends = sorted({b for r in table.values() for b in r}, key=lambda b: (not b.startswith("kestrel:cpu"), b))
+    reference = "kestrel:cpu:0"
+    lines = ["| workload | " + " | ".join(f"{b} (ms)" for b in backends) + " | " +
+             " | ".join(f"speedup {b}" for b in backends if b != reference) + " |",
+             "| --- " * (1 + 2 * len(backends) - 1) + "|"]
+    for workload, times in table.items():
+        cells = [f"{times[b]:.2f}" if b in times else "" for b in backends]
+        speedups = [f"{times[reference] / times[b]:.2f}x" if b in times and reference in times else ""
+                    for b in backends if b != reference]
+        lines.append(f"| {workload} | " + " | ".join(cells) + " | " + " | ".join(speedups) + " |")
+    date = datetime.date.today().isoformat()
+    host = platform.node() or "host"
+    stem = pathlib.Path(args.out) / f"{date}-{host}{'-quick' if args.quick else ''}"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps({"date": date, "host": host, "ms_per_step": table}, indent=2) + "\n")
+    stem.with_suffix(".svg").write_text(svg(table, backends) + "\n")
+    stem.with_suffix(".md").write_text("\n".join([
+        f"# Training-step times and speedups, {date} on {host}",
+        "",
+        f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}. One full training step (zero grad, forward, "
+        "loss, backward, Adam update, synchronise), median over repetitions, f32; speedup = Kestrel CPU time / time.",
+        "",
+        f"Commands: `python3 bench/speedup.py{' --quick' if args.quick else ''}`, which ran `{kestrel_command}` and "
+        f"{torch_command}.",
+        "",
+        *lines,
+        "",
+        f"Plot: `{stem.with_suffix('.svg').name}`.",
+        "",
+    ]))
+    print(stem.with_suffix(".md").read_text())
+
+
+if __name__ == "__main__":
+    main()
