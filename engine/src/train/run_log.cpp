@@ -75,17 +75,18 @@ void RunLog::progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batc
                       double samples_per_second, double eta_seconds) {
   if (quiet_) return;
   std::string acc = std::isnan(accuracy) ? "" : fmt::format(" acc {:5.1f}%", accuracy * 100);
+  std::string shown_loss = std::isnan(loss) ? "  -   " : fmt::format("{:.4f}", loss);  // nothing read yet
   if (bar_) {
     const int width = 24;
     int filled = batches ? static_cast<int>(double(batch) / batches * width) : width;
     std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
-    fmt::print("\repoch {}/{} [{}] {}/{} loss {:.4f}{} {:.0f} samples/s ETA {}   ", epoch + 1, epochs, bar, batch,
-               batches, loss, acc, samples_per_second, duration(eta_seconds));
+    fmt::print("\repoch {}/{} [{}] {}/{} loss {}{} {:.0f} samples/s ETA {}   ", epoch + 1, epochs, bar, batch, batches,
+               shown_loss, acc, samples_per_second, duration(eta_seconds));
     std::fflush(stdout);
     bar_open_ = true;
   } else {
-    fmt::print("epoch {}/{} batch {}/{} loss {:.4f}{} {:.0f} samples/s ETA {}\n", epoch + 1, epochs, batch, batches,
-               loss, acc, samples_per_second, duration(eta_seconds));
+    fmt::print("epoch {}/{} batch {}/{} loss {}{} {:.0f} samples/s ETA {}\n", epoch + 1, epochs, batch, batches,
+               shown_loss, acc, samples_per_second, duration(eta_seconds));
     std::fflush(stdout);
   }
 }

@@ -23,6 +23,8 @@ class RunLog {
   void progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss, double accuracy,
                 double samples_per_second, double eta_seconds);
   void message(const std::string& text);
+  // A progress bar is redrawn between reports too (with the last figures read), at most 10 times a second.
+  bool live() const { return bar_ && !quiet_; }
   void write_plot() const;
   const std::vector<MetricRecord>& records() const { return records_; }
 

@@ -109,8 +109,9 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
   int64_t& window_samples = state.window_samples;
   auto window_start = Clock::now(), run_start = Clock::now();
   int64_t run_samples = 0, start_step = state.step;
-  double last_train_loss = NAN;
+  double last_train_loss = NAN, last_train_accuracy = NAN;
   EvalResult last_eval{NAN, NAN, 0};
+  auto last_redraw = Clock::now();
 
   while (state.epoch < config_.epochs && state.step < total_steps) {
     loader.start_epoch(state.epoch, state.batch);
@@ -136,6 +137,7 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
         double mean_loss = loss_sum.to_doubles()[0] / window_steps;
         double accuracy = classify ? correct.to_doubles()[0] / double(window_samples) : NAN;
         last_train_loss = mean_loss;
+        last_train_accuracy = accuracy;
         double run_rate = run_samples / std::max(since(run_start), 1e-9);
         double eta = double(total_steps - state.step) * config_.batch_size / std::max(run_rate, 1e-9);
         log.record({"train", state.epoch, state.step, mean_loss, accuracy, lr, rate, since(run_start)});
@@ -144,6 +146,11 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
         ops::fill_(correct, 0.0);
         window_steps = window_samples = 0;
         window_start = Clock::now();
+      } else if (log.live() && since(last_redraw) > 0.1) {
+        double run_rate = run_samples / std::max(since(run_start), 1e-9);
+        double eta = double(total_steps - state.step) * config_.batch_size / std::max(run_rate, 1e-9);
+        log.progress(state.epoch, config_.epochs, state.batch, batches, last_train_loss, last_train_accuracy, run_rate, eta);
+        last_redraw = Clock::now();
       }
       if (config_.checkpoint_every && state.step % config_.checkpoint_every == 0)
         save_checkpoint(state, loss_sum, correct);
