@@ -7,11 +7,8 @@ Writes bench/results/<date>-<host>-cpu-step-overhead.md.
     python3 bench/cpu_step_overhead.py [--build build] [--repetitions 7]
 """
 import argparse
-import datetime
-import json
-import pathlib
-import platform
-import subprocess
+
+from benchlib import result_path, run_medians, write
 
 
 def main():
@@ -19,23 +16,15 @@ def main():
     parser.add_argument("--build", default="build")
     parser.add_argument("--repetitions", type=int, default=7)
     args = parser.parse_args()
-    root = pathlib.Path(__file__).resolve().parent.parent
-    command = [str(root / args.build / "bin" / "bench_train"), "--benchmark_filter=seeds_mlp/(gemms-only|cpu:0)",
-               f"--benchmark_repetitions={args.repetitions}", "--benchmark_report_aggregates_only=true",
-               "--benchmark_format=json"]
-    report = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
-    medians = {row["run_name"]: row["real_time"] for row in report["benchmarks"] if row.get("aggregate_name") == "median"}
+    medians, context, shown = run_medians(args.build, "bench_train", "seeds_mlp/(gemms-only|cpu:0)", args.repetitions)
     gemms = medians["train_step/seeds_mlp/gemms-only-openblas/b128/real_time"]
     step = medians["train_step/seeds_mlp/cpu:0/b128/real_time"]
     ratio = step / gemms
-    date = datetime.date.today().isoformat()
-    host = platform.node() or "host"
-    out = root / "bench" / "results" / f"{date}-{host}-cpu-step-overhead.md"
-    shown = " ".join([f"{args.build}/bin/bench_train"] + command[1:])
-    out.write_text("\n".join([
+    path, date = result_path("cpu-step-overhead")
+    write(path, [
         "# CPU training step versus its GEMMs alone",
         "",
-        f"Date: {date}. Machine: {report['context'].get('num_cpus')} CPUs. Median of {args.repetitions} repetitions, one run.",
+        f"Date: {date}. Machine: {context.get('num_cpus')} CPUs. Median of {args.repetitions} repetitions, one run.",
         f"Command: `python3 bench/cpu_step_overhead.py`, which ran `{shown}`.",
         "",
         "Workload: the seeds' MLP 1024-2048-512-10, batch 128, Adam, f32. The step is zero_grad, forward (fused",
@@ -46,9 +35,7 @@ def main():
         "| Kestrel cpu:0 step (ms) | sgemm calls alone (ms) | ratio | target |",
         "| --- | --- | --- | --- |",
         f"| {step:.2f} | {gemms:.2f} | {ratio:.3f} | <= 1.3 ({'met' if ratio <= 1.3 else 'NOT met'}) |",
-        "",
-    ]))
-    print(out.read_text())
+    ])
 
 
 if __name__ == "__main__":
