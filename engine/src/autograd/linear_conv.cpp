@@ -67,30 +67,31 @@ Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& 
   if (input.rank() != 4 || w.rank() != 4 || input.size(1) != w.size(1))
     throw InvalidArgument(fmt::format("conv2d: input {} does not fit weight {}", input.describe(), w.describe()));
   const int64_t n = input.size(0), channels = input.size(1), out_channels = w.size(0);
-  const int64_t oh = window.out_h(input.size(2)), ow = window.out_w(input.size(3));
-  Tensor cols = ops::im2col(input, window);                   // (N, C*KH*KW, OH*OW)
-  Tensor w2 = w.reshape({out_channels, -1});                  // (O, C*KH*KW)
-  Tensor y = ops::matmul(w2, cols);                           // (N, O, OH*OW), w2 shared by the batch
-  if (bias.defined()) y = math::add(y, bias.value().view({1, out_channels, 1}));
+  const int64_t oh = window.out_h(input.size(2)), ow = window.out_w(input.size(3)), spatial = oh * ow;
+  // The batch is folded into one GEMM: (O, C*KH*KW) @ (C*KH*KW, N*L). One large product keeps the BLAS
+  // busy where N small ones would each pay its start-up cost.
+  Tensor cols = ops::im2col(input, window);                                       // (N, C*KH*KW, L)
+  Tensor cols2 = cols.permute({1, 0, 2}).contiguous().view({cols.size(1), n * spatial});  // (C*KH*KW, N*L)
+  Tensor w2 = w.reshape({out_channels, -1});                                      // (O, C*KH*KW)
+  Tensor y = ops::matmul(w2, cols2).view({out_channels, n, spatial}).permute({1, 0, 2});  // (N, O, L) view
+  y = bias.defined() ? math::add(y, bias.value().view({1, out_channels, 1})) : y.contiguous();
   std::vector<Var> parents{x, weight};
   if (bias.defined()) parents.push_back(bias);
   return make_var(
       y.view({n, out_channels, oh, ow}), parents, "conv2d",
-      [x = x.node(), weight = weight.node(), bias = bias.node(), window, cols, n, channels, out_channels](
-          const Tensor& dy) {
-        const int64_t h = x->value.size(2), wd = x->value.size(3), spatial = cols.size(2);
+      [x = x.node(), weight = weight.node(), bias = bias.node(), window, cols2, n, channels, out_channels,
+       spatial](const Tensor& dy) {
+        const int64_t h = x->value.size(2), wd = x->value.size(3), taps = cols2.size(0);
         Tensor dy3 = dy.reshape({n, out_channels, spatial});  // (N, O, L)
         if (bias && bias->requires_grad) accumulate_grad(*bias, math::sum(dy3, {0, 2}, false));
-        if (weight->requires_grad) {
-          // dW = sum_n dy[n] @ cols[n]^T, as one GEMM over the batch folded into K = N * L.
-          Tensor dy2 = dy3.permute({1, 0, 2}).contiguous().view({out_channels, n * spatial});
-          Tensor cols2 = cols.permute({1, 0, 2}).contiguous().view({cols.size(1), n * spatial});
-          accumulate_product(*weight, dy2, cols2.transpose(0, 1));
-        }
+        Tensor dy2 = dy3.permute({1, 0, 2}).contiguous().view({out_channels, n * spatial});  // (O, N*L)
+        // dW = dy2 @ cols2^T: the sum over the batch happens inside the GEMM (K = N * L).
+        accumulate_product(*weight, dy2, cols2.transpose(0, 1));
         if (x->requires_grad) {
           Tensor w2t = weight->value.reshape({out_channels, -1}).transpose(0, 1);  // (C*KH*KW, O)
-          Tensor dcols = ops::matmul(w2t, dy3);                                       // (N, C*KH*KW, L)
-          accumulate_grad(*x, ops::col2im(dcols, window, channels, h, wd));
+          Tensor dcols = ops::matmul(w2t, dy2).view({taps, n, spatial});            // (C*KH*KW, N, L)
+          // col2im reads the (N, C*KH*KW, L) arrangement through a strided view: no copy.
+          accumulate_grad(*x, ops::col2im(dcols.permute({1, 0, 2}), window, channels, h, wd));
         }
       });
 }
