@@ -1,0 +1,231 @@
+// Shared host-side pieces of the CUDA plugin: the opaque ABI objects, errors, and tensor references.
+// Included by the .cpp files (compiled by the host compiler) and by the .cu files alike, so it holds no
+// device code; device helpers live in cuda_kernels.cuh.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kestrel/plugin.h"
+
+namespace kestrel_cuda {
+
+// Thrown inside the plugin and turned into a status + last_error at the ABI boundary (guarded below).
+struct Failure : std::runtime_error {
+  kestrel_status status;
+  Failure(kestrel_status s, const std::string& message) : std::runtime_error(message), status(s) {}
+};
+[[noreturn]] inline void fail(const std::string& message, kestrel_status status = KESTREL_STATUS_INVALID_ARGUMENT) {
+  throw Failure(status, message);
+}
+
+// A CUDA error that is not the caller's fault. Errors that poison the CUDA context (illegal address,
+// launch failure) cannot be recovered from in this process, so the message says so.
+[[noreturn]] void fail_cuda(cudaError_t err, const std::string& what);
+inline void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) fail_cuda(err, what);
+}
+void check_cublas(cublasStatus_t status, const char* what);
+
+void set_last_error(const std::string& message);  // per thread; cuda_plugin.cpp
+
+// Runs `body` and converts what it throws into a status and last_error: the one place where C++
+// errors cross into the C ABI.
+template <class Body>
+kestrel_status guarded(Body&& body) {
+  try {
+    body();
+    return KESTREL_STATUS_OK;
+  } catch (const Failure& f) {
+    set_last_error(f.what());
+    return f.status;
+  } catch (const std::bad_alloc&) {
+    set_last_error("out of host memory");
+    return KESTREL_STATUS_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    set_last_error(std::string("internal error in the cuda plugin: ") + e.what());
+    return KESTREL_STATUS_INTERNAL;
+  }
+}
+
+// Errors kernels find in the data (an index out of range) cannot be returned from an asynchronous
+// launch. The kernel records the first one here (pinned host memory mapped into the device) and the
+// next stream_synchronize reports it as INVALID_ARGUMENT, the way CPU backends report it at once.
+struct DeviceErrorSlot {
+  int flag;  // 0: none; set by the kernel after the fields below
+  int kind;  // DeviceErrorKind
+  long long value, extent;
+};
+enum DeviceErrorKind { DEVICE_ERROR_GATHER = 1, DEVICE_ERROR_SCATTER = 2, DEVICE_ERROR_LABEL = 3 };
+
+}  // namespace kestrel_cuda
+
+// ---- the opaque ABI objects ----
+struct kestrel_stream;
+
+struct kestrel_context {
+  int device = 0;
+  cudaMemPool_t pool = nullptr;  // this context's own stream-ordered pool
+  cudaStream_t internal = nullptr;  // for allocations made while the context has no stream
+  cudaEvent_t order_event = nullptr; // joins the context's streams around allocations and frees
+  std::mutex mutex;
+  uint64_t allocated = 0, peak = 0, count = 0;
+  std::vector<kestrel_stream*> streams;  // streams[0] orders allocations (see cuda_device.cpp)
+  std::vector<void*> deferred_frees;     // buffers freed during a capture, released when it ends
+};
+
+struct kestrel_stream {
+  kestrel_context* context = nullptr;
+  cudaStream_t cuda = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* blas_workspace = nullptr;  // given to cuBLAS so it never allocates (required for graph capture)
+  kestrel_cuda::DeviceErrorSlot* error_host = nullptr;   // pinned, mapped
+  kestrel_cuda::DeviceErrorSlot* error_device = nullptr; // the same memory as the device sees it
+};
+
+struct kestrel_buffer {
+  kestrel_context* context;
+  void* data;
+  uint64_t bytes;
+  uint64_t accounted;  // bytes counted in the statistics (rounded up)
+  bool from_capture;   // allocated while its stream was being captured (a graph allocation)
+};
+
+struct kestrel_event {
+  kestrel_context* context;
+  cudaEvent_t cuda;
+};
+
+struct kestrel_graph {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  int device;
+};
+
+namespace kestrel_cuda {
+
+inline void set_device(int device) { check_cuda(cudaSetDevice(device), "cudaSetDevice"); }
+
+// ---- tensors ----
+inline size_t dtype_bytes(kestrel_dtype d) {
+  switch (d) {
+    case KESTREL_DTYPE_F32: case KESTREL_DTYPE_I32: return 4;
+    case KESTREL_DTYPE_F16: case KESTREL_DTYPE_BF16: return 2;
+    case KESTREL_DTYPE_U8: return 1;
+    default: return 8;
+  }
+}
+inline bool is_float_dtype(kestrel_dtype d) {
+  return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16;
+}
+inline bool is_index_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_I64 || d == KESTREL_DTYPE_I32; }
+
+inline int64_t numel(const kestrel_tensor& t) {
+  int64_t n = 1;
+  for (int d = 0; d < t.rank; ++d) n *= t.shape[d];
+  return n;
+}
+inline bool is_contiguous(const kestrel_tensor& t) {
+  int64_t expected = 1;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    if (t.shape[d] == 1) continue;
+    if (t.strides[d] != expected) return false;
+    expected *= t.shape[d];
+  }
+  return true;
+}
+inline bool same_shape(const kestrel_tensor& a, const kestrel_tensor& b) {
+  if (a.rank != b.rank) return false;
+  for (int d = 0; d < a.rank; ++d)
+    if (a.shape[d] != b.shape[d]) return false;
+  return true;
+}
+
+// A descriptor resolved to a device address: what kernels and cuBLAS are given.
+struct TensorRef {
+  char* base = nullptr;  // element (0, ..., 0)
+  kestrel_dtype dtype = KESTREL_DTYPE_F32;
+  int rank = 0;
+  int64_t shape[KESTREL_MAX_RANK] = {};
+  int64_t strides[KESTREL_MAX_RANK] = {};
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int d = 0; d < rank; ++d) n *= shape[d];
+    return n;
+  }
+};
+inline TensorRef ref(const kestrel_tensor& t) {
+  TensorRef r;
+  r.base = static_cast<char*>(t.buffer ? t.buffer->data : nullptr) + t.offset * dtype_bytes(t.dtype);
+  r.dtype = t.dtype;
+  r.rank = t.rank;
+  for (int d = 0; d < t.rank; ++d) {
+    r.shape[d] = t.shape[d];
+    r.strides[d] = t.strides[d];
+  }
+  return r;
+}
+// A contiguous (row-major) reference over raw device memory.
+inline TensorRef contiguous_ref(void* base, kestrel_dtype dtype, int rank, const int64_t* shape) {
+  TensorRef r;
+  r.base = static_cast<char*>(base);
+  r.dtype = dtype;
+  r.rank = rank;
+  int64_t stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    r.shape[d] = shape[d];
+    r.strides[d] = stride;
+    stride *= shape[d];
+  }
+  return r;
+}
+
+template <class P>
+const P& params_of(const kestrel_op& op, const char* name) {
+  const P* p = static_cast<const P*>(op.params);
+  if (!p || p->struct_size < sizeof(P)) fail(std::string(name) + ": missing or too-small parameter block");
+  return *p;
+}
+
+// Stream-ordered scratch memory from the context's pool, freed on the same stream when it goes out of
+// scope: safe while kernels still use it, and valid inside graph capture (becomes alloc/free nodes).
+class Scratch {
+ public:
+  Scratch(kestrel_stream& stream, uint64_t bytes);
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  kestrel_stream& stream_;
+  void* ptr_ = nullptr;
+};
+
+// ---- ABI entries of cuda_device.cpp, put in the table by cuda_plugin.cpp ----
+kestrel_status probe(kestrel_probe_result* result);
+kestrel_status device_count(int32_t* count);
+kestrel_status device_properties(int32_t device, kestrel_device_properties* props);
+kestrel_status context_create(int32_t device, kestrel_context** context);
+void context_destroy(kestrel_context* context);
+kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_buffer** buffer);
+void buffer_free(kestrel_buffer* buffer);
+kestrel_status host_alloc(kestrel_context* context, uint64_t bytes, void** ptr);
+void host_free(kestrel_context* context, void* ptr);
+kestrel_status copy_host_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset, const void* src,
+                                   uint64_t bytes);
+kestrel_status copy_device_to_host(kestrel_stream* stream, void* dst, kestrel_buffer* src, uint64_t src_offset,
+                                   uint64_t bytes);
+kestrel_status copy_device_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset,
+                                     kestrel_buffer* src, uint64_t src_offset, uint64_t bytes);
+kestrel_status memory_stats(kestrel_context* context, kestrel_memory_stats* stats);
+kestrel_status memory_trim(kestrel_context* context);
+kestrel_status memory_reset_peak(kestrel_context* context);
+
+}  // namespace kestrel_cuda

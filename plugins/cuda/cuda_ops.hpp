@@ -1,0 +1,49 @@
+// The CUDA plugin's op families. Each has `supports_*` (checks dtypes, ranks, shapes and strides from the
+// descriptors alone; never throws) and `launch_*` (enqueues on the stream; called only after supports_*
+// said yes; throws Failure). Kernels live in the ops_*.cu files, one family per file.
+#pragma once
+#include "cuda_common.hpp"
+
+namespace kestrel_cuda {
+
+bool supports_fill(const kestrel_op& op);
+void launch_fill(kestrel_stream& s, const kestrel_op& op);
+bool supports_copy(const kestrel_op& op);
+void launch_copy(kestrel_stream& s, const kestrel_op& op);
+bool supports_unary(const kestrel_op& op);
+void launch_unary(kestrel_stream& s, const kestrel_op& op);
+bool supports_binary(const kestrel_op& op);
+void launch_binary(kestrel_stream& s, const kestrel_op& op);
+bool supports_reduce(const kestrel_op& op);
+void launch_reduce(kestrel_stream& s, const kestrel_op& op);
+bool supports_gemm(const kestrel_op& op);
+void launch_gemm(kestrel_stream& s, const kestrel_op& op);
+bool supports_linear(const kestrel_op& op);
+void launch_linear(kestrel_stream& s, const kestrel_op& op);
+bool supports_gather(const kestrel_op& op);
+void launch_gather(kestrel_stream& s, const kestrel_op& op);
+bool supports_scatter_add(const kestrel_op& op);
+void launch_scatter_add(kestrel_stream& s, const kestrel_op& op);
+bool supports_random(const kestrel_op& op);
+void launch_random(kestrel_stream& s, const kestrel_op& op);
+bool supports_window(const kestrel_op& op);  // im2col, col2im, pool2d, pool2d_backward
+void launch_window(kestrel_stream& s, const kestrel_op& op);
+bool supports_softmax(const kestrel_op& op);
+void launch_softmax(kestrel_stream& s, const kestrel_op& op);
+bool supports_softmax_cross_entropy(const kestrel_op& op);
+void launch_softmax_cross_entropy(kestrel_stream& s, const kestrel_op& op);
+bool supports_optimizer(const kestrel_op& op);  // adam_update, sgd_update
+void launch_optimizer(kestrel_stream& s, const kestrel_op& op);
+
+// Shared checks (cuda_plugin.cpp).
+bool arity(const kestrel_op& op, int inputs, int outputs);
+bool valid_tensors(const kestrel_op& op);  // dtypes known, ranks in range, extents and strides non-negative
+
+// out = cast(in) elementwise, equal shapes, any strides and dtypes (ops_elementwise.cu). Used by GEMM to
+// pack operands that cuBLAS cannot read directly.
+void strided_copy(kestrel_stream& s, const TensorRef& in, const TensorRef& out);
+
+// Raises the error a kernel launch left behind (bad configuration, missing kernel image for this GPU).
+void check_launch(const char* what);
+
+}  // namespace kestrel_cuda

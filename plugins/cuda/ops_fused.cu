@@ -1,0 +1,237 @@
+// Optional fused ops: softmax, softmax + cross-entropy, and the Adam/AdamW/SGD parameter updates.
+// Each is what the engine would otherwise compose from several primitive launches.
+#include <cmath>
+
+#include "cuda_kernels.cuh"
+
+namespace kestrel_cuda {
+
+namespace {
+
+constexpr int kMaxRowBlock = 256;
+
+bool contiguous_all(const kestrel_op& op) {
+  for (int i = 0; i < op.num_inputs; ++i)
+    if (!is_contiguous(op.inputs[i])) return false;
+  for (int i = 0; i < op.num_outputs; ++i)
+    if (!is_contiguous(op.outputs[i])) return false;
+  return true;
+}
+
+int row_block(int64_t cols) {
+  int block = 32;
+  while (block < kMaxRowBlock && block < cols) block *= 2;
+  return block;
+}
+
+// f32 and f64 rows are accumulated in double (the CPU reference does the same); f16/bf16 in f32.
+template <class E>
+using RowAcc = std::conditional_t<std::is_same<typename E::storage, uint16_t>::value, float, double>;
+
+// Tree reduction over a power-of-two block; every thread gets the result.
+template <class T, class Op>
+__device__ T block_reduce(T v, T* shared, Op op) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) shared[threadIdx.x] = op(shared[threadIdx.x], shared[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  T result = shared[0];
+  __syncthreads();  // shared is reused by the caller's next reduction
+  return result;
+}
+
+struct MaxOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return nan_max(a, b); }
+};
+struct SumOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+
+// Returns log(sum(exp(x - top))) + top for one contiguous row, computed by the whole block.
+template <class E>
+__device__ RowAcc<E> row_log_sum_exp(const typename E::storage* xr, int64_t cols, RowAcc<E>* shared) {
+  using A = RowAcc<E>;
+  A top = A(E::load(xr[0]));
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) top = nan_max(top, A(E::load(xr[j])));
+  top = block_reduce(top, shared, MaxOp{});
+  A sum = 0;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) sum += exp(A(E::load(xr[j])) - top);
+  sum = block_reduce(sum, shared, SumOp{});
+  return log(sum) + top;
+}
+
+template <class E>
+__global__ void softmax_kernel(const typename E::storage* x, typename E::storage* y, int64_t rows, int64_t cols,
+                               bool log_mode) {
+  using A = RowAcc<E>;
+  __shared__ A shared[kMaxRowBlock];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const typename E::storage* xr = x + r * cols;
+    typename E::storage* yr = y + r * cols;
+    const A lse = row_log_sum_exp<E>(xr, cols, shared);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      A shifted = A(E::load(xr[j])) - lse;
+      yr[j] = E::store(typename E::compute(log_mode ? shifted : exp(shifted)));
+    }
+  }
+}
+
+template <class E, class L>
+__global__ void cross_entropy_kernel(const typename E::storage* x, const L* labels, typename E::storage* loss,
+                                     typename E::storage* grad, int64_t rows, int64_t cols, DeviceErrorSlot* error) {
+  using A = RowAcc<E>;
+  using C = typename E::compute;
+  __shared__ A shared[kMaxRowBlock];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const typename E::storage* xr = x + r * cols;
+    const long long label = static_cast<long long>(labels[r]);
+    const bool valid = label >= 0 && label < cols;
+    if (!valid && threadIdx.x == 0) report_error(error, DEVICE_ERROR_LABEL, label, cols);
+    const A lse = row_log_sum_exp<E>(xr, cols, shared);
+    if (threadIdx.x == 0) loss[r] = E::store(valid ? C(lse - A(E::load(xr[label]))) : C(NAN));
+    if (grad)
+      for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+        grad[r * cols + j] =
+            E::store(valid ? C(exp(A(E::load(xr[j])) - lse) - (j == label ? A(1) : A(0))) : C(NAN));
+  }
+}
+
+// The same arithmetic as torch.optim.Adam/AdamW (non-fused, non-amsgrad) and the CPU backend.
+template <class T>
+__global__ void adam_kernel(T* param, const T* grad, T* m, T* v, int64_t n, T lr, T b1, T b2, T eps, T wd, T scale,
+                            T step_size, T bias2_sqrt, bool decoupled) {
+  KESTREL_GRID_STRIDE_LOOP(i, n) {
+    T g = grad[i] * scale;
+    T p = param[i];
+    if (decoupled)
+      p *= T(1) - lr * wd;
+    else
+      g += wd * p;
+    T mi = b1 * m[i] + (T(1) - b1) * g;
+    T vi = b2 * v[i] + (T(1) - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = p - step_size * mi / (sqrt(vi) / bias2_sqrt + eps);
+  }
+}
+
+template <class T>
+__global__ void sgd_kernel(T* param, const T* grad, T* buf, int64_t n, T lr, T momentum, T dampening, T wd, T scale,
+                           bool nesterov, bool first) {
+  KESTREL_GRID_STRIDE_LOOP(i, n) {
+    T d = grad[i] * scale + wd * param[i];
+    if (buf && momentum != T(0)) {
+      T b = first ? d : momentum * buf[i] + (T(1) - dampening) * d;
+      buf[i] = b;
+      d = nesterov ? d + momentum * b : b;
+    }
+    param[i] -= lr * d;
+  }
+}
+
+unsigned row_grid(int64_t rows) { return unsigned(std::max<int64_t>(1, std::min<int64_t>(rows, 1 << 20))); }
+
+}  // namespace
+
+// in0 (..., C) -> out (..., C), softmax or log-softmax over the last axis; rows are contiguous.
+bool supports_softmax(const kestrel_op& op) {
+  if (!arity(op, 1, 1) || !op.params || !contiguous_all(op)) return false;
+  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
+  return in.rank >= 1 && is_float_dtype(in.dtype) && in.dtype == out.dtype && same_shape(in, out);
+}
+
+void launch_softmax(kestrel_stream& s, const kestrel_op& op) {
+  const bool log_mode = params_of<kestrel_softmax_params>(op, "softmax").log != 0;
+  const TensorRef in = ref(op.inputs[0]), out = ref(op.outputs[0]);
+  const int64_t cols = in.shape[in.rank - 1];
+  if (cols == 0 || in.numel() == 0) return;
+  const int64_t rows = in.numel() / cols;
+  dispatch_float(in.dtype, [&](auto elem) {
+    using E = decltype(elem);
+    using S = typename E::storage;
+    softmax_kernel<E><<<row_grid(rows), row_block(cols), 0, s.cuda>>>(
+        reinterpret_cast<const S*>(in.base), reinterpret_cast<S*>(out.base), rows, cols, log_mode);
+  });
+  check_launch("softmax");
+}
+
+// in0 logits (N, C), in1 labels (N) -> out0 loss (N) [, out1 dlogits (N, C) = softmax - onehot]
+bool supports_softmax_cross_entropy(const kestrel_op& op) {
+  if (op.num_inputs != 2 || (op.num_outputs != 1 && op.num_outputs != 2) || !valid_tensors(op) || !contiguous_all(op))
+    return false;
+  const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &loss = op.outputs[0];
+  if (logits.rank != 2 || !is_float_dtype(logits.dtype) || !is_index_dtype(labels.dtype)) return false;
+  if (labels.rank != 1 || labels.shape[0] != logits.shape[0] || logits.shape[1] < 1) return false;
+  if (loss.rank != 1 || loss.shape[0] != logits.shape[0] || loss.dtype != logits.dtype) return false;
+  return op.num_outputs == 1 || (same_shape(op.outputs[1], logits) && op.outputs[1].dtype == logits.dtype);
+}
+
+void launch_softmax_cross_entropy(kestrel_stream& s, const kestrel_op& op) {
+  const TensorRef logits = ref(op.inputs[0]), labels = ref(op.inputs[1]), loss = ref(op.outputs[0]);
+  const int64_t rows = logits.shape[0], cols = logits.shape[1];
+  if (rows == 0) return;
+  char* grad = op.num_outputs == 2 ? ref(op.outputs[1]).base : nullptr;
+  dispatch_float(logits.dtype, [&](auto elem) {
+    using E = decltype(elem);
+    using S = typename E::storage;
+    auto go = [&](auto label_type) {
+      using L = decltype(label_type);
+      cross_entropy_kernel<E, L><<<row_grid(rows), row_block(cols), 0, s.cuda>>>(
+          reinterpret_cast<const S*>(logits.base), reinterpret_cast<const L*>(labels.base),
+          reinterpret_cast<S*>(loss.base), reinterpret_cast<S*>(grad), rows, cols, s.error_device);
+    };
+    if (labels.dtype == KESTREL_DTYPE_I64)
+      go((long long)0);
+    else
+      go(int32_t{0});
+  });
+  check_launch("softmax_cross_entropy");
+}
+
+// Adam/AdamW: in0 param, in1 grad, in2 m, in3 v (all updated in place but the grad).
+// SGD: in0 param, in1 grad [, in2 momentum buffer]. Same size, contiguous, f32 or f64.
+bool supports_optimizer(const kestrel_op& op) {
+  if (!op.params || op.num_outputs != 0 || !valid_tensors(op) || !contiguous_all(op)) return false;
+  int expected = op.kind == KESTREL_OP_ADAM_UPDATE ? 4 : (op.num_inputs == 3 ? 3 : 2);
+  if (op.num_inputs != expected) return false;
+  kestrel_dtype d = op.inputs[0].dtype;
+  if (d != KESTREL_DTYPE_F32 && d != KESTREL_DTYPE_F64) return false;
+  for (int i = 1; i < op.num_inputs; ++i)
+    if (op.inputs[i].dtype != d || numel(op.inputs[i]) != numel(op.inputs[0])) return false;
+  return true;
+}
+
+void launch_optimizer(kestrel_stream& s, const kestrel_op& op) {
+  const int64_t n = numel(op.inputs[0]);
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    auto ptr = [&](int i) { return reinterpret_cast<T*>(ref(op.inputs[i]).base); };
+    if (op.kind == KESTREL_OP_ADAM_UPDATE) {
+      const auto& p = params_of<kestrel_adam_params>(op, "adam_update");
+      if (p.step < 1) fail("adam_update: step counts from 1");
+      if (n == 0) return;
+      const double bias1 = 1.0 - std::pow(p.beta1, double(p.step));
+      const double bias2 = 1.0 - std::pow(p.beta2, double(p.step));
+      adam_kernel<T><<<grid_for(n), kBlock, 0, s.cuda>>>(ptr(0), ptr(1), ptr(2), ptr(3), n, T(p.lr), T(p.beta1),
+                                                         T(p.beta2), T(p.eps), T(p.weight_decay), T(p.grad_scale),
+                                                         T(p.lr / bias1), T(std::sqrt(bias2)), p.decoupled != 0);
+    } else {
+      const auto& p = params_of<kestrel_sgd_params>(op, "sgd_update");
+      if (n == 0) return;
+      sgd_kernel<T><<<grid_for(n), kBlock, 0, s.cuda>>>(ptr(0), ptr(1), op.num_inputs == 3 ? ptr(2) : nullptr, n,
+                                                        T(p.lr), T(p.momentum), T(p.dampening), T(p.weight_decay),
+                                                        T(p.grad_scale), p.nesterov != 0, p.first_step != 0);
+    }
+  };
+  if (op.inputs[0].dtype == KESTREL_DTYPE_F32)
+    run(float{});
+  else
+    run(double{});
+  check_launch(op.kind == KESTREL_OP_ADAM_UPDATE ? "adam_update" : "sgd_update");
+}
+
+}  // namespace kestrel_cuda

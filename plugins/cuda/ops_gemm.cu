@@ -1,0 +1,266 @@
+// Matrix products through cuBLAS (cublasGemmStridedBatchedEx), plus the fused linear op (GEMM, then one
+// kernel for bias and activation).
+//
+// cuBLAS is column-major; a row-major C = A @ B is computed as the column-major C^T = B^T @ A^T, i.e. by
+// swapping the operands (and m with n). Each operand is classified from its strides: row-major (strides
+// (ld, 1)) is 'N' in the swapped call, column-major (strides (1, ld)), which is how the engine hands over
+// transposes, is 'T'. Operands that are neither (every-other-element slices, stride-0 rows) are packed by
+// the copy kernel into stream-ordered scratch memory first. A column-major C is handled by transposing the
+// whole problem; any other C is computed into scratch and copied back.
+#include <cstdlib>
+#include <optional>
+
+#include "cuda_kernels.cuh"
+
+namespace kestrel_cuda {
+
+namespace {
+
+struct Mat {
+  char* base;
+  int64_t rs, cs, bs;  // row, column and batch strides in elements
+};
+struct Problem {
+  kestrel_dtype dtype;
+  int64_t batch, m, n, k;
+  Mat a, b, c;  // a: m x k, b: k x n, c: m x n
+};
+
+enum class Order { row, col, none };
+struct Classified {
+  Order order;
+  int64_t ld;
+};
+
+Classified classify(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols)) return {Order::row, rows == 1 ? std::max<int64_t>(cols, 1) : rs};
+  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= rows)) return {Order::col, cols == 1 ? std::max<int64_t>(rows, 1) : cs};
+  return {Order::none, 0};
+}
+
+Mat transposed(Mat m) {
+  std::swap(m.rs, m.cs);
+  return m;
+}
+
+TensorRef matrix_ref(const Mat& m, kestrel_dtype dtype, int64_t batch, int64_t rows, int64_t cols) {
+  TensorRef r;
+  r.base = m.base;
+  r.dtype = dtype;
+  r.rank = 3;
+  r.shape[0] = batch, r.shape[1] = rows, r.shape[2] = cols;
+  r.strides[0] = m.bs, r.strides[1] = m.rs, r.strides[2] = m.cs;
+  return r;
+}
+
+cudaDataType cuda_type(kestrel_dtype d) {
+  switch (d) {
+    case KESTREL_DTYPE_F64: return CUDA_R_64F;
+    case KESTREL_DTYPE_F16: return CUDA_R_16F;
+    case KESTREL_DTYPE_BF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+
+// KESTREL_CUDA_TF32=1 lets f32 GEMMs use TF32 tensor cores (about 8x faster on an H100, 10-bit
+// mantissa products). Off by default: the conformance tolerances assume full f32 products.
+bool tf32_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KESTREL_CUDA_TF32");
+    return v && v[0] == '1';
+  }();
+  return enabled;
+}
+
+template <class E>
+__global__ void scale_kernel(Indexer<1> ix, typename E::storage* c, int64_t n, double beta) {
+  KESTREL_GRID_STRIDE_LOOP(i, n) {
+    int64_t off[1];
+    ix.offsets(i, off);
+    using C = typename E::compute;
+    c[off[0]] = beta == 0.0 ? E::store(C(0)) : E::store(C(beta * double(E::load(c[off[0]]))));
+  }
+}
+
+// C = beta * C (beta == 0 writes zeros, ignoring NaN in C): the product of an empty k.
+void scale_c(kestrel_stream& s, const Problem& p, double beta) {
+  TensorRef c = matrix_ref(p.c, p.dtype, p.batch, p.m, p.n);
+  const int64_t n = c.numel();
+  const int64_t* strides[1] = {c.strides};
+  Indexer<1> ix = make_indexer<1>(c.rank, c.shape, strides);
+  dispatch_float(p.dtype, [&](auto elem) {
+    using E = decltype(elem);
+    scale_kernel<E><<<grid_for(n), kBlock, 0, s.cuda>>>(ix, reinterpret_cast<typename E::storage*>(c.base), n, beta);
+  });
+  check_launch("gemm (scaling C)");
+}
+
+// Copies a batch of rows x cols matrices into contiguous scratch; a broadcast batch is packed once.
+Mat pack(kestrel_stream& s, std::optional<Scratch>& holder, const Mat& m, kestrel_dtype dtype, int64_t batch,
+         int64_t rows, int64_t cols) {
+  const int64_t packed_batch = m.bs == 0 ? 1 : batch;
+  holder.emplace(s, uint64_t(packed_batch * rows * cols) * dtype_bytes(dtype));
+  const int64_t shape[3] = {packed_batch, rows, cols};
+  strided_copy(s, matrix_ref(m, dtype, packed_batch, rows, cols), contiguous_ref(holder->get(), dtype, 3, shape));
+  return Mat{static_cast<char*>(holder->get()), cols, 1, packed_batch > 1 ? rows * cols : 0};
+}
+
+void run_gemm(kestrel_stream& s, Problem p, double alpha, double beta) {
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return;
+  Classified c = classify(p.m, p.n, p.c.rs, p.c.cs);
+  if (c.order == Order::col) {  // C^T = B^T A^T has a row-major C
+    Problem t = p;
+    t.m = p.n, t.n = p.m;
+    t.a = transposed(p.b), t.b = transposed(p.a), t.c = transposed(p.c);
+    return run_gemm(s, t, alpha, beta);
+  }
+  if (c.order == Order::none) {
+    Scratch target(s, uint64_t(p.batch * p.m * p.n) * dtype_bytes(p.dtype));
+    const int64_t shape[3] = {p.batch, p.m, p.n};
+    TensorRef scratch = contiguous_ref(target.get(), p.dtype, 3, shape);
+    TensorRef original = matrix_ref(p.c, p.dtype, p.batch, p.m, p.n);
+    if (beta != 0) strided_copy(s, original, scratch);
+    Problem q = p;
+    q.c = Mat{static_cast<char*>(target.get()), p.n, 1, p.m * p.n};
+    run_gemm(s, q, alpha, beta);
+    strided_copy(s, scratch, original);
+    return;
+  }
+  if (p.k == 0) return scale_c(s, p, beta);
+
+  std::optional<Scratch> a_holder, b_holder;
+  Classified a = classify(p.m, p.k, p.a.rs, p.a.cs);
+  if (a.order == Order::none) {
+    p.a = pack(s, a_holder, p.a, p.dtype, p.batch, p.m, p.k);
+    a = classify(p.m, p.k, p.a.rs, p.a.cs);
+  }
+  Classified b = classify(p.k, p.n, p.b.rs, p.b.cs);
+  if (b.order == Order::none) {
+    p.b = pack(s, b_holder, p.b, p.dtype, p.batch, p.k, p.n);
+    b = classify(p.k, p.n, p.b.rs, p.b.cs);
+  }
+  // A batch of one ignores the batch strides; cuBLAS wants them valid anyway.
+  if (p.batch == 1) p.a.bs = p.b.bs = p.c.bs = 0;
+
+  const cublasOperation_t op_a = a.order == Order::row ? CUBLAS_OP_N : CUBLAS_OP_T;
+  const cublasOperation_t op_b = b.order == Order::row ? CUBLAS_OP_N : CUBLAS_OP_T;
+  const cudaDataType type = cuda_type(p.dtype);
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  const float alpha32 = float(alpha), beta32 = float(beta);
+  const void *alpha_ptr = &alpha32, *beta_ptr = &beta32;
+  if (p.dtype == KESTREL_DTYPE_F64) {
+    compute = CUBLAS_COMPUTE_64F;
+    alpha_ptr = &alpha;
+    beta_ptr = &beta;
+  } else if (p.dtype == KESTREL_DTYPE_F32 && tf32_enabled()) {
+    compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  }
+  // Swapped operands: cuBLAS computes the column-major (n x m) C^T = B^T (n x k) @ A^T (k x m).
+  check_cublas(cublasGemmStridedBatchedEx(s.blas, op_b, op_a, int(p.n), int(p.m), int(p.k), alpha_ptr, p.b.base, type,
+                                          int(b.ld), p.b.bs, p.a.base, type, int(a.ld), p.a.bs, beta_ptr, p.c.base,
+                                          type, int(c.ld), p.c.bs, int(p.batch), compute, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmStridedBatchedEx");
+}
+
+bool gemm_dtype(kestrel_dtype d) {
+  return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16;
+}
+
+bool fits_int(const kestrel_tensor& t) {
+  for (int d = 0; d < t.rank; ++d)
+    if (t.shape[d] > INT32_MAX || (d > 0 && t.strides[d] > INT32_MAX)) return false;
+  return true;
+}
+
+bool gemm_shapes_ok(const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& c) {
+  if (c.rank != 2 && c.rank != 3) return false;
+  if (a.rank != c.rank || b.rank != c.rank) return false;
+  if (!fits_int(a) || !fits_int(b) || !fits_int(c)) return false;
+  const int lead = c.rank - 2;
+  if (c.rank == 3) {
+    if (a.shape[0] != c.shape[0] || b.shape[0] != c.shape[0]) return false;
+    if (c.shape[0] > 1 && c.strides[0] == 0) return false;  // every batch entry would write the same C
+  }
+  return a.shape[lead] == c.shape[lead] && b.shape[lead + 1] == c.shape[lead + 1] && a.shape[lead + 1] == b.shape[lead];
+}
+
+Problem problem_of(const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& c) {
+  const int r = c.rank, lead = r - 2;
+  Problem p{};
+  p.dtype = c.dtype;
+  p.batch = r == 3 ? c.shape[0] : 1;
+  p.m = c.shape[lead];
+  p.n = c.shape[lead + 1];
+  p.k = a.shape[lead + 1];
+  TensorRef ra = ref(a), rb = ref(b), rc = ref(c);
+  p.a = Mat{ra.base, a.strides[lead], a.strides[lead + 1], r == 3 ? a.strides[0] : 0};
+  p.b = Mat{rb.base, b.strides[lead], b.strides[lead + 1], r == 3 ? b.strides[0] : 0};
+  p.c = Mat{rc.base, c.strides[lead], c.strides[lead + 1], r == 3 ? c.strides[0] : 0};
+  return p;
+}
+
+template <class E>
+__global__ void linear_epilogue(typename E::storage* pre, typename E::storage* y, const typename E::storage* bias,
+                                int64_t bias_stride, int64_t cols, int64_t total, int act) {
+  using C = typename E::compute;
+  KESTREL_GRID_STRIDE_LOOP(i, total) {
+    C v = E::load(pre[i]);
+    if (bias) v += E::load(bias[(i % cols) * bias_stride]);
+    pre[i] = E::store(v);
+    if (act == KESTREL_ACTIVATION_RELU) v = v < C(0) ? C(0) : v;  // keeps NaN
+    else if (act == KESTREL_ACTIVATION_GELU) v = C(0.5) * v * (C(1) + erf(v * C(0.70710678118654752440)));
+    y[i] = E::store(v);
+  }
+}
+
+}  // namespace
+
+bool supports_gemm(const kestrel_op& op) {
+  if (!arity(op, 2, 1) || !op.params) return false;
+  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &c = op.outputs[0];
+  return gemm_dtype(c.dtype) && a.dtype == c.dtype && b.dtype == c.dtype && gemm_shapes_ok(a, b, c);
+}
+
+void launch_gemm(kestrel_stream& s, const kestrel_op& op) {
+  const auto& p = params_of<kestrel_gemm_params>(op, "gemm");
+  run_gemm(s, problem_of(op.inputs[0], op.inputs[1], op.outputs[0]), p.alpha, p.beta);
+}
+
+// in0 x (M,K), in1 w (K,N), optional in2 bias (N); out0 = act(x @ w + bias), optional out1 = x @ w + bias.
+bool supports_linear(const kestrel_op& op) {
+  if (!op.params || (op.num_inputs != 2 && op.num_inputs != 3) || (op.num_outputs != 1 && op.num_outputs != 2) ||
+      !valid_tensors(op))
+    return false;
+  const kestrel_tensor &x = op.inputs[0], &w = op.inputs[1], &y = op.outputs[0];
+  if (!gemm_dtype(y.dtype) || x.dtype != y.dtype || w.dtype != y.dtype || y.rank != 2) return false;
+  if (!gemm_shapes_ok(x, w, y) || !is_contiguous(y)) return false;
+  if (op.num_inputs == 3 &&
+      (op.inputs[2].dtype != y.dtype || op.inputs[2].rank != 1 || op.inputs[2].shape[0] != y.shape[1]))
+    return false;
+  if (op.num_outputs == 2 &&
+      (!same_shape(op.outputs[1], y) || op.outputs[1].dtype != y.dtype || !is_contiguous(op.outputs[1])))
+    return false;
+  auto act = static_cast<const kestrel_linear_params*>(op.params)->activation;
+  return act >= KESTREL_ACTIVATION_NONE && act <= KESTREL_ACTIVATION_GELU;
+}
+
+void launch_linear(kestrel_stream& s, const kestrel_op& op) {
+  const int act = params_of<kestrel_linear_params>(op, "linear").activation;
+  const kestrel_tensor& pre_desc = op.num_outputs == 2 ? op.outputs[1] : op.outputs[0];
+  run_gemm(s, problem_of(op.inputs[0], op.inputs[1], pre_desc), 1.0, 0.0);
+  const int64_t total = numel(op.outputs[0]), cols = op.outputs[0].shape[1];
+  if (total == 0) return;
+  const TensorRef pre = ref(pre_desc), y = ref(op.outputs[0]);
+  const TensorRef bias = op.num_inputs == 3 ? ref(op.inputs[2]) : TensorRef{};
+  const int64_t bias_stride = op.num_inputs == 3 ? op.inputs[2].strides[0] : 0;
+  dispatch_float(y.dtype, [&](auto elem) {
+    using E = decltype(elem);
+    using S = typename E::storage;
+    linear_epilogue<E><<<grid_for(total), kBlock, 0, s.cuda>>>(
+        reinterpret_cast<S*>(pre.base), reinterpret_cast<S*>(y.base),
+        op.num_inputs == 3 ? reinterpret_cast<const S*>(bias.base) : nullptr, bias_stride, cols, total, act);
+  });
+  check_launch("linear (bias and activation)");
+}
+
+}  // namespace kestrel_cuda

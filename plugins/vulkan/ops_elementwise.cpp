@@ -1,0 +1,111 @@
+// fill, copy (with casts), unary and binary element-wise ops (shaders/fill, copy, unary, binary.comp).
+#include <cmath>
+
+#include "vk_ops.hpp"
+
+namespace kestrel_vk {
+
+namespace {
+
+bool integer_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_I32 || d == KESTREL_DTYPE_I64; }
+
+bool unary_allowed_for_integers(kestrel_unary_fn fn) {
+  return fn == KESTREL_UNARY_NEG || fn == KESTREL_UNARY_ABS || fn == KESTREL_UNARY_RELU ||
+         fn == KESTREL_UNARY_STEP || fn == KESTREL_UNARY_SQUARE || fn == KESTREL_UNARY_SIGN;
+}
+
+// One invocation per element of `count`; nothing to launch for empty tensors.
+void run_elementwise(kestrel_stream* stream, Dispatch& dispatch, int64_t count) {
+  if (count == 0) return;
+  set_flat_grid(stream->context, dispatch, static_cast<uint64_t>(count));
+  run(stream, {dispatch});
+}
+
+}  // namespace
+
+bool supports_fill(const kestrel_op& op, uint32_t dtypes) {
+  return arity(op, 0, 1) && op.params != nullptr && in_mask(dtypes, op.outputs[0].dtype);
+}
+
+void launch_fill(kestrel_stream* stream, const kestrel_op& op) {
+  const double value = params_of<kestrel_fill_params>(op, "fill").value;
+  const kestrel_tensor& out = op.outputs[0];
+  Dispatch d;
+  d.shader = std::string("fill_") + dtype_suffix(out.dtype);
+  d.params.tensors[0] = describe(out);
+  d.params.floats[0] = static_cast<float>(value);
+  // Integers take the value as the CPU plugin does: truncated to 64 bits, then wrapped to the dtype.
+  const int64_t integer = std::isfinite(value) ? static_cast<int64_t>(value) : 0;
+  d.params.ints[0] = static_cast<int32_t>(static_cast<uint64_t>(integer) & 0xffffffffu);
+  d.params.ints[1] = static_cast<int32_t>(static_cast<uint64_t>(integer) >> 32);
+  d.buffers[0] = out.buffer;
+  run_elementwise(stream, d, numel(out));
+}
+
+bool supports_copy(const kestrel_op& op, uint32_t dtypes) {
+  return arity(op, 1, 1) && same_shape(op.inputs[0], op.outputs[0]) && in_mask(dtypes, op.inputs[0].dtype) &&
+         in_mask(dtypes, op.outputs[0].dtype);
+}
+
+void launch_copy(kestrel_stream* stream, const kestrel_op& op) {
+  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
+  Dispatch d;
+  d.shader = std::string("copy_") + dtype_suffix(in.dtype) + "_" + dtype_suffix(out.dtype);
+  d.params.tensors[0] = describe(in);
+  d.params.tensors[1] = describe(out);
+  d.buffers[0] = in.buffer;
+  d.buffers[1] = out.buffer;
+  run_elementwise(stream, d, numel(out));
+}
+
+bool supports_unary(const kestrel_op& op, uint32_t dtypes) {
+  if (!arity(op, 1, 1) || !op.params || !same_shape(op.inputs[0], op.outputs[0])) return false;
+  const kestrel_dtype dtype = op.inputs[0].dtype;
+  if (dtype != op.outputs[0].dtype || !in_mask(dtypes, dtype)) return false;
+  auto fn = static_cast<const kestrel_unary_params*>(op.params)->fn;
+  if (fn < KESTREL_UNARY_NEG || fn > KESTREL_UNARY_POW) return false;
+  return dtype == KESTREL_DTYPE_F32 || (integer_dtype(dtype) && unary_allowed_for_integers(fn));
+}
+
+void launch_unary(kestrel_stream* stream, const kestrel_op& op) {
+  const auto& p = params_of<kestrel_unary_params>(op, "unary");
+  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
+  Dispatch d;
+  d.shader = std::string("unary_") + dtype_suffix(in.dtype);
+  d.params.tensors[0] = describe(in);
+  d.params.tensors[1] = describe(out);
+  d.params.ints[0] = p.fn;
+  d.params.floats[0] = static_cast<float>(p.alpha);
+  d.params.floats[1] = static_cast<float>(p.beta);
+  d.buffers[0] = in.buffer;
+  d.buffers[1] = out.buffer;
+  run_elementwise(stream, d, numel(out));
+}
+
+bool supports_binary(const kestrel_op& op, uint32_t dtypes) {
+  if (!arity(op, 2, 1) || !op.params) return false;
+  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &out = op.outputs[0];
+  if (!same_shape(a, out) || !same_shape(b, out) || a.dtype != out.dtype || b.dtype != out.dtype) return false;
+  if (!in_mask(dtypes, out.dtype)) return false;
+  auto fn = static_cast<const kestrel_binary_params*>(op.params)->fn;
+  if (fn < KESTREL_BINARY_ADD || fn > KESTREL_BINARY_GE) return false;
+  // Integer division and power are not defined by the ABI (torch would promote to float).
+  return out.dtype == KESTREL_DTYPE_F32 || (fn != KESTREL_BINARY_DIV && fn != KESTREL_BINARY_POW);
+}
+
+void launch_binary(kestrel_stream* stream, const kestrel_op& op) {
+  const auto fn = params_of<kestrel_binary_params>(op, "binary").fn;
+  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &out = op.outputs[0];
+  Dispatch d;
+  d.shader = std::string("binary_") + dtype_suffix(out.dtype);
+  d.params.tensors[0] = describe(a);
+  d.params.tensors[1] = describe(b);
+  d.params.tensors[2] = describe(out);
+  d.params.ints[0] = fn;
+  d.buffers[0] = a.buffer;
+  d.buffers[1] = b.buffer;
+  d.buffers[2] = out.buffer;
+  run_elementwise(stream, d, numel(out));
+}
+
+}  // namespace kestrel_vk

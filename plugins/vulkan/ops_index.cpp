@@ -1,0 +1,97 @@
+// gather and scatter_add along one axis (torch.gather / Tensor.scatter_add_), shaders/index.comp.
+// Indices are range-checked on the device first, in their own submission, and a bad one fails the
+// launch before anything is written, so a bad label never corrupts memory.
+#include <cstring>
+
+#include "vk_ops.hpp"
+
+namespace kestrel_vk {
+
+namespace {
+
+bool index_op_ok(const kestrel_op& op, const kestrel_tensor& data, const kestrel_tensor& index,
+                 const kestrel_tensor& other, uint32_t dtypes) {
+  auto* p = static_cast<const kestrel_index_params*>(op.params);
+  if (!p || p->axis < 0 || p->axis >= data.rank) return false;
+  if (index.dtype != KESTREL_DTYPE_I32 && index.dtype != KESTREL_DTYPE_I64) return false;
+  if (!in_mask(dtypes, index.dtype) || !in_mask(dtypes, data.dtype)) return false;
+  if (index.rank != data.rank || !same_shape(index, other)) return false;
+  for (int d = 0; d < data.rank; ++d)
+    if (d != p->axis && index.shape[d] > data.shape[d]) return false;
+  return true;
+}
+
+void check_indices(kestrel_stream* stream, const kestrel_tensor& index, int64_t extent, const char* what) {
+  if (numel(index) == 0) return;
+  if (!stream->flags) stream->flags = allocate_host_buffer(stream->context, 16);
+  std::memset(stream->flags->mapped, 0, 16);
+  Dispatch d;
+  d.shader = std::string("index_check_") + dtype_suffix(index.dtype);
+  d.params.tensors[0] = describe(index);
+  d.params.uints[0] = static_cast<uint32_t>(extent);
+  d.buffers[0] = index.buffer;
+  d.buffers[1] = stream->flags;
+  set_flat_grid(stream->context, d, static_cast<uint64_t>(numel(index)));
+  run(stream, {d});
+  const uint32_t* words = static_cast<const uint32_t*>(stream->flags->mapped);
+  if (words[0]) {
+    const int64_t bad = static_cast<int64_t>(uint64_t(words[1]) | (uint64_t(words[2]) << 32));
+    fail(std::string(what) + ": index " + std::to_string(bad) + " is out of range for an axis of size " +
+         std::to_string(extent));
+  }
+}
+
+}  // namespace
+
+// in0 data, in1 index -> out (index's shape): out[.., i, ..] = data[.., index[.., i, ..], ..]
+bool supports_gather(const kestrel_op& op, uint32_t dtypes) {
+  return arity(op, 2, 1) && op.inputs[0].dtype == op.outputs[0].dtype &&
+         index_op_ok(op, op.inputs[0], op.inputs[1], op.outputs[0], dtypes);
+}
+
+void launch_gather(kestrel_stream* stream, const kestrel_op& op) {
+  const int axis = params_of<kestrel_index_params>(op, "gather").axis;
+  const kestrel_tensor &data = op.inputs[0], &index = op.inputs[1], &out = op.outputs[0];
+  check_indices(stream, index, data.shape[axis], "gather");
+  if (numel(out) == 0) return;
+  Dispatch d;
+  d.shader = std::string("gather_") + dtype_suffix(data.dtype) + "_" + dtype_suffix(index.dtype);
+  d.params.tensors[0] = describe(data);
+  d.params.tensors[1] = describe(index);
+  d.params.tensors[2] = describe(out);
+  d.params.ints[0] = axis;
+  d.buffers[0] = data.buffer;
+  d.buffers[1] = index.buffer;
+  d.buffers[2] = out.buffer;
+  set_flat_grid(stream->context, d, static_cast<uint64_t>(numel(out)));
+  run(stream, {d});
+}
+
+// in0 src, in1 index (same shape) -> out updated in place: out[.., index[.., i, ..], ..] += src[.., i, ..]
+bool supports_scatter_add(const kestrel_op& op, uint32_t dtypes) {
+  return arity(op, 2, 1) && op.inputs[0].dtype == op.outputs[0].dtype &&
+         index_op_ok(op, op.outputs[0], op.inputs[1], op.inputs[0], dtypes);
+}
+
+void launch_scatter_add(kestrel_stream* stream, const kestrel_op& op) {
+  const int axis = params_of<kestrel_index_params>(op, "scatter_add").axis;
+  const kestrel_tensor &src = op.inputs[0], &index = op.inputs[1], &out = op.outputs[0];
+  check_indices(stream, index, out.shape[axis], "scatter_add");
+  if (numel(index) == 0) return;
+  Dispatch d;
+  d.shader = std::string("scatter_add_") + dtype_suffix(out.dtype) + "_" + dtype_suffix(index.dtype);
+  d.params.tensors[0] = describe(src);
+  d.params.tensors[1] = describe(index);
+  d.params.tensors[2] = describe(out);
+  d.params.ints[0] = axis;
+  // One invocation per line along `axis` (see index.comp): lines write disjoint elements.
+  const uint64_t lines = static_cast<uint64_t>(numel(index) / index.shape[axis]);
+  d.params.uints[0] = static_cast<uint32_t>(lines);
+  d.buffers[0] = src.buffer;
+  d.buffers[1] = index.buffer;
+  d.buffers[2] = out.buffer;
+  set_flat_grid(stream->context, d, lines);
+  run(stream, {d});
+}
+
+}  // namespace kestrel_vk

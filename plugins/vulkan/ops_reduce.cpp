@@ -1,0 +1,91 @@
+// Reductions over any set of axes (out has in's rank, extent 1 on each reduced axis) and argmax over
+// one axis (shaders/reduce.comp). One workgroup per output element, folding its reduced elements in a
+// shared-memory tree.
+#include "vk_ops.hpp"
+
+namespace kestrel_vk {
+
+namespace {
+
+constexpr int64_t kMaxReducedElements = int64_t{1} << 22;  // 16384 iterations per invocation
+
+// The input over its kept axes, the output over the same axes, and the input over its reduced axes
+// (offset 0: the shader adds it to the kept offset).
+struct ReduceViews {
+  TensorDesc kept_in{}, kept_out{}, reduced{};
+};
+
+ReduceViews split_axes(const kestrel_tensor& in, const kestrel_tensor& out) {
+  ReduceViews v;
+  v.kept_in.offset = static_cast<uint32_t>(in.offset);
+  v.kept_out.offset = static_cast<uint32_t>(out.offset);
+  v.kept_in.numel = v.kept_out.numel = v.reduced.numel = 1;
+  for (int d = 0; d < in.rank; ++d) {
+    const auto extent = static_cast<uint32_t>(in.shape[d]);
+    if (out.shape[d] == 1 && in.shape[d] != 1) {
+      v.reduced.shape[v.reduced.rank] = extent;
+      v.reduced.strides[v.reduced.rank++] = static_cast<uint32_t>(in.strides[d]);
+      v.reduced.numel *= extent;
+    } else {
+      v.kept_in.shape[v.kept_in.rank] = v.kept_out.shape[v.kept_out.rank] = extent;
+      v.kept_in.strides[v.kept_in.rank++] = static_cast<uint32_t>(in.strides[d]);
+      v.kept_out.strides[v.kept_out.rank++] = static_cast<uint32_t>(out.strides[d]);
+      v.kept_in.numel *= extent;
+    }
+  }
+  v.kept_out.numel = v.kept_in.numel;
+  return v;
+}
+
+}  // namespace
+
+bool supports_reduce(const kestrel_op& op, uint32_t dtypes) {
+  if (!arity(op, 1, 1) || !op.params) return false;
+  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
+  auto fn = static_cast<const kestrel_reduce_params*>(op.params)->fn;
+  if (fn < KESTREL_REDUCE_SUM || fn > KESTREL_REDUCE_ARGMAX || in.rank != out.rank || !in_mask(dtypes, in.dtype))
+    return false;
+  int reduced = 0;
+  int64_t count = 1;
+  for (int d = 0; d < in.rank; ++d) {
+    if (out.shape[d] == in.shape[d]) continue;
+    if (out.shape[d] != 1) return false;
+    ++reduced;
+    count *= in.shape[d];
+  }
+  if (fn == KESTREL_REDUCE_ARGMAX)
+    return out.dtype == KESTREL_DTYPE_I64 && in_mask(dtypes, KESTREL_DTYPE_I64) && reduced <= 1 && count > 0;
+  if (out.dtype != in.dtype) return false;
+  if (fn == KESTREL_REDUCE_MEAN) return in.dtype == KESTREL_DTYPE_F32;
+  // Each invocation folds count / 256 elements; lavapipe ends loops after 65535 iterations, so very long
+  // reductions are declined rather than computed wrong.
+  if (count > kMaxReducedElements) return false;
+  if (fn == KESTREL_REDUCE_MAX || fn == KESTREL_REDUCE_MIN) return numel(in) == 0 || count > 0;
+  return true;
+}
+
+void launch_reduce(kestrel_stream* stream, const kestrel_op& op) {
+  const auto fn = params_of<kestrel_reduce_params>(op, "reduce").fn;
+  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
+  const int64_t outputs = numel(out);
+  if (outputs == 0) return;
+  const ReduceViews views = split_axes(in, out);
+  Dispatch d;
+  d.shader = std::string(fn == KESTREL_REDUCE_ARGMAX ? "argmax_" : "reduce_") + dtype_suffix(in.dtype);
+  d.params.tensors[0] = views.kept_in;
+  d.params.tensors[1] = views.kept_out;
+  d.params.tensors[2] = views.reduced;
+  d.params.ints[0] = fn;
+  d.buffers[0] = in.buffer;
+  d.buffers[1] = out.buffer;
+  // One workgroup per output, in rows that respect the device's grid limits.
+  const uint32_t* limits = stream->context->physical->properties.limits.maxComputeWorkGroupCount;
+  const uint64_t x = std::min<uint64_t>(static_cast<uint64_t>(outputs), limits[0]);
+  const uint64_t y = (static_cast<uint64_t>(outputs) + x - 1) / x;
+  if (y > limits[1]) fail("reduce: too many outputs for this Vulkan device's grid", KESTREL_STATUS_UNSUPPORTED);
+  d.groups[0] = static_cast<uint32_t>(x);
+  d.groups[1] = static_cast<uint32_t>(y);
+  run(stream, {d});
+}
+
+}  // namespace kestrel_vk

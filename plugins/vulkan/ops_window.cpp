@@ -1,0 +1,126 @@
+// Sliding-window ops on (N, C, H, W) tensors (shaders/window.comp): im2col/col2im (convolution as
+// GEMM) and 2-D pooling forward and backward. Inputs may have any strides; outputs are contiguous.
+#include "vk_ops.hpp"
+
+namespace kestrel_vk {
+
+namespace {
+
+struct Geometry {
+  int64_t n, c, h, w, oh, ow;
+};
+
+Geometry geometry(const kestrel_window_params& p, const kestrel_tensor& image) {
+  Geometry g{image.shape[0], image.shape[1], image.shape[2], image.shape[3], 0, 0};
+  g.oh = (g.h + 2 * p.pad_h - int64_t(p.dilation_h) * (p.kernel_h - 1) - 1) / p.stride_h + 1;
+  g.ow = (g.w + 2 * p.pad_w - int64_t(p.dilation_w) * (p.kernel_w - 1) - 1) / p.stride_w + 1;
+  return g;
+}
+
+bool window_ok(const kestrel_window_params* p) {
+  return p && p->struct_size >= sizeof(kestrel_window_params) && p->kernel_h >= 1 && p->kernel_w >= 1 &&
+         p->stride_h >= 1 && p->stride_w >= 1 && p->pad_h >= 0 && p->pad_w >= 0 && p->dilation_h >= 1 &&
+         p->dilation_w >= 1 && (p->mode == KESTREL_POOL_MAX || p->mode == KESTREL_POOL_AVG);
+}
+
+bool shape4(const kestrel_tensor& t, int64_t n, int64_t c, int64_t h, int64_t w) {
+  return t.rank == 4 && t.shape[0] == n && t.shape[1] == c && t.shape[2] == h && t.shape[3] == w;
+}
+
+void set_geometry(Params& params, const kestrel_window_params& p, const Geometry& g) {
+  const int64_t values[15] = {g.n, g.c, g.h, g.w, g.oh, g.ow, p.kernel_h, p.kernel_w, p.stride_h,
+                              p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.mode};
+  for (int i = 0; i < 15; ++i) params.ints[i] = static_cast<int32_t>(values[i]);
+}
+
+}  // namespace
+
+bool supports_window(const kestrel_op& op, uint32_t dtypes) {
+  auto* p = static_cast<const kestrel_window_params*>(op.params);
+  if (!window_ok(p) || !valid_tensors(op) || op.num_outputs < 1) return false;
+  const kestrel_tensor& out = op.outputs[0];
+  if (out.dtype != KESTREL_DTYPE_F32 || !in_mask(dtypes, out.dtype) || !is_contiguous(out)) return false;
+  const bool max = p->mode == KESTREL_POOL_MAX;
+  const bool i64 = in_mask(dtypes, KESTREL_DTYPE_I64);
+  switch (op.kind) {
+    case KESTREL_OP_IM2COL: {
+      if (!arity(op, 1, 1) || op.inputs[0].rank != 4 || op.inputs[0].dtype != out.dtype) return false;
+      Geometry g = geometry(*p, op.inputs[0]);
+      return g.oh >= 1 && g.ow >= 1 && out.rank == 3 && out.shape[0] == g.n &&
+             out.shape[1] == g.c * p->kernel_h * p->kernel_w && out.shape[2] == g.oh * g.ow;
+    }
+    case KESTREL_OP_COL2IM: {
+      if (!arity(op, 1, 1) || out.rank != 4 || op.inputs[0].dtype != out.dtype) return false;
+      Geometry g = geometry(*p, out);
+      const kestrel_tensor& cols = op.inputs[0];
+      return g.oh >= 1 && g.ow >= 1 && cols.rank == 3 && cols.shape[0] == g.n &&
+             cols.shape[1] == g.c * p->kernel_h * p->kernel_w && cols.shape[2] == g.oh * g.ow;
+    }
+    case KESTREL_OP_POOL2D: {
+      if (!arity(op, 1, max ? 2 : 1) || op.inputs[0].rank != 4 || op.inputs[0].dtype != out.dtype) return false;
+      Geometry g = geometry(*p, op.inputs[0]);
+      if (g.oh < 1 || g.ow < 1 || !shape4(out, g.n, g.c, g.oh, g.ow)) return false;
+      return !max || (i64 && op.outputs[1].dtype == KESTREL_DTYPE_I64 && same_shape(op.outputs[1], out) &&
+                      is_contiguous(op.outputs[1]));
+    }
+    case KESTREL_OP_POOL2D_BACKWARD: {
+      if (!arity(op, max ? 2 : 1, 1) || out.rank != 4 || op.inputs[0].dtype != out.dtype) return false;
+      Geometry g = geometry(*p, out);
+      if (g.oh < 1 || g.ow < 1 || !shape4(op.inputs[0], g.n, g.c, g.oh, g.ow)) return false;
+      return !max || (i64 && op.inputs[1].dtype == KESTREL_DTYPE_I64 && same_shape(op.inputs[1], op.inputs[0]));
+    }
+    default: return false;
+  }
+}
+
+void launch_window(kestrel_stream* stream, const kestrel_op& op) {
+  const auto& p = params_of<kestrel_window_params>(op, "window op");
+  const bool max = p.mode == KESTREL_POOL_MAX;
+  const kestrel_tensor& out = op.outputs[0];
+  Dispatch d;
+  uint64_t invocations = static_cast<uint64_t>(numel(out));
+  switch (op.kind) {
+    case KESTREL_OP_IM2COL:
+      d.shader = "im2col_f32";
+      set_geometry(d.params, p, geometry(p, op.inputs[0]));
+      break;
+    case KESTREL_OP_COL2IM:
+      d.shader = "col2im_f32";
+      set_geometry(d.params, p, geometry(p, out));
+      break;
+    case KESTREL_OP_POOL2D:
+      d.shader = "pool2d_f32";
+      set_geometry(d.params, p, geometry(p, op.inputs[0]));
+      if (max) {
+        d.params.tensors[2] = describe(op.outputs[1]);
+        d.buffers[2] = op.outputs[1].buffer;
+      }
+      break;
+    default: {
+      d.shader = "pool2d_backward_f32";
+      const Geometry g = geometry(p, out);
+      set_geometry(d.params, p, g);
+      invocations = static_cast<uint64_t>(g.n * g.c);  // one invocation per (n, c) plane
+      d.params.tensors[0] = describe(op.inputs[0]);
+      d.buffers[0] = op.inputs[0].buffer;
+      if (max) {
+        d.params.tensors[1] = describe(op.inputs[1]);
+        d.buffers[1] = op.inputs[1].buffer;
+      }
+      d.params.tensors[2] = describe(out);
+      d.buffers[2] = out.buffer;
+      break;
+    }
+  }
+  if (op.kind != KESTREL_OP_POOL2D_BACKWARD) {
+    d.params.tensors[0] = describe(op.inputs[0]);
+    d.params.tensors[1] = describe(out);
+    d.buffers[0] = op.inputs[0].buffer;
+    d.buffers[1] = out.buffer;
+  }
+  if (invocations == 0) return;
+  set_flat_grid(stream->context, d, invocations);
+  run(stream, {d});
+}
+
+}  // namespace kestrel_vk

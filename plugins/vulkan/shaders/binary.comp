@@ -1,0 +1,47 @@
+#version 450
+// out = f(a, b), f = ints[0] (kestrel_binary_fn); comparisons give 1 or 0 in the operands' dtype.
+// Broadcast operands arrive with stride 0, so every operand is addressed through its own descriptor.
+// kestrel-variant: binary_f32 -DT=float -DIS_FLOAT=1
+// kestrel-variant: binary_i32 -DT=int
+// kestrel-variant: binary_i64 -DT=int64_t
+#include "common.glsl"
+#include "math.glsl"
+layout(local_size_x = KESTREL_LOCAL_SIZE) in;
+layout(std430, set = 0, binding = 1) readonly buffer InA { T data[]; } a_buf;
+layout(std430, set = 0, binding = 2) readonly buffer InB { T data[]; } b_buf;
+layout(std430, set = 0, binding = 3) writeonly buffer Out { T data[]; } out_buf;
+
+T apply(int fn, T a, T b) {
+  switch (fn) {
+    case 0: return a + b;
+    case 1: return a - b;
+    case 2: return a * b;
+#ifdef IS_FLOAT
+    case 3: return a / b;
+    case 4: return nan_max(a, b);
+    case 5: return nan_min(a, b);
+    case 6: return c_pow(a, b);
+#else
+    case 4: return a > b ? a : b;
+    case 5: return a < b ? a : b;
+#endif
+    // NE is spelled !(a == b) so that NaN compares unequal whatever the compiler picks for '!='.
+    case 7: return a == b ? T(1) : T(0);
+    case 8: return a == b ? T(0) : T(1);
+    case 9: return a < b ? T(1) : T(0);
+    case 10: return a <= b ? T(1) : T(0);
+    case 11: return a > b ? T(1) : T(0);
+    case 12: return a >= b ? T(1) : T(0);
+  }
+  return a;
+}
+
+void element(uint i) {
+  T a = a_buf.data[element_offset(0, i)];
+  T b = b_buf.data[element_offset(1, i)];
+  out_buf.data[element_offset(2, i)] = apply(PINT(0), a, b);
+}
+
+void main() {
+  for (uint i = flat_index(); i < P.tensors[2].numel; i += flat_stride()) element(i);
+}

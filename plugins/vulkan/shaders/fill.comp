@@ -1,0 +1,20 @@
+#version 450
+// out = value. The value arrives as floats[0] (float dtypes) or ints[0..1] (a 64-bit integer).
+// kestrel-variant: fill_f32 -DOUT_T=float -DOUT_FLOAT=1
+// kestrel-variant: fill_i32 -DOUT_T=int
+// kestrel-variant: fill_i64 -DOUT_T=int64_t
+#include "common.glsl"
+layout(local_size_x = KESTREL_LOCAL_SIZE) in;
+layout(std430, set = 0, binding = 1) writeonly buffer Out { OUT_T data[]; } out_buf;
+
+void element(uint i) {
+#ifdef OUT_FLOAT
+  out_buf.data[element_offset(0, i)] = PFLOAT(0);
+#else
+  out_buf.data[element_offset(0, i)] = OUT_T(param_int64(0));
+#endif
+}
+
+void main() {
+  for (uint i = flat_index(); i < P.tensors[0].numel; i += flat_stride()) element(i);
+}

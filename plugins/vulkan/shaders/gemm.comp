@@ -1,0 +1,74 @@
+#version 450
+// C = alpha * A @ B + beta * C for each batch entry. A workgroup of 16 x 16 invocations computes a
+// 64 x 64 block of C; each invocation keeps a 4 x 4 block of sums in registers (rows ly + 16 i,
+// columns lx + 16 j) and the operands pass through shared memory in slices of TILE_K along K. The
+// register blocking gives 16 multiply-adds per 8 shared-memory reads, which matters most on
+// software devices such as lavapipe, where every shared access is a real memory access.
+// tensors[0] = A (batch, M, K), tensors[1] = B (batch, K, N), tensors[2] = C (batch, M, N): all rank 3
+// with arbitrary strides, so transposed and broadcast (stride-0 batch) operands need no copy.
+// floats[0] = alpha, floats[1] = beta; beta == 0 ignores C's old contents (NaN there stays out).
+// Grid: x over 64-column blocks, y over 64-row blocks, z over the batch.
+// kestrel-variant: gemm_f32
+#include "common.glsl"
+#define THREADS 16
+#define BLOCK 4
+#define TILE_MN (THREADS * BLOCK)
+#define TILE_K 16
+layout(local_size_x = THREADS, local_size_y = THREADS) in;
+layout(std430, set = 0, binding = 1) readonly buffer A { float data[]; } a_buf;
+layout(std430, set = 0, binding = 2) readonly buffer B { float data[]; } b_buf;
+layout(std430, set = 0, binding = 3) buffer C { float data[]; } c_buf;
+
+shared float a_tile[TILE_MN][TILE_K + 1];  // +1 keeps column reads off one bank on real GPUs
+shared float b_tile[TILE_K][TILE_MN];
+
+void main() {
+  const uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y, batch = gl_WorkGroupID.z;
+  const uint lane = ly * THREADS + lx;
+  const uint M = SHAPE(2, 1), N = SHAPE(2, 2), K = SHAPE(0, 2);
+  const uint row0 = gl_WorkGroupID.y * TILE_MN, col0 = gl_WorkGroupID.x * TILE_MN;
+  const uint a_base = P.tensors[0].offset + batch * STRIDE(0, 0);
+  const uint b_base = P.tensors[1].offset + batch * STRIDE(1, 0);
+  const uint as_m = STRIDE(0, 1), as_k = STRIDE(0, 2);
+  const uint bs_k = STRIDE(1, 1), bs_n = STRIDE(1, 2);
+
+  float acc[BLOCK][BLOCK];
+  for (int i = 0; i < BLOCK; ++i)
+    for (int j = 0; j < BLOCK; ++j) acc[i][j] = 0.0;
+
+  for (uint k0 = 0; k0 < K; k0 += TILE_K) {
+    // Each of the 256 invocations loads 4 elements of each 64 x 16 (A) and 16 x 64 (B) slice.
+    for (uint e = lane; e < TILE_MN * TILE_K; e += THREADS * THREADS) {
+      uint r = e / TILE_K, k = e % TILE_K;  // A slice: row r, column k
+      uint gr = row0 + r, gk = k0 + k;
+      a_tile[r][k] = (gr < M && gk < K) ? a_buf.data[a_base + gr * as_m + gk * as_k] : 0.0;
+      uint bk = e / TILE_MN, c = e % TILE_MN;  // B slice: row bk, column c
+      uint gbk = k0 + bk, gc = col0 + c;
+      b_tile[bk][c] = (gbk < K && gc < N) ? b_buf.data[b_base + gbk * bs_k + gc * bs_n] : 0.0;
+    }
+    barrier();
+    for (uint kk = 0; kk < TILE_K; ++kk) {
+      float a[BLOCK], b[BLOCK];
+      for (int i = 0; i < BLOCK; ++i) a[i] = a_tile[ly + THREADS * i][kk];
+      for (int j = 0; j < BLOCK; ++j) b[j] = b_tile[kk][lx + THREADS * j];
+      for (int i = 0; i < BLOCK; ++i)
+        for (int j = 0; j < BLOCK; ++j) acc[i][j] += a[i] * b[j];
+    }
+    barrier();
+  }
+
+  const float alpha = PFLOAT(0), beta = PFLOAT(1);
+  const uint c_base = P.tensors[2].offset + batch * STRIDE(2, 0);
+  for (int i = 0; i < BLOCK; ++i) {
+    uint row = row0 + ly + THREADS * i;
+    if (row >= M) continue;
+    for (int j = 0; j < BLOCK; ++j) {
+      uint col = col0 + lx + THREADS * j;
+      if (col >= N) continue;
+      uint c_at = c_base + row * STRIDE(2, 1) + col * STRIDE(2, 2);
+      float value = alpha * acc[i][j];
+      if (beta != 0.0) value += beta * c_buf.data[c_at];
+      c_buf.data[c_at] = value;
+    }
+  }
+}

@@ -1,0 +1,61 @@
+#version 450
+// Philox4x32-10 draws with the element -> counter mapping of plugin.h (see kestrel/philox.h):
+// element i uses block (offset + i / 4), word i % 4 for uniform and bernoulli, and block
+// (offset + i / 2), words 2*(i % 2) and 2*(i % 2) + 1 for normal (Box-Muller).
+// ints[0] = distribution; uints[0..1] = seed, uints[2..3] = offset (low, high words);
+// floats[0] = a, floats[1] = (b - a) for uniform or b for normal;
+// uints[4] = bernoulli threshold ceil(a * 2^24), so (w >> 8) < a * 2^24 becomes an exact integer test.
+// kestrel-variant: random_f32
+#include "common.glsl"
+layout(local_size_x = KESTREL_LOCAL_SIZE) in;
+layout(std430, set = 0, binding = 1) writeonly buffer Out { float data[]; } out_buf;
+
+uvec4 philox4x32_10(uvec2 key, uvec2 counter) {
+  uint c0 = counter.x, c1 = counter.y, c2 = 0u, c3 = 0u, k0 = key.x, k1 = key.y;
+  for (int round = 0; round < 10; ++round) {
+    uint hi0, lo0, hi1, lo1;
+    umulExtended(0xD2511F53u, c0, hi0, lo0);
+    umulExtended(0xCD9E8D57u, c2, hi1, lo1);
+    uint n0 = hi1 ^ c1 ^ k0;
+    uint n2 = hi0 ^ c3 ^ k1;
+    c1 = lo1;
+    c3 = lo0;
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return uvec4(c0, c1, c2, c3);
+}
+
+uvec4 block_at(uint block_index) {
+  uint carry;
+  uint low = uaddCarry(PUINT(2), block_index, carry);
+  return philox4x32_10(uvec2(PUINT(0), PUINT(1)), uvec2(low, PUINT(3) + carry));
+}
+
+// The top 24 bits as a float in [0, 1): exact.
+float unit(uint word) { return float(word >> 8) * (1.0 / 16777216.0); }
+
+void element(uint i) {
+  int distribution = PINT(0);
+  float value;
+  if (distribution == 1) {
+    uvec4 block = block_at(i / 2u);
+    uint lane = 2u * (i % 2u);
+    float u1 = unit(block[lane]) + 1.0 / 16777216.0;  // in (0, 1], so the log stays finite
+    float u2 = unit(block[lane + 1u]);
+    // cos(2 pi u2) == cos(2 pi (1 - u2)): keeps the argument in [0, pi], where cos is most accurate.
+    float turn = u2 > 0.5 ? 1.0 - u2 : u2;
+    float z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * turn);
+    value = PFLOAT(0) + PFLOAT(1) * z;
+  } else {
+    uint word = block_at(i / 4u)[i % 4u];
+    value = distribution == 2 ? ((word >> 8) < PUINT(4) ? 1.0 : 0.0) : PFLOAT(0) + PFLOAT(1) * unit(word);
+  }
+  out_buf.data[element_offset(0, i)] = value;
+}
+
+void main() {
+  for (uint i = flat_index(); i < P.tensors[0].numel; i += flat_stride()) element(i);
+}

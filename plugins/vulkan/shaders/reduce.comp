@@ -1,0 +1,114 @@
+#version 450
+// One workgroup per output element: its invocations each fold a strided share of the reduced elements,
+// then combine through shared memory. (Lavapipe's LLVM backend stops any loop after 65535 iterations,
+// so one invocation must never walk a whole long axis; a tree is also what a GPU wants.)
+// The host splits the input's axes into kept ones and reduced ones, described as three views (see
+// ops_reduce.cpp):
+//   tensors[0]  input over the kept axes    tensors[1]  output over the kept axes
+//   tensors[2]  input over the reduced axes, offset 0 (added to the kept offset)
+// ints[0] = kestrel_reduce_fn. The argmax variants write i64 positions along the reduced axis: the
+// first NaN wins, else the largest value at its smallest position.
+// kestrel-variant: reduce_f32 -DT=float -DACC_T=float -DIS_FLOAT=1
+// kestrel-variant: reduce_i32 -DT=int -DACC_T=int64_t
+// kestrel-variant: reduce_i64 -DT=int64_t -DACC_T=int64_t
+// kestrel-variant: argmax_f32 -DT=float -DIS_FLOAT=1 -DARGMAX=1
+// kestrel-variant: argmax_i32 -DT=int -DARGMAX=1
+// kestrel-variant: argmax_i64 -DT=int64_t -DARGMAX=1
+#include "common.glsl"
+#include "math.glsl"
+layout(local_size_x = KESTREL_LOCAL_SIZE) in;
+layout(std430, set = 0, binding = 1) readonly buffer In { T data[]; } in_buf;
+#ifdef ARGMAX
+layout(std430, set = 0, binding = 2) writeonly buffer Out { int64_t data[]; } out_buf;
+#else
+layout(std430, set = 0, binding = 2) writeonly buffer Out { T data[]; } out_buf;
+#endif
+
+#ifdef IS_FLOAT
+bool is_nan_value(T v) { return isnan(v); }
+#else
+bool is_nan_value(T v) { return false; }
+#endif
+
+const uint kNone = 0xffffffffu;  // an invocation that saw no element
+
+#ifdef ARGMAX
+shared T best_value[KESTREL_LOCAL_SIZE];
+shared uint best_index[KESTREL_LOCAL_SIZE];
+
+// Keeps in slot `a` the winner of slots a and b.
+void combine(uint a, uint b) {
+  uint ia = best_index[a], ib = best_index[b];
+  if (ib == kNone) return;
+  T va = best_value[a], vb = best_value[b];
+  bool take_b;
+  if (ia == kNone) take_b = true;
+  else if (is_nan_value(va) || is_nan_value(vb)) take_b = is_nan_value(vb) && (!is_nan_value(va) || ib < ia);
+  else take_b = vb > va || (vb == va && ib < ia);
+  if (take_b) {
+    best_value[a] = vb;
+    best_index[a] = ib;
+  }
+}
+#else
+shared ACC_T partial[KESTREL_LOCAL_SIZE];
+
+ACC_T fold(int fn, ACC_T acc, ACC_T v) {
+#ifdef IS_FLOAT
+  if (fn == 2) return nan_max(acc, v);
+  if (fn == 3) return nan_min(acc, v);
+#else
+  if (fn == 2) return max(acc, v);
+  if (fn == 3) return min(acc, v);
+#endif
+  return acc + v;
+}
+#endif
+
+void main() {
+  // Every invocation of a workgroup has the same output, so the barriers below are in uniform flow.
+  uint o = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  if (o >= P.tensors[1].numel) return;
+  uint lid = gl_LocalInvocationID.x;
+  uint base = element_offset(0, o);
+  uint count = P.tensors[2].numel;
+#ifdef ARGMAX
+  T best = T(0);
+  uint where = kNone;
+  for (uint r = lid; r < count; r += KESTREL_LOCAL_SIZE) {
+    T v = in_buf.data[base + element_offset(2, r)];
+    if (where == kNone || v > best || (is_nan_value(v) && !is_nan_value(best))) {
+      best = v;
+      where = r;
+    }
+    if (is_nan_value(best)) break;  // later NaNs of this share have larger positions
+  }
+  best_value[lid] = best;
+  best_index[lid] = where;
+  barrier();
+  for (uint s = KESTREL_LOCAL_SIZE / 2; s > 0; s >>= 1) {
+    if (lid < s) combine(lid, lid + s);
+    barrier();
+  }
+  if (lid == 0) out_buf.data[element_offset(1, o)] = int64_t(best_index[0]);
+#else
+  int fn = PINT(0);
+  bool additive = fn == 0 || fn == 1;
+  // max/min start from the first element, which every share may fold again without harm
+  ACC_T acc = additive || count == 0 ? ACC_T(0) : ACC_T(in_buf.data[base]);
+  for (uint r = lid; r < count; r += KESTREL_LOCAL_SIZE) acc = fold(fn, acc, ACC_T(in_buf.data[base + element_offset(2, r)]));
+  partial[lid] = acc;
+  barrier();
+  for (uint s = KESTREL_LOCAL_SIZE / 2; s > 0; s >>= 1) {
+    if (lid < s) partial[lid] = fold(fn, partial[lid], partial[lid + s]);
+    barrier();
+  }
+  if (lid == 0) {
+    ACC_T total = partial[0];
+#ifdef IS_FLOAT
+    if (fn == 1) total = count > 0 ? total / float(count) : K_NAN;
+#endif
+    out_buf.data[element_offset(1, o)] = T(total);
+  }
+#endif
+}

@@ -1,0 +1,65 @@
+// The Vulkan plugin's op families. Each has `supports_*` (descriptors only; never throws) and
+// `launch_*` (builds dispatches and runs them; called only after supports_* said yes).
+#pragma once
+#include "vk_common.hpp"
+
+namespace kestrel_vk {
+
+bool supports_fill(const kestrel_op& op, uint32_t dtypes);
+void launch_fill(kestrel_stream* stream, const kestrel_op& op);
+bool supports_copy(const kestrel_op& op, uint32_t dtypes);
+void launch_copy(kestrel_stream* stream, const kestrel_op& op);
+bool supports_unary(const kestrel_op& op, uint32_t dtypes);
+void launch_unary(kestrel_stream* stream, const kestrel_op& op);
+bool supports_binary(const kestrel_op& op, uint32_t dtypes);
+void launch_binary(kestrel_stream* stream, const kestrel_op& op);
+bool supports_reduce(const kestrel_op& op, uint32_t dtypes);
+void launch_reduce(kestrel_stream* stream, const kestrel_op& op);
+bool supports_gemm(const kestrel_op& op, uint32_t dtypes);
+void launch_gemm(kestrel_stream* stream, const kestrel_op& op);
+bool supports_gather(const kestrel_op& op, uint32_t dtypes);
+void launch_gather(kestrel_stream* stream, const kestrel_op& op);
+bool supports_scatter_add(const kestrel_op& op, uint32_t dtypes);
+void launch_scatter_add(kestrel_stream* stream, const kestrel_op& op);
+bool supports_random(const kestrel_op& op, uint32_t dtypes);
+void launch_random(kestrel_stream* stream, const kestrel_op& op);
+bool supports_window(const kestrel_op& op, uint32_t dtypes);  // im2col, col2im, pool2d, pool2d_backward
+void launch_window(kestrel_stream* stream, const kestrel_op& op);
+
+// ---- shared helpers (vk_ops_common.cpp) ----
+
+inline int64_t numel(const kestrel_tensor& t) {
+  int64_t n = 1;
+  for (int d = 0; d < t.rank; ++d) n *= t.shape[d];
+  return n;
+}
+inline bool same_shape(const kestrel_tensor& a, const kestrel_tensor& b) {
+  if (a.rank != b.rank) return false;
+  for (int d = 0; d < a.rank; ++d)
+    if (a.shape[d] != b.shape[d]) return false;
+  return true;
+}
+bool is_contiguous(const kestrel_tensor& t);
+size_t dtype_bytes(kestrel_dtype d);
+// "f32", "i32", "i64": the suffix of shader variant names.
+const char* dtype_suffix(kestrel_dtype d);
+inline bool in_mask(uint32_t dtypes, kestrel_dtype d) { return d >= 0 && d < KESTREL_DTYPE_COUNT && (dtypes >> d) & 1u; }
+
+// Well-formed descriptors whose every extent, stride and reachable element fits the shaders' 32-bit
+// index arithmetic.
+bool valid_tensors(const kestrel_op& op);
+bool arity(const kestrel_op& op, int inputs, int outputs);
+
+// Checks that every element a descriptor can reach lies inside its buffer and inside one binding.
+void check_bounds(const kestrel_context* context, const kestrel_tensor& t, const char* role);
+
+TensorDesc describe(const kestrel_tensor& t);
+
+template <class P>
+const P& params_of(const kestrel_op& op, const char* name) {
+  const P* p = static_cast<const P*>(op.params);
+  if (!p || p->struct_size < sizeof(P)) fail(std::string(name) + ": missing or too-small parameter block");
+  return *p;
+}
+
+}  // namespace kestrel_vk

@@ -1,0 +1,318 @@
+// The Vulkan compute backend: the ABI table and the boundary where C++ errors become statuses.
+// Devices, contexts, streams and buffers live in vk_instance/vk_memory/vk_submit.cpp; the ops in
+// ops_*.cpp with their GLSL in shaders/. Launches and copies complete before they return (see
+// vk_common.hpp), so the event entries stay NULL.
+#include <cstring>
+
+#include "vk_ops.hpp"
+
+namespace kestrel_vk {
+
+[[noreturn]] void fail(const std::string& message, kestrel_status status) { throw Failure(status, message); }
+
+const char* result_name(VkResult result) {
+  switch (result) {
+    case VK_SUCCESS: return "VK_SUCCESS";
+    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
+    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
+    case VK_ERROR_OUT_OF_POOL_MEMORY: return "VK_ERROR_OUT_OF_POOL_MEMORY";
+    default: return "VkResult error";
+  }
+}
+
+void check(VkResult result, const char* what) {
+  if (result == VK_SUCCESS) return;
+  const std::string message = std::string(what) + " failed: " + result_name(result) + " (" + std::to_string(result) + ")";
+  switch (result) {
+    case VK_ERROR_OUT_OF_HOST_MEMORY:
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY:
+      fail(message + "; free tensors or use a smaller batch", KESTREL_STATUS_OUT_OF_MEMORY);
+    case VK_ERROR_DEVICE_LOST:
+    case VK_ERROR_INITIALIZATION_FAILED:
+    case VK_ERROR_INCOMPATIBLE_DRIVER:
+      fail(message + "; the Vulkan device or driver is not usable, check `kestrel devices`", KESTREL_STATUS_UNAVAILABLE);
+    default: fail(message, KESTREL_STATUS_INTERNAL);
+  }
+}
+
+namespace {
+
+thread_local std::string last_error_message;
+
+template <class Body>
+kestrel_status guarded(Body&& body) {
+  try {
+    body();
+    return KESTREL_STATUS_OK;
+  } catch (const Failure& f) {
+    last_error_message = f.what();
+    return f.status;
+  } catch (const std::bad_alloc&) {
+    last_error_message = "out of host memory";
+    return KESTREL_STATUS_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    last_error_message = std::string("internal error: ") + e.what();
+    return KESTREL_STATUS_INTERNAL;
+  }
+}
+
+void check_range(const kestrel_buffer* buffer, uint64_t offset, uint64_t bytes, const char* what) {
+  if (!buffer) fail(std::string(what) + ": null buffer");
+  if (offset > buffer->bytes || bytes > buffer->bytes - offset)
+    fail(std::string(what) + ": " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+         " overrun a buffer of " + std::to_string(buffer->bytes) + " bytes");
+}
+
+// ---- ABI entries ----
+
+const char* last_error() { return last_error_message.c_str(); }
+
+kestrel_status probe(kestrel_probe_result* result) {
+  result->reason[0] = '\0';
+  result->usable = 0;
+  result->priority = 0;
+  try {
+    const Instance& inst = instance();
+    if (inst.devices.empty()) {
+      std::strncpy(result->reason,
+                   "the Vulkan loader found no device with a compute queue and Vulkan 1.1; install a driver "
+                   "(mesa-vulkan-drivers gives the lavapipe software device)",
+                   sizeof(result->reason) - 1);
+      return KESTREL_STATUS_OK;
+    }
+    // GPUs beat the CPU plugin (10); a software rasteriser such as lavapipe does not.
+    bool any_gpu = false;
+    for (const auto& d : inst.devices) any_gpu |= d.properties.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+    result->usable = 1;
+    result->priority = any_gpu ? 100 : 5;
+    std::string remark = any_gpu ? "" : "software Vulkan only (slower than --backend cpu)";
+    if (inst.validation) remark += remark.empty() ? "validation layer on" : "; validation layer on";
+    if (inst.validation_missing)
+      remark += std::string(remark.empty() ? "" : "; ") +
+                "KESTREL_VULKAN_VALIDATION=1 but VK_LAYER_KHRONOS_validation is not installed "
+                "(install vulkan-validationlayers)";
+    std::strncpy(result->reason, remark.c_str(), sizeof(result->reason) - 1);
+  } catch (const std::exception& e) {
+    std::strncpy(result->reason, e.what(), sizeof(result->reason) - 1);
+  }
+  return KESTREL_STATUS_OK;
+}
+
+void shutdown() { destroy_instance(); }
+
+kestrel_status device_count(int32_t* count) {
+  return guarded([&] { *count = static_cast<int32_t>(instance().devices.size()); });
+}
+
+kestrel_status device_properties(int32_t device, kestrel_device_properties* props) {
+  return guarded([&] { fill_properties(physical_device(device), props); });
+}
+
+void context_destroy(kestrel_context* context) {
+  if (!context) return;
+  print_profile();
+  if (context->device) {
+    vkDeviceWaitIdle(context->device);
+    trim_cache(context);
+    destroy_buffer(context->placeholder);
+    destroy_pipelines(context);
+    vkDestroyDevice(context->device, nullptr);
+  }
+  delete context;
+}
+
+kestrel_status context_create(int32_t device, kestrel_context** out) {
+  kestrel_context* context = nullptr;
+  kestrel_status status = guarded([&] {
+    const PhysicalDevice& physical = physical_device(device);
+    context = new kestrel_context();
+    context->physical = &physical;
+    const float priority = 1.0f;
+    VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+    queue.queueFamilyIndex = physical.compute_queue_family;
+    queue.queueCount = 1;
+    queue.pQueuePriorities = &priority;
+    VkPhysicalDeviceFeatures features{};
+    features.shaderInt64 = physical.has_int64 ? VK_TRUE : VK_FALSE;
+    VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+    info.queueCreateInfoCount = 1;
+    info.pQueueCreateInfos = &queue;
+    info.pEnabledFeatures = &features;
+    check(vkCreateDevice(physical.handle, &info, nullptr, &context->device), "vkCreateDevice");
+    vkGetDeviceQueue(context->device, physical.compute_queue_family, 0, &context->queue);
+    choose_memory_types(context);
+    create_pipeline_layout(context);
+    context->placeholder = allocate_host_buffer(context, 256);
+    *out = context;
+  });
+  if (status != KESTREL_STATUS_OK) context_destroy(context);
+  return status;
+}
+
+void stream_destroy(kestrel_stream* stream) {
+  if (!stream) return;
+  destroy_stream_objects(stream);
+  delete stream;
+}
+
+kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
+  kestrel_stream* stream = new kestrel_stream();
+  stream->context = context;
+  kestrel_status status = guarded([&] {
+    create_stream_objects(stream);
+    *out = stream;
+  });
+  if (status != KESTREL_STATUS_OK) stream_destroy(stream);
+  return status;
+}
+
+kestrel_status stream_synchronize(kestrel_stream*) { return KESTREL_STATUS_OK; }  // all work is already done
+
+kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_buffer** buffer) {
+  return guarded([&] { *buffer = allocate_buffer(context, bytes); });
+}
+
+void buffer_free(kestrel_buffer* buffer) {
+  if (buffer) release_buffer(buffer);  // no work is in flight (launches are synchronous)
+}
+
+kestrel_status copy_host_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset, const void* src,
+                                   uint64_t bytes) {
+  return guarded([&] {
+    check_range(dst, dst_offset, bytes, "copy_host_to_device");
+    copy_to_device(stream, dst, dst_offset, src, bytes);
+  });
+}
+
+kestrel_status copy_device_to_host(kestrel_stream* stream, void* dst, kestrel_buffer* src, uint64_t src_offset,
+                                   uint64_t bytes) {
+  return guarded([&] {
+    check_range(src, src_offset, bytes, "copy_device_to_host");
+    copy_to_host(stream, dst, src, src_offset, bytes);
+  });
+}
+
+kestrel_status copy_device_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset,
+                                     kestrel_buffer* src, uint64_t src_offset, uint64_t bytes) {
+  return guarded([&] {
+    check_range(dst, dst_offset, bytes, "copy_device_to_device");
+    check_range(src, src_offset, bytes, "copy_device_to_device");
+    if (dst->context != src->context)
+      fail("copy_device_to_device between two Vulkan devices is not supported; copy through the host",
+           KESTREL_STATUS_UNSUPPORTED);
+    copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
+  });
+}
+
+kestrel_status memory_stats(kestrel_context* context, kestrel_memory_stats* stats) {
+  std::lock_guard<std::mutex> lock(context->memory_mutex);
+  stats->allocated = context->allocated;
+  stats->reserved = context->allocated + context->cached;
+  stats->peak_allocated = context->peak;
+  stats->alloc_count = context->count;
+  return KESTREL_STATUS_OK;
+}
+
+kestrel_status memory_trim(kestrel_context* context) {
+  return guarded([&] { trim_cache(context); });
+}
+
+kestrel_status memory_reset_peak(kestrel_context* context) {
+  std::lock_guard<std::mutex> lock(context->memory_mutex);
+  context->peak = context->allocated;
+  return KESTREL_STATUS_OK;
+}
+
+struct Family {
+  bool (*supports)(const kestrel_op&, uint32_t);
+  void (*launch)(kestrel_stream*, const kestrel_op&);
+};
+
+const Family* family_of(kestrel_op_kind kind) {
+  static const Family fill{supports_fill, launch_fill}, copy{supports_copy, launch_copy},
+      unary{supports_unary, launch_unary}, binary{supports_binary, launch_binary},
+      reduce{supports_reduce, launch_reduce}, gemm{supports_gemm, launch_gemm},
+      gather{supports_gather, launch_gather}, scatter{supports_scatter_add, launch_scatter_add},
+      random{supports_random, launch_random}, window{supports_window, launch_window};
+  switch (kind) {
+    case KESTREL_OP_FILL: return &fill;
+    case KESTREL_OP_COPY: return &copy;
+    case KESTREL_OP_UNARY: return &unary;
+    case KESTREL_OP_BINARY: return &binary;
+    case KESTREL_OP_REDUCE: return &reduce;
+    case KESTREL_OP_GEMM: return &gemm;
+    case KESTREL_OP_GATHER: return &gather;
+    case KESTREL_OP_SCATTER_ADD: return &scatter;
+    case KESTREL_OP_RANDOM: return &random;
+    case KESTREL_OP_IM2COL: case KESTREL_OP_COL2IM: case KESTREL_OP_POOL2D: case KESTREL_OP_POOL2D_BACKWARD:
+      return &window;
+    default: return nullptr;  // fused ops: the engine composes them from the primitives
+  }
+}
+
+uint32_t context_dtypes(const kestrel_context* context) {
+  if (context && context->physical) return dtype_mask(*context->physical);
+  return (1u << KESTREL_DTYPE_F32) | (1u << KESTREL_DTYPE_I32) | (1u << KESTREL_DTYPE_I64);
+}
+
+int32_t supports_op(kestrel_context* context, const kestrel_op* op) {
+  if (!op || op->struct_size < sizeof(kestrel_op) || !valid_tensors(*op)) return 0;
+  const Family* family = family_of(op->kind);
+  return family && family->supports(*op, context_dtypes(context)) ? 1 : 0;
+}
+
+kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
+  return guarded([&] {
+    if (!supports_op(stream->context, op))
+      fail("the vulkan backend does not support this op with these dtypes, shapes or strides (it computes in "
+           "f32, i32 and i64; fused ops are composed by the engine)",
+           KESTREL_STATUS_UNSUPPORTED);
+    for (int i = 0; i < op->num_inputs; ++i) check_bounds(stream->context, op->inputs[i], "input");
+    for (int i = 0; i < op->num_outputs; ++i) check_bounds(stream->context, op->outputs[i], "output");
+    family_of(op->kind)->launch(stream, *op);
+  });
+}
+
+}  // namespace
+}  // namespace kestrel_vk
+
+KESTREL_PLUGIN_ENTRY {
+  using namespace kestrel_vk;
+  static const kestrel_plugin_api api = [] {
+    kestrel_plugin_api a{};
+    a.struct_size = sizeof(a);
+    a.abi_major = KESTREL_PLUGIN_ABI_MAJOR;
+    a.abi_minor = KESTREL_PLUGIN_ABI_MINOR;
+    a.name = "vulkan";
+    a.version = KESTREL_VERSION;
+    a.last_error = last_error;
+    a.probe = probe;
+    a.shutdown = shutdown;
+    a.device_count = device_count;
+    a.device_properties = device_properties;
+    a.context_create = context_create;
+    a.context_destroy = context_destroy;
+    a.stream_create = stream_create;
+    a.stream_destroy = stream_destroy;
+    a.stream_synchronize = stream_synchronize;
+    a.buffer_alloc = buffer_alloc;
+    a.buffer_free = buffer_free;
+    a.copy_host_to_device = copy_host_to_device;
+    a.copy_device_to_host = copy_device_to_host;
+    a.copy_device_to_device = copy_device_to_device;
+    a.memory_stats = memory_stats;
+    a.memory_trim = memory_trim;
+    a.memory_reset_peak = memory_reset_peak;
+    a.supports_op = supports_op;
+    a.launch = launch;
+    return a;
+  }();
+  return &api;
+}
