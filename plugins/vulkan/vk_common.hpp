@@ -119,7 +119,7 @@ struct kestrel_context {
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
   VkPipelineLayout pipeline_layout = VK_NULL_HANDLE;
   std::unordered_map<std::string, VkPipeline> pipelines;
-  kestrel_buffer* placeholder = nullptr;  // bound to unused bindings
+  kestrel_buffer* unused_binding = nullptr;  // bound to unused bindings
 };
 
 struct kestrel_stream {
@@ -141,7 +141,7 @@ void choose_memory_types(kestrel_context* context);
 kestrel_buffer* allocate_buffer(kestrel_context* context, uint64_t bytes);
 void release_buffer(kestrel_buffer* buffer);  // back to the cache
 void destroy_buffer(kestrel_buffer* buffer);  // back to the driver, not counted
-// Host-visible buffer outside the statistics (params, staging, placeholders).
+// Host-visible buffer outside the statistics (params, staging, unused bindings).
 kestrel_buffer* allocate_host_buffer(kestrel_context* context, uint64_t bytes);
 void trim_cache(kestrel_context* context);
 void copy_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t offset, const void* src, uint64_t bytes);

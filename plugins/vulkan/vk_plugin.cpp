@@ -121,7 +121,7 @@ void context_destroy(kestrel_context* context) {
   if (context->device) {
     vkDeviceWaitIdle(context->device);
     trim_cache(context);
-    destroy_buffer(context->placeholder);
+    destroy_buffer(context->unused_binding);
     destroy_pipelines(context);
     vkDestroyDevice(context->device, nullptr);
   }
@@ -149,7 +149,7 @@ kestrel_status context_create(int32_t device, kestrel_context** out) {
     vkGetDeviceQueue(context->device, physical.compute_queue_family, 0, &context->queue);
     choose_memory_types(context);
     create_pipeline_layout(context);
-    context->placeholder = allocate_host_buffer(context, 256);
+    context->unused_binding = allocate_host_buffer(context, 256);
     *out = context;
   });
   if (status != KESTREL_STATUS_OK) context_destroy(context);

@@ -156,7 +156,7 @@ void run(kestrel_stream* stream, const std::vector<Dispatch>& dispatches) {
       VkDescriptorBufferInfo infos[kMaxBindings + 1]{};
       infos[0] = {stream->params->buffer, params_offset, sizeof(Params)};
       for (int b = 0; b < kMaxBindings; ++b) {
-        const kestrel_buffer* buffer = d.buffers[b] ? d.buffers[b] : context->placeholder;
+        const kestrel_buffer* buffer = d.buffers[b] ? d.buffers[b] : context->unused_binding;
         infos[b + 1] = {buffer->buffer, 0, std::min<uint64_t>(buffer->reserved, context->max_binding_range)};
       }
       VkWriteDescriptorSet writes[kMaxBindings + 1]{};
