@@ -102,10 +102,11 @@ __global__ void cross_entropy_kernel(const typename E::storage* x, const L* labe
 
 // The same arithmetic as torch.optim.Adam/AdamW (non-fused, non-amsgrad) and the CPU backend.
 template <class T>
-__global__ void adam_kernel(T* param, const T* grad, T* m, T* v, int64_t n, T lr, T b1, T b2, T eps, T wd, T scale,
-                            T step_size, T bias2_sqrt, bool decoupled) {
+__global__ void adam_kernel(T* param, T* grad, T* m, T* v, int64_t n, T lr, T b1, T b2, T eps, T wd, T scale,
+                            T step_size, T bias2_sqrt, bool decoupled, bool zero_grad) {
   KESTREL_GRID_STRIDE_LOOP(i, n) {
     T g = grad[i] * scale;
+    if (zero_grad) grad[i] = T(0);
     T p = param[i];
     if (decoupled)
       p *= T(1) - lr * wd;
@@ -120,10 +121,11 @@ __global__ void adam_kernel(T* param, const T* grad, T* m, T* v, int64_t n, T lr
 }
 
 template <class T>
-__global__ void sgd_kernel(T* param, const T* grad, T* buf, int64_t n, T lr, T momentum, T dampening, T wd, T scale,
-                           bool nesterov, bool first) {
+__global__ void sgd_kernel(T* param, T* grad, T* buf, int64_t n, T lr, T momentum, T dampening, T wd, T scale,
+                           bool nesterov, bool first, bool zero_grad) {
   KESTREL_GRID_STRIDE_LOOP(i, n) {
     T d = grad[i] * scale + wd * param[i];
+    if (zero_grad) grad[i] = T(0);
     if (buf && momentum != T(0)) {
       T b = first ? d : momentum * buf[i] + (T(1) - dampening) * d;
       buf[i] = b;
@@ -218,13 +220,15 @@ void launch_optimizer(kestrel_stream& s, const kestrel_op& op) {
       const double bias2 = 1.0 - std::pow(p.beta2, double(p.step));
       adam_kernel<T><<<grid_for(n), kBlock, 0, s.cuda>>>(ptr(0), ptr(1), ptr(2), ptr(3), n, T(p.lr), T(p.beta1),
                                                          T(p.beta2), T(p.eps), T(p.weight_decay), T(p.grad_scale),
-                                                         T(p.lr / bias1), T(std::sqrt(bias2)), p.decoupled != 0);
+                                                         T(p.lr / bias1), T(std::sqrt(bias2)), p.decoupled != 0,
+                                                         p.zero_grad != 0);
     } else {
       const auto& p = params_of<kestrel_sgd_params>(op, "sgd_update");
       if (n == 0) return;
       sgd_kernel<T><<<grid_for(n), kBlock, 0, s.cuda>>>(ptr(0), ptr(1), op.num_inputs == 3 ? ptr(2) : nullptr, n,
                                                         T(p.lr), T(p.momentum), T(p.dampening), T(p.weight_decay),
-                                                        T(p.grad_scale), p.nesterov != 0, p.first_step != 0);
+                                                        T(p.grad_scale), p.nesterov != 0, p.first_step != 0,
+                                                        p.zero_grad != 0);
     }
   };
   if (op.inputs[0].dtype == KESTREL_DTYPE_F32)

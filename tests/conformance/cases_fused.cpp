@@ -117,10 +117,13 @@ void fused_cases(Runner& r) {
         auto p = params<kestrel_adam_params>();
         p.lr = 0.01, p.beta1 = 0.9, p.beta2 = 0.999, p.eps = 1e-8, p.weight_decay = 0.05, p.grad_scale = 0.5;
         p.decoupled = decoupled;
+        p.zero_grad = decoupled;  // one variant also checks that the gradient is cleared once read
         for (int step = 1; step <= 3; ++step) {
           auto grad = r.values(n, -2, 2, dtype);
           p.step = step;
-          launch(r.device(), KESTREL_OP_ADAM_UPDATE, &p, {tp, r.upload({n}, grad, dtype), tm, tv}, {});
+          Tensor tg = r.upload({n}, grad, dtype);
+          launch(r.device(), KESTREL_OP_ADAM_UPDATE, &p, {tp, tg, tm, tv}, {});
+          r.expect_close(tg, p.zero_grad ? std::vector<double>(n, 0.0) : grad, Tolerance{0, 0}, "gradient after the update");
           for (int64_t i = 0; i < n; ++i) {
             double g = grad[i] * p.grad_scale;
             if (decoupled)
@@ -146,10 +149,13 @@ void fused_cases(Runner& r) {
         auto p = params<kestrel_sgd_params>();
         p.lr = 0.1, p.momentum = 0.9, p.dampening = 0.0, p.weight_decay = 0.01, p.grad_scale = 1.0;
         p.nesterov = nesterov;
+        p.zero_grad = nesterov;
         for (int step = 1; step <= 3; ++step) {
           auto grad = r.values(n, -2, 2, dtype);
           p.first_step = step == 1;
-          launch(r.device(), KESTREL_OP_SGD_UPDATE, &p, {tp, r.upload({n}, grad, dtype), tb}, {});
+          Tensor tg = r.upload({n}, grad, dtype);
+          launch(r.device(), KESTREL_OP_SGD_UPDATE, &p, {tp, tg, tb}, {});
+          r.expect_close(tg, p.zero_grad ? std::vector<double>(n, 0.0) : grad, Tolerance{0, 0}, "gradient after the update");
           for (int64_t i = 0; i < n; ++i) {
             double d = grad[i] + p.weight_decay * param[i];
             buf[i] = step == 1 ? d : p.momentum * buf[i] + (1 - p.dampening) * d;

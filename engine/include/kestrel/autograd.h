@@ -19,6 +19,7 @@ struct VarNode {
   Tensor grad;  // dloss/dvalue once accumulated; leaves may hold a preallocated buffer here
   bool requires_grad = false;
   bool preallocated_grad = false;  // leaf grads that live in a shared buffer (the flat gradient)
+  bool grad_stale = false;  // the buffer holds an old gradient: the next accumulation overwrites it
   std::vector<std::shared_ptr<VarNode>> parents;
   BackwardFn backward;  // given dloss/dvalue, accumulates into the parents; empty for leaves
   const char* op = "leaf";

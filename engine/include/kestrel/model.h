@@ -77,7 +77,12 @@ class Model {
   std::vector<std::pair<std::string, Tensor>>& buffers() { return buffers_; }
   Tensor& flat_parameters() { return flat_params_; }
   Tensor& flat_gradients() { return flat_grads_; }
-  void zero_grad();
+  // Zeroes the gradients. lazy: only mark them stale, so the next backward pass overwrites them instead
+  // of adding (torch's set_to_none, without the reallocation): no pass over memory. Call
+  // settle_gradients() after that backward pass, before an optimizer reads them, to zero the gradients
+  // of parameters the pass did not reach.
+  void zero_grad(bool lazy = false);
+  void settle_gradients();
 
   // x: (N, ...input_shape). In training mode dropout draws masks from (seed, rng_offset) and advances
   // rng_offset; batchnorm uses batch statistics.

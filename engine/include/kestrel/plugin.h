@@ -156,8 +156,8 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_SOFTMAX = 33,       /* out = softmax or log_softmax of in0 over its last axis */
   KESTREL_OP_SOFTMAX_CROSS_ENTROPY = 34, /* in0 logits (N,C), in1 labels (N) i64 -> out0 loss (N)
                                           [, out1 dlogits (N,C) = softmax - onehot] */
-  KESTREL_OP_ADAM_UPDATE = 35,   /* in-place on in0 param, in1 grad (read), in2 m, in3 v */
-  KESTREL_OP_SGD_UPDATE = 36     /* in-place on in0 param, in1 grad (read) [, in2 momentum buffer] */
+  KESTREL_OP_ADAM_UPDATE = 35,   /* in-place on in0 param, in1 grad (read, zeroed if asked), in2 m, in3 v */
+  KESTREL_OP_SGD_UPDATE = 36     /* in-place on in0 param, in1 grad (likewise) [, in2 momentum buffer] */
 } kestrel_op_kind;
 
 typedef enum kestrel_unary_fn {
@@ -228,14 +228,17 @@ typedef struct kestrel_linear_params {
 } kestrel_linear_params;
 typedef struct kestrel_softmax_params { size_t struct_size; int32_t log; } kestrel_softmax_params;
 /* AdamW when decoupled != 0 (weight decay applied to the parameter, not the gradient). `step` counts
- * from 1 and drives bias correction. grad_scale multiplies the gradient first (1 / loss scale). */
+ * from 1 and drives bias correction. grad_scale multiplies the gradient first (1 / loss scale).
+ * zero_grad != 0: the gradient (in1) is set to zero once read, ready for the next backward pass, which
+ * saves the trainer a separate pass over every gradient. */
 typedef struct kestrel_adam_params {
   size_t struct_size;
-  double lr, beta1, beta2, eps, weight_decay, grad_scale; int64_t step; int32_t decoupled;
+  double lr, beta1, beta2, eps, weight_decay, grad_scale; int64_t step; int32_t decoupled; int32_t zero_grad;
 } kestrel_adam_params;
 typedef struct kestrel_sgd_params {
   size_t struct_size;
   double lr, momentum, dampening, weight_decay, grad_scale; int32_t nesterov; int32_t first_step;
+  int32_t zero_grad;  /* as for Adam */
 } kestrel_sgd_params;
 
 typedef struct kestrel_op {

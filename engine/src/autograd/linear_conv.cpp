@@ -9,12 +9,13 @@ namespace kestrel::fn {
 namespace {
 
 // dW += a @ b, straight into a preallocated gradient buffer when there is one (a GEMM with beta = 1
-// instead of a product, a temporary and an addition).
+// instead of a product, a temporary and an addition; beta = 0 when the buffer was lazily zeroed).
 void accumulate_product(VarNode& weight, const Tensor& a, const Tensor& b) {
   if (!weight.requires_grad) return;
   if (weight.preallocated_grad) {
     Tensor grad = weight.grad.view({a.size(0), b.size(1)});
-    ops::gemm_(grad, a, b, 1.0, 1.0);
+    ops::gemm_(grad, a, b, 1.0, weight.grad_stale ? 0.0 : 1.0);
+    weight.grad_stale = false;
   } else {
     accumulate_grad(weight, ops::matmul(a, b).view(weight.value.shape()));
   }

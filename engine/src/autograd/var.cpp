@@ -43,7 +43,10 @@ void accumulate_grad(VarNode& node, const Tensor& grad) {
   if (!node.requires_grad) return;
   if (grad.shape() != node.value.shape())
     throw InvalidArgument(fmt::format("internal: gradient {} for {} ({})", grad.describe(), node.value.describe(), node.op));
-  if (node.preallocated_grad) {
+  if (node.preallocated_grad && node.grad_stale) {
+    ops::copy_(node.grad, grad);  // lazily zeroed: overwrite instead of adding to the old value
+    node.grad_stale = false;
+  } else if (node.preallocated_grad) {
     ops::binary_(KESTREL_BINARY_ADD, node.grad, node.grad, grad);  // the buffer is ours to update
   } else if (!node.grad.defined()) {
     node.grad = grad;  // may be shared with another parent's gradient: never updated in place

@@ -53,7 +53,19 @@ Model::Model(ModelSpec spec, const Device& device, uint64_t seed) : spec_(std::m
   }
 }
 
-void Model::zero_grad() { ops::fill_(flat_grads_, 0.0); }
+void Model::zero_grad(bool lazy) {
+  for (auto& p : parameters_) p.var.node()->grad_stale = lazy;
+  if (!lazy) ops::fill_(flat_grads_, 0.0);
+}
+
+void Model::settle_gradients() {
+  for (auto& p : parameters_) {
+    VarNode& node = *p.var.node();
+    if (!node.grad_stale) continue;
+    ops::fill_(node.grad, 0.0);  // not reached by the last backward pass
+    node.grad_stale = false;
+  }
+}
 
 Var Model::forward(const Tensor& x, bool training, uint64_t seed, uint64_t& rng_offset) {
   const Shape& expected = spec_.input_shape();

@@ -118,10 +118,11 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
     data::Batch batch;
     while (state.step < total_steps && loader.next(batch)) {
       double lr = scheduled_lr(config_.schedule, config_.optimizer.lr, state.step, total_steps, state.epoch);
-      model_->zero_grad();
+      model_->zero_grad(/*lazy=*/true);  // backward overwrites the gradients: no zeroing pass
       Var out = model_->forward(batch.inputs, true, dropout_seed(config_.seed), state.rng_offset);
       Var loss = loss_of(out, batch.targets);
       backward(loss);
+      model_->settle_gradients();
       optimizer_->step(lr);
       ++state.step;
       state.batch = batch.index + 1;
