@@ -144,6 +144,12 @@ TEST(CliModels, BadRunConfigsAndFlagsGetClearErrors) {
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("no 'nosuchbackend' backend plugin was found"), std::string::npos) << r.output;
 
+  // "auto" picks the highest-priority backend: the CPU here, never the software Vulkan device.
+  r = run("train " + (models / "seeds_mlp.train.json").string() + " --backend auto --max-steps 1 --train-subset 128 "
+          "--test-subset 64 --quiet --out " + (fs::temp_directory_path() / "kestrel_cli_auto").string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("on cpu:0"), std::string::npos) << r.output;
+
   r = run("train " + (models / "seeds_mlp.train.json").string() + " --epochs -3");
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("--epochs"), std::string::npos) << r.output;

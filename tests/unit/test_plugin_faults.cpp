@@ -49,6 +49,7 @@ TEST(PluginFaults, TheEngineKeepsWorkingWithTheOtherPlugins) {
   EXPECT_TRUE(cpu->loaded) << cpu->reason;
   kestrel::Device device = engine.best_device();
   EXPECT_EQ(device.backend(), "cpu");
+  EXPECT_EQ(engine.best_device({"auto"}).backend(), "cpu");
   auto x = kestrel::Tensor::from_vector<float>({1, -2, 3}, {3}, device);
   EXPECT_EQ(kestrel::ops::unary(KESTREL_UNARY_RELU, x).to_vector<float>(), (std::vector<float>{1, 0, 3}));
 }

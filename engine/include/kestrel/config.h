@@ -50,7 +50,7 @@ struct RunConfig {
   int64_t log_every = 50;            // steps between metric records
   int64_t checkpoint_every = 0;      // steps between checkpoints (0: only at epoch ends)
   int keep_checkpoints = 2;
-  std::vector<std::string> backends = {"cuda", "vulkan", "cpu"};  // preference order
+  std::vector<std::string> backends = {"auto"};  // preference order; "auto": highest priority
   std::string fallback = "next";     // "next": try the next preference; "error": only the first
   std::string out_dir;               // default: runs/<model name>
 

@@ -38,8 +38,9 @@ class Engine {
   // "cpu", "cuda:1", "vulkan:0". An unknown or skipped backend throws BackendUnavailable naming the
   // reason and the backends that are available.
   Device device(const std::string& spec);
-  // The first available of `preferences` ("cuda", "vulkan", "cpu"); with none given, the loaded
-  // backend with the highest priority.
+  // The first available of `preferences` ("cuda", "vulkan:1", "cpu"); "auto", or no preferences at all,
+  // means the loaded backend with the highest priority (a GPU before the CPU, the CPU before a software
+  // GPU such as lavapipe).
   Device best_device(const std::vector<std::string>& preferences = {});
 
   DeviceInfo properties(const Device& device) const;

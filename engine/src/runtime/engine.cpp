@@ -125,6 +125,7 @@ Device Engine::best_device(const std::vector<std::string>& preferences) {
   std::vector<std::string> refusals;
   for (const auto& spec : preferences) {
     try {
+      if (spec == "auto") return best_device();  // the loaded backend with the highest priority
       return device(spec);
     } catch (const BackendUnavailable& e) {
       refusals.push_back(e.what());

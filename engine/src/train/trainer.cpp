@@ -34,7 +34,7 @@ Tensor correct_count(const Tensor& logits, const Tensor& labels) {
 }  // namespace
 
 Device select_device(Engine& engine, std::vector<std::string> preferences, const std::string& fallback) {
-  if (preferences.empty()) return engine.best_device();
+  if (preferences.empty() || preferences.front() == "auto") return engine.best_device();
   if (fallback == "error") return engine.device(preferences.front());
   return engine.best_device(preferences);
 }
