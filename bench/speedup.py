@@ -85,6 +85,10 @@ def main():
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args()
     table, kestrel_command = kestrel_times(args.build, args.quick)
+    devices = json.loads(subprocess.run([str(ROOT / args.build / "bin" / "kestrel"), "devices", "--json"], check=True,
+                                        capture_output=True, text=True).stdout)
+    device_names = [f"{p['name']}:{d['index']} = {d['name']} ({d['kind']}, {d['runtime']})"
+                    for p in devices["plugins"] if p["status"] == "loaded" for d in p["devices"]]
     torch_command = "not run (--no-pytorch)"
     if not args.no_pytorch:
         torch_rows, torch_command = pytorch_times(args.quick)
@@ -111,6 +115,8 @@ def main():
         "",
         f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}. One full training step (zero grad, forward, "
         "loss, backward, Adam update, synchronise), median over repetitions, f32; speedup = Kestrel CPU time / time.",
+        "",
+        f"Devices: {'; '.join(device_names)}.",
         "",
         f"Commands: `python3 bench/speedup.py{' --quick' if args.quick else ''}`, which ran `{kestrel_command}` and "
         f"{torch_command}.",
