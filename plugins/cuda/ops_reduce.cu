@@ -3,6 +3,7 @@
 // One block per output element (grid-stride over outputs), each thread folding a strided slice of the
 // reduced elements, then a shared-memory tree. Floats accumulate in double (the H100 has the FP64
 // throughput, and it keeps sums over long axes within the CPU backend's tolerances); integers in int64.
+#include "kestrel/plugin_shapes.hpp"
 #include "cuda_kernels.cuh"
 
 namespace kestrel_cuda {
@@ -153,23 +154,9 @@ int block_for(int64_t count) {
 }  // namespace
 
 bool supports_reduce(const kestrel_op& op) {
-  if (!arity(op, 1, 1) || !op.params) return false;
-  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
-  auto fn = static_cast<const kestrel_reduce_params*>(op.params)->fn;
-  if (fn < KESTREL_REDUCE_SUM || fn > KESTREL_REDUCE_ARGMAX || in.rank != out.rank) return false;
-  int reduced = 0;
-  int64_t count = 1;
-  for (int d = 0; d < in.rank; ++d) {
-    if (out.shape[d] == in.shape[d]) continue;
-    if (out.shape[d] != 1) return false;
-    ++reduced;
-    count *= in.shape[d];
-  }
-  if (fn == KESTREL_REDUCE_ARGMAX) return out.dtype == KESTREL_DTYPE_I64 && reduced <= 1 && count > 0;
-  if (out.dtype != in.dtype) return false;
-  if (fn == KESTREL_REDUCE_MEAN) return is_float_dtype(in.dtype);
-  if (fn == KESTREL_REDUCE_MAX || fn == KESTREL_REDUCE_MIN) return numel(in) == 0 || count > 0;
-  return true;
+  return arity(op, 1, 1) && kestrel::plugin_shapes::reduce_fits(op) &&
+         (static_cast<const kestrel_reduce_params*>(op.params)->fn != KESTREL_REDUCE_MEAN ||
+          is_float_dtype(op.inputs[0].dtype));  // like torch: no mean of integers
 }
 
 void launch_reduce(kestrel_stream& s, const kestrel_op& op) {

@@ -6,6 +6,7 @@
 // of scattering with atomics. That keeps them deterministic and available for f16/bf16 too.
 #include <cmath>
 
+#include "kestrel/plugin_shapes.hpp"
 #include "cuda_kernels.cuh"
 
 namespace kestrel_cuda {
@@ -25,11 +26,6 @@ Geometry geometry(const kestrel_window_params& p, const kestrel_tensor& image) {
   return g;
 }
 
-bool window_ok(const kestrel_window_params* p) {
-  return p && p->struct_size >= sizeof(kestrel_window_params) && p->kernel_h >= 1 && p->kernel_w >= 1 &&
-         p->stride_h >= 1 && p->stride_w >= 1 && p->pad_h >= 0 && p->pad_w >= 0 && p->dilation_h >= 1 &&
-         p->dilation_w >= 1;
-}
 
 struct Strides4 {
   int64_t s[4];
@@ -145,49 +141,15 @@ __global__ void pool_backward_kernel(Geometry g, bool max_mode, const typename E
   }
 }
 
-bool shape4(const kestrel_tensor& t, int64_t n, int64_t c, int64_t h, int64_t w) {
-  return t.rank == 4 && t.shape[0] == n && t.shape[1] == c && t.shape[2] == h && t.shape[3] == w;
-}
 
 }  // namespace
 
 bool supports_window(const kestrel_op& op) {
-  auto* p = static_cast<const kestrel_window_params*>(op.params);
-  if (!window_ok(p) || !valid_tensors(op) || op.num_outputs < 1) return false;
+  if (!valid_tensors(op) || !kestrel::plugin_shapes::window_fits(op)) return false;
   const kestrel_tensor& out = op.outputs[0];
   if (!is_float_dtype(out.dtype) || !is_contiguous(out)) return false;
-  const bool max = p->mode == KESTREL_POOL_MAX;
-  if (op.kind == KESTREL_OP_POOL2D || op.kind == KESTREL_OP_POOL2D_BACKWARD)
-    if (p->mode != KESTREL_POOL_MAX && p->mode != KESTREL_POOL_AVG) return false;
-  switch (op.kind) {
-    case KESTREL_OP_IM2COL: {
-      if (!arity(op, 1, 1) || op.inputs[0].rank != 4 || op.inputs[0].dtype != out.dtype) return false;
-      Geometry g = geometry(*p, op.inputs[0]);
-      return g.oh >= 1 && g.ow >= 1 && out.rank == 3 && out.shape[0] == g.n && out.shape[1] == g.c * g.kh * g.kw &&
-             out.shape[2] == g.oh * g.ow;
-    }
-    case KESTREL_OP_COL2IM: {
-      if (!arity(op, 1, 1) || out.rank != 4 || op.inputs[0].dtype != out.dtype) return false;
-      Geometry g = geometry(*p, out);
-      const kestrel_tensor& cols = op.inputs[0];
-      return g.oh >= 1 && g.ow >= 1 && cols.rank == 3 && cols.shape[0] == g.n && cols.shape[1] == g.c * g.kh * g.kw &&
-             cols.shape[2] == g.oh * g.ow;
-    }
-    case KESTREL_OP_POOL2D: {
-      if (!arity(op, 1, max ? 2 : 1) || op.inputs[0].rank != 4 || op.inputs[0].dtype != out.dtype) return false;
-      Geometry g = geometry(*p, op.inputs[0]);
-      if (g.oh < 1 || g.ow < 1 || !shape4(out, g.n, g.c, g.oh, g.ow)) return false;
-      return !max || (op.outputs[1].dtype == KESTREL_DTYPE_I64 && same_shape(op.outputs[1], out) &&
-                      is_contiguous(op.outputs[1]));
-    }
-    case KESTREL_OP_POOL2D_BACKWARD: {
-      if (!arity(op, max ? 2 : 1, 1) || out.rank != 4 || op.inputs[0].dtype != out.dtype) return false;
-      Geometry g = geometry(*p, out);
-      if (g.oh < 1 || g.ow < 1 || !shape4(op.inputs[0], g.n, g.c, g.oh, g.ow)) return false;
-      return !max || (op.inputs[1].dtype == KESTREL_DTYPE_I64 && same_shape(op.inputs[1], op.inputs[0]));
-    }
-    default: return false;
-  }
+  // max pooling writes its argmax output contiguously too
+  return op.kind != KESTREL_OP_POOL2D || op.num_outputs == 1 || is_contiguous(op.outputs[1]);
 }
 
 void launch_window(kestrel_stream& s, const kestrel_op& op) {

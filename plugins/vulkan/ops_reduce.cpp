@@ -1,6 +1,7 @@
 // Reductions over any set of axes (out has in's rank, extent 1 on each reduced axis) and argmax over
 // one axis (shaders/reduce.comp). One workgroup per output element, folding its reduced elements in a
 // shared-memory tree.
+#include "kestrel/plugin_shapes.hpp"
 #include "vk_ops.hpp"
 
 namespace kestrel_vk {
@@ -40,28 +41,14 @@ ReduceViews split_axes(const kestrel_tensor& in, const kestrel_tensor& out) {
 }  // namespace
 
 bool supports_reduce(const kestrel_op& op, uint32_t dtypes) {
-  if (!arity(op, 1, 1) || !op.params) return false;
+  if (!arity(op, 1, 1) || !kestrel::plugin_shapes::reduce_fits(op)) return false;
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
   auto fn = static_cast<const kestrel_reduce_params*>(op.params)->fn;
-  if (fn < KESTREL_REDUCE_SUM || fn > KESTREL_REDUCE_ARGMAX || in.rank != out.rank || !in_mask(dtypes, in.dtype))
-    return false;
-  int reduced = 0;
-  int64_t count = 1;
-  for (int d = 0; d < in.rank; ++d) {
-    if (out.shape[d] == in.shape[d]) continue;
-    if (out.shape[d] != 1) return false;
-    ++reduced;
-    count *= in.shape[d];
-  }
-  if (fn == KESTREL_REDUCE_ARGMAX)
-    return out.dtype == KESTREL_DTYPE_I64 && in_mask(dtypes, KESTREL_DTYPE_I64) && reduced <= 1 && count > 0;
-  if (out.dtype != in.dtype) return false;
-  if (fn == KESTREL_REDUCE_MEAN) return in.dtype == KESTREL_DTYPE_F32;
+  if (!in_mask(dtypes, in.dtype) || !in_mask(dtypes, out.dtype)) return false;
+  if (fn == KESTREL_REDUCE_MEAN && in.dtype != KESTREL_DTYPE_F32) return false;
   // Each invocation folds count / 256 elements; lavapipe ends loops after 65535 iterations, so very long
   // reductions are declined rather than computed wrong.
-  if (count > kMaxReducedElements) return false;
-  if (fn == KESTREL_REDUCE_MAX || fn == KESTREL_REDUCE_MIN) return numel(in) == 0 || count > 0;
-  return true;
+  return kestrel::plugin_shapes::reduce_shape(in, out).count <= kMaxReducedElements;
 }
 
 void launch_reduce(kestrel_stream* stream, const kestrel_op& op) {

@@ -1,5 +1,6 @@
 // Sliding-window ops on (N, C, H, W) tensors (shaders/window.comp): im2col/col2im (convolution as
 // GEMM) and 2-D pooling forward and backward. Inputs may have any strides; outputs are contiguous.
+#include "kestrel/plugin_shapes.hpp"
 #include "vk_ops.hpp"
 
 namespace kestrel_vk {
@@ -17,15 +18,7 @@ Geometry geometry(const kestrel_window_params& p, const kestrel_tensor& image) {
   return g;
 }
 
-bool window_ok(const kestrel_window_params* p) {
-  return p && p->struct_size >= sizeof(kestrel_window_params) && p->kernel_h >= 1 && p->kernel_w >= 1 &&
-         p->stride_h >= 1 && p->stride_w >= 1 && p->pad_h >= 0 && p->pad_w >= 0 && p->dilation_h >= 1 &&
-         p->dilation_w >= 1 && (p->mode == KESTREL_POOL_MAX || p->mode == KESTREL_POOL_AVG);
-}
 
-bool shape4(const kestrel_tensor& t, int64_t n, int64_t c, int64_t h, int64_t w) {
-  return t.rank == 4 && t.shape[0] == n && t.shape[1] == c && t.shape[2] == h && t.shape[3] == w;
-}
 
 void set_geometry(Params& params, const kestrel_window_params& p, const Geometry& g) {
   const int64_t values[15] = {g.n, g.c, g.h, g.w, g.oh, g.ow, p.kernel_h, p.kernel_w, p.stride_h,
@@ -36,41 +29,15 @@ void set_geometry(Params& params, const kestrel_window_params& p, const Geometry
 }  // namespace
 
 bool supports_window(const kestrel_op& op, uint32_t dtypes) {
-  auto* p = static_cast<const kestrel_window_params*>(op.params);
-  if (!window_ok(p) || !valid_tensors(op) || op.num_outputs < 1) return false;
+  if (!valid_tensors(op) || !kestrel::plugin_shapes::window_fits(op)) return false;
   const kestrel_tensor& out = op.outputs[0];
   if (out.dtype != KESTREL_DTYPE_F32 || !in_mask(dtypes, out.dtype) || !is_contiguous(out)) return false;
-  const bool max = p->mode == KESTREL_POOL_MAX;
-  const bool i64 = in_mask(dtypes, KESTREL_DTYPE_I64);
-  switch (op.kind) {
-    case KESTREL_OP_IM2COL: {
-      if (!arity(op, 1, 1) || op.inputs[0].rank != 4 || op.inputs[0].dtype != out.dtype) return false;
-      Geometry g = geometry(*p, op.inputs[0]);
-      return g.oh >= 1 && g.ow >= 1 && out.rank == 3 && out.shape[0] == g.n &&
-             out.shape[1] == g.c * p->kernel_h * p->kernel_w && out.shape[2] == g.oh * g.ow;
-    }
-    case KESTREL_OP_COL2IM: {
-      if (!arity(op, 1, 1) || out.rank != 4 || op.inputs[0].dtype != out.dtype) return false;
-      Geometry g = geometry(*p, out);
-      const kestrel_tensor& cols = op.inputs[0];
-      return g.oh >= 1 && g.ow >= 1 && cols.rank == 3 && cols.shape[0] == g.n &&
-             cols.shape[1] == g.c * p->kernel_h * p->kernel_w && cols.shape[2] == g.oh * g.ow;
-    }
-    case KESTREL_OP_POOL2D: {
-      if (!arity(op, 1, max ? 2 : 1) || op.inputs[0].rank != 4 || op.inputs[0].dtype != out.dtype) return false;
-      Geometry g = geometry(*p, op.inputs[0]);
-      if (g.oh < 1 || g.ow < 1 || !shape4(out, g.n, g.c, g.oh, g.ow)) return false;
-      return !max || (i64 && op.outputs[1].dtype == KESTREL_DTYPE_I64 && same_shape(op.outputs[1], out) &&
-                      is_contiguous(op.outputs[1]));
-    }
-    case KESTREL_OP_POOL2D_BACKWARD: {
-      if (!arity(op, max ? 2 : 1, 1) || out.rank != 4 || op.inputs[0].dtype != out.dtype) return false;
-      Geometry g = geometry(*p, out);
-      if (g.oh < 1 || g.ow < 1 || !shape4(op.inputs[0], g.n, g.c, g.oh, g.ow)) return false;
-      return !max || (i64 && op.inputs[1].dtype == KESTREL_DTYPE_I64 && same_shape(op.inputs[1], op.inputs[0]));
-    }
-    default: return false;
-  }
+  // max pooling's argmax tensor is i64, which the device must offer; the pooled argmax is written contiguously
+  const bool max_pool = op.kind == KESTREL_OP_POOL2D || op.kind == KESTREL_OP_POOL2D_BACKWARD
+                            ? static_cast<const kestrel_window_params*>(op.params)->mode == KESTREL_POOL_MAX
+                            : false;
+  if (max_pool && !in_mask(dtypes, KESTREL_DTYPE_I64)) return false;
+  return op.kind != KESTREL_OP_POOL2D || !max_pool || is_contiguous(op.outputs[1]);
 }
 
 void launch_window(kestrel_stream* stream, const kestrel_op& op) {
