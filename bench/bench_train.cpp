@@ -1,5 +1,6 @@
 // Training-step benchmarks, registered for every loaded backend device: one full step (lazy zero_grad,
-// forward, loss, backward, optimizer update, synchronise) of the seeds' and
+// forward, loss, backward — replayed from a capture where the backend offers it, as the trainer does —
+// optimizer update, synchronise) of the seeds' and
 // Fashion-MNIST models. Next to them, the GEMMs of the seeds' MLP step called directly in OpenBLAS: the
 // floor the CPU step is
 // measured against (the non-GEMM work should add little).
@@ -13,6 +14,7 @@
 
 #include "kestrel/engine.h"
 #include "kestrel/functional.h"
+#include "kestrel/graph.h"
 #include "kestrel/model.h"
 #include "kestrel/optim.h"
 
@@ -32,7 +34,9 @@ const Workload workloads[] = {{"seeds_mlp", "seeds_mlp.json", 128},
                               {"fashion_convnet", "convnet.json", 64},
                               {"fashion_convnet", "convnet.json", 512}};
 
-void train_step(benchmark::State& state, kestrel::Device device, Workload workload) {
+// One training step as the trainer runs it: captured after a warm-up step and replayed when the
+// backend offers capture (`captured`), else (or for the eager variants) every op launched each time.
+void train_step(benchmark::State& state, kestrel::Device device, Workload workload, bool captured) {
   kestrel::ModelSpec spec = kestrel::ModelSpec::load(std::string(KESTREL_MODELS_DIR) + "/" + workload.model_file);
   kestrel::Model model(spec, device, 42);
   kestrel::Optimizer adam({"adam", 1e-3}, model.flat_parameters(), model.flat_gradients());
@@ -44,11 +48,33 @@ void train_step(benchmark::State& state, kestrel::Device device, Workload worklo
   for (int64_t i = 0; i < workload.batch; ++i) labels[i] = i % 10;
   Tensor y = Tensor::from_vector(labels, {workload.batch}, device);
   uint64_t rng_offset = 0;
-  for (auto _ : state) {
+  auto forward_backward = [&](uint64_t& offset) {
     model.zero_grad(/*lazy=*/true);  // as the trainer does: backward overwrites, no zeroing pass
-    kestrel::Var loss = kestrel::fn::cross_entropy(model.forward(x, true, 7, rng_offset), y);
+    kestrel::Var loss = kestrel::fn::cross_entropy(model.forward(x, true, 7, offset), y);
     kestrel::backward(loss);
     model.settle_gradients();
+  };
+  forward_backward(rng_offset);  // warm-up, as the trainer's first step
+  adam.step(1e-3);
+  kestrel::CapturedGraph graph;
+  Tensor counter_base = Tensor::zeros({}, kestrel::DType::i64, device);
+  uint64_t draws = 0;
+  if (captured) {
+    graph = kestrel::CapturedGraph::capture(device, [&] {
+      kestrel::ops::CounterBaseScope scope(counter_base, rng_offset);
+      uint64_t offset = rng_offset;
+      forward_backward(offset);
+      draws = offset - rng_offset;
+    });
+  }
+  for (auto _ : state) {
+    if (graph.valid()) {
+      kestrel::ops::fill_(counter_base, double(rng_offset));
+      graph.replay();
+      rng_offset += draws;
+    } else {
+      forward_backward(rng_offset);
+    }
     adam.step(1e-3);
     kestrel::Engine::global().synchronize(device);
   }
@@ -96,11 +122,19 @@ int main(int argc, char** argv) {
     if (plugin.loaded)
       for (const auto& info : plugin.devices) {
         kestrel::Device device = engine.device(fmt::format("{}:{}", plugin.name, info.index));
-        for (const Workload& w : workloads)
+        const bool captures = kestrel::CapturedGraph::supported(device);
+        for (const Workload& w : workloads) {
           benchmark::RegisterBenchmark(fmt::format("train_step/{}/{}/b{}", w.name, device.str(), w.batch).c_str(),
-                                       train_step, device, w)
+                                       train_step, device, w, captures)
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime();
+          // What capture saves, side by side (the seeds' MLP only, to keep the suite short).
+          if (captures && std::string(w.name) == "seeds_mlp")
+            benchmark::RegisterBenchmark(fmt::format("train_step_eager/{}/{}/b{}", w.name, device.str(), w.batch).c_str(),
+                                         train_step, device, w, false)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+        }
       }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

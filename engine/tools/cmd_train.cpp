@@ -16,7 +16,7 @@ struct RunFlags {
   std::string config, backend, out, checkpoint;
   int64_t epochs = 0, batch_size = 0, max_steps = -1, seed = -1, count = 5, train_subset = -1, test_subset = -1;
   double lr = -1;
-  bool resume = false, quiet = false, no_progress = false, progress = false;
+  bool resume = false, quiet = false, no_progress = false, progress = false, no_capture = false;
 };
 
 void add_run_flags(CLI::App* cmd, RunFlags& f) {
@@ -55,6 +55,7 @@ RunConfig resolve(const RunFlags& f) {
   if (f.test_subset >= 0) config.data.test_subset = f.test_subset;
   if (f.test_subset > 0) config.data.test_samples = f.test_subset;
   if (!f.out.empty()) config.out_dir = f.out;
+  if (f.no_capture) config.capture = false;
   return config;
 }
 
@@ -78,6 +79,8 @@ void add_train_commands(CLI::App& app, Action& action) {
   t->add_flag("--progress", train.progress, "Always draw a progress bar");
   t->add_flag("--no-progress", train.no_progress, "Print plain lines instead of a progress bar");
   t->add_flag("--quiet", train.quiet, "Print only the final result");
+  t->add_flag("--no-capture", train.no_capture,
+              "Launch every op of every step instead of replaying a captured step (for debugging)");
   t->callback([&action] {
     action = [] {
       Trainer trainer(resolve(train));

@@ -16,33 +16,19 @@
 #include <thread>
 #include <unordered_map>
 
+#include "cpu_context.hpp"
 #include "cpu_ops.hpp"
 
 namespace kestrel_cpu {
 
-// Freed buffers are kept per size and handed out again: training allocates the same shapes every
-// step, and returning large blocks to the OS each time costs page faults (torch's CPU caching does the
-// same). memory_trim (empty_cache) releases the cache.
-struct Context {
-  std::mutex mutex;
-  uint64_t allocated = 0, cached = 0, peak = 0, count = 0;
-  std::unordered_map<uint64_t, std::vector<void*>> free_blocks;  // by rounded size
-
-  void trim() {
-    for (auto& [bytes, blocks] : free_blocks)
-      for (void* block : blocks) std::free(block);
-    free_blocks.clear();
-    cached = 0;
-  }
-  ~Context() { trim(); }
-};
+void Context::trim() {
+  for (auto& [bytes, blocks] : free_blocks)
+    for (void* block : blocks) std::free(block);
+  free_blocks.clear();
+  cached = 0;
+}
 
 }  // namespace kestrel_cpu
-
-struct kestrel_context : kestrel_cpu::Context {};
-struct kestrel_stream {
-  kestrel_context* context;
-};
 
 namespace kestrel_cpu {
 namespace {
@@ -194,7 +180,11 @@ kestrel_status stream_create(kestrel_context* context, kestrel_stream** stream) 
 
 void stream_destroy(kestrel_stream* stream) { delete stream; }
 
-kestrel_status stream_synchronize(kestrel_stream*) {
+kestrel_status stream_synchronize(kestrel_stream* stream) {
+  if (stream->recording) {
+    last_error_message = "stream_synchronize is not allowed while the stream is being captured; end the capture first";
+    return KESTREL_STATUS_INVALID_ARGUMENT;
+  }
   // Static engines may outlive Kokkos, which is finalised at exit: by then there is nothing to wait for.
   if (Kokkos::is_initialized()) Kokkos::fence();
   return KESTREL_STATUS_OK;
@@ -202,11 +192,14 @@ kestrel_status stream_synchronize(kestrel_stream*) {
 
 kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_buffer** buffer) {
   return guarded([&] {
-    const uint64_t rounded = (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64;
+    const uint64_t rounded = rounded_size(bytes);
     std::lock_guard<std::mutex> lock(context->mutex);
-    void* data = nullptr;
+    const bool capturing = capture_owns_this_thread(*context);
+    void* data = capturing ? take_from_capture(*context, rounded) : nullptr;
     auto cached = context->free_blocks.find(rounded);
-    if (cached != context->free_blocks.end() && !cached->second.empty()) {
+    if (data) {
+      // reused inside the capture that freed it
+    } else if (cached != context->free_blocks.end() && !cached->second.empty()) {
       data = cached->second.back();
       cached->second.pop_back();
       context->cached -= rounded;
@@ -220,6 +213,7 @@ kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_bu
         fail("out of host memory allocating " + std::to_string(bytes) + " bytes", KESTREL_STATUS_OUT_OF_MEMORY);
     }
     *buffer = new kestrel_buffer{context, data, bytes};
+    if (capturing) note_capture_allocation(*context, *buffer);
     context->allocated += rounded;
     context->count += 1;
     context->peak = std::max(context->peak, context->allocated);
@@ -229,38 +223,45 @@ kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_bu
 void buffer_free(kestrel_buffer* buffer) {
   if (!buffer) return;
   kestrel_context* context = static_cast<kestrel_context*>(buffer->context);
-  const uint64_t rounded = (std::max<uint64_t>(buffer->bytes, 1) + 63) / 64 * 64;
+  const uint64_t rounded = rounded_size(buffer->bytes);
   {
     std::lock_guard<std::mutex> lock(context->mutex);
     context->allocated -= rounded;
     context->count -= 1;
-    context->cached += rounded;
-    context->free_blocks[rounded].push_back(buffer->data);
+    if (capture_owns_this_thread(*context)) {
+      give_to_capture(*context, buffer, rounded);
+    } else {
+      context->cached += rounded;
+      context->free_blocks[rounded].push_back(buffer->data);
+    }
   }
   delete buffer;
 }
 
-kestrel_status copy_host_to_device(kestrel_stream*, kestrel_buffer* dst, uint64_t dst_offset, const void* src,
-                                   uint64_t bytes) {
+kestrel_status copy_host_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset,
+                                   const void* src, uint64_t bytes) {
   return guarded([&] {
+    if (stream->recording) refuse_while_capturing("copy_host_to_device");
     check_buffer_range(dst, dst_offset, bytes, "copy_host_to_device");
     std::memcpy(static_cast<char*>(dst->data) + dst_offset, src, bytes);
   });
 }
 
-kestrel_status copy_device_to_host(kestrel_stream*, void* dst, kestrel_buffer* src, uint64_t src_offset,
+kestrel_status copy_device_to_host(kestrel_stream* stream, void* dst, kestrel_buffer* src, uint64_t src_offset,
                                    uint64_t bytes) {
   return guarded([&] {
+    if (stream->recording) refuse_while_capturing("copy_device_to_host");
     check_buffer_range(src, src_offset, bytes, "copy_device_to_host");
     std::memcpy(dst, static_cast<const char*>(src->data) + src_offset, bytes);
   });
 }
 
-kestrel_status copy_device_to_device(kestrel_stream*, kestrel_buffer* dst, uint64_t dst_offset, kestrel_buffer* src,
-                                     uint64_t src_offset, uint64_t bytes) {
+kestrel_status copy_device_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset,
+                                     kestrel_buffer* src, uint64_t src_offset, uint64_t bytes) {
   return guarded([&] {
     check_buffer_range(dst, dst_offset, bytes, "copy_device_to_device");
     check_buffer_range(src, src_offset, bytes, "copy_device_to_device");
+    if (stream->recording) return record_copy(stream, dst, dst_offset, src, src_offset, bytes);
     std::memmove(static_cast<char*>(dst->data) + dst_offset, static_cast<const char*>(src->data) + src_offset, bytes);
   });
 }
@@ -268,7 +269,7 @@ kestrel_status copy_device_to_device(kestrel_stream*, kestrel_buffer* dst, uint6
 kestrel_status memory_stats(kestrel_context* context, kestrel_memory_stats* stats) {
   std::lock_guard<std::mutex> lock(context->mutex);
   stats->allocated = context->allocated;
-  stats->reserved = context->allocated + context->cached;
+  stats->reserved = context->allocated + context->cached + context->held_by_graphs;
   stats->peak_allocated = context->peak;
   stats->alloc_count = context->count;
   return KESTREL_STATUS_OK;
@@ -276,6 +277,7 @@ kestrel_status memory_stats(kestrel_context* context, kestrel_memory_stats* stat
 
 kestrel_status memory_trim(kestrel_context* context) {
   std::lock_guard<std::mutex> lock(context->mutex);
+  // A capture's memory is its own (held_by_graphs); only the shared cache is released.
   context->trim();
   return KESTREL_STATUS_OK;
 }
@@ -326,18 +328,34 @@ int32_t supports_op(kestrel_context*, const kestrel_op* op) {
   return family && family->supports(*op) ? 1 : 0;
 }
 
-kestrel_status launch(kestrel_stream*, const kestrel_op* op) {
+kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
   return guarded([&] {
-    if (!supports_op(nullptr, op))
-      fail("the cpu backend does not support this op with these dtypes, shapes or strides",
-           KESTREL_STATUS_UNSUPPORTED);
-    for (int i = 0; i < op->num_inputs; ++i) check_bounds(op->inputs[i], "input");
-    for (int i = 0; i < op->num_outputs; ++i) check_bounds(op->outputs[i], "output");
-    family_of(op->kind)->launch(*op);
+    check_op(*op);
+    if (stream->recording)
+      record_op(stream, *op);
+    else
+      run_op(*op);
   });
 }
 
+kestrel_status capture_begin(kestrel_stream* stream) { return guarded([&] { begin_capture(stream); }); }
+kestrel_status capture_end(kestrel_stream* stream, kestrel_graph** graph) {
+  return guarded([&] { *graph = end_capture(stream); });
+}
+kestrel_status graph_launch(kestrel_graph* graph, kestrel_stream* stream) {
+  return guarded([&] { launch_graph(graph, stream); });
+}
+
 }  // namespace
+
+void check_op(const kestrel_op& op) {
+  if (!supports_op(nullptr, &op))
+    fail("the cpu backend does not support this op with these dtypes, shapes or strides", KESTREL_STATUS_UNSUPPORTED);
+  for (int i = 0; i < op.num_inputs; ++i) check_bounds(op.inputs[i], "input");
+  for (int i = 0; i < op.num_outputs; ++i) check_bounds(op.outputs[i], "output");
+}
+
+void run_op(const kestrel_op& op) { family_of(op.kind)->launch(op); }
 
 bool valid_tensors(const kestrel_op& op) {
   if (op.num_inputs < 0 || op.num_inputs > KESTREL_MAX_OP_TENSORS || op.num_outputs < 0 ||
@@ -402,6 +420,10 @@ KESTREL_PLUGIN_ENTRY {
     a.memory_reset_peak = memory_reset_peak;
     a.supports_op = supports_op;
     a.launch = launch;
+    a.capture_begin = capture_begin;
+    a.capture_end = capture_end;
+    a.graph_launch = graph_launch;
+    a.graph_destroy = destroy_graph;
     return a;
   }();
   return &api;

@@ -7,8 +7,13 @@
 
 namespace kestrel_cpu {
 
+// The optional input (ABI 1.1) is a one-element i64 counter base, read when the op runs.
+bool has_counter_base(const kestrel_op& op) {
+  return arity(op, 1, 1) && op.inputs[0].dtype == KESTREL_DTYPE_I64 && numel(op.inputs[0]) == 1;
+}
+
 bool supports_random(const kestrel_op& op) {
-  if (!arity(op, 0, 1) || !op.params) return false;
+  if (!(arity(op, 0, 1) || has_counter_base(op)) || !op.params) return false;
   auto dist = static_cast<const kestrel_random_params*>(op.params)->distribution;
   kestrel_dtype d = op.outputs[0].dtype;
   if (dist == KESTREL_DISTRIBUTION_BERNOULLI) return is_float_dtype(d) || d == KESTREL_DTYPE_U8;
@@ -22,7 +27,8 @@ void launch_random(const kestrel_op& op) {
     using S = typename E::storage;
     using C = typename E::compute;
     View<S> y = view_of<S>(op.outputs[0]);
-    const uint64_t seed = p.seed, offset = p.offset;
+    const uint64_t seed = p.seed;
+    const uint64_t offset = p.offset + (op.num_inputs ? uint64_t(view_of<int64_t>(op.inputs[0]).base[0]) : 0);
     const double a = p.a, b = p.b;
     switch (p.distribution) {
       case KESTREL_DISTRIBUTION_UNIFORM:

@@ -77,7 +77,10 @@ struct kestrel_context {
   std::mutex mutex;
   uint64_t allocated = 0, peak = 0, count = 0;
   std::vector<kestrel_stream*> streams;  // streams[0] orders allocations (see cuda_device.cpp)
-  std::vector<void*> deferred_frees;     // buffers freed during a capture, released when it ends
+  // Buffers allocated before a capture and freed during it: the graph may still use them, so they are
+  // handed to the graph at capture_end and released when it is destroyed.
+  std::vector<void*> deferred_frees;
+  int64_t capture_live = 0;  // graph allocations not freed yet (the ABI wants none at capture_end)
 };
 
 struct kestrel_stream {
@@ -106,6 +109,7 @@ struct kestrel_graph {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   int device;
+  std::vector<void*> kept;  // pre-capture buffers freed during the capture (see deferred_frees)
 };
 
 namespace kestrel_cuda {

@@ -258,6 +258,7 @@ kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_bu
     else
       join_from_first(context);
     *buffer = new kestrel_buffer{context, data, bytes, rounded, capturing(stream)};
+    if ((*buffer)->from_capture) context->capture_live += 1;
     context->allocated += rounded;
     context->count += 1;
     context->peak = std::max(context->peak, context->allocated);
@@ -274,10 +275,12 @@ void buffer_free(kestrel_buffer* buffer) {
     context->count -= 1;
     cudaStream_t stream = order_stream(context);
     if (capturing(stream) && !buffer->from_capture) {
-      // Freeing memory the graph did not allocate cannot be captured: free it when the capture ends.
+      // Freeing memory the graph did not allocate cannot be captured, and its replays may use it: the
+      // graph keeps it until graph_destroy.
       context->deferred_frees.push_back(buffer->data);
       return;
     }
+    if (buffer->from_capture && capturing(stream)) context->capture_live -= 1;
     join_into_first(context);
     check_cuda(cudaFreeAsync(buffer->data, stream), "cudaFreeAsync");
   });

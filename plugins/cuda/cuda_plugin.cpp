@@ -6,6 +6,7 @@
 // thread.
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "cuda_ops.hpp"
 
@@ -222,22 +223,37 @@ kestrel_status capture_begin(kestrel_stream* stream) {
   });
 }
 
-// Buffers freed while their stream was capturing (see buffer_free) are released now, stream-ordered.
-void release_deferred_frees(kestrel_stream* stream) {
-  kestrel_context* context = stream->context;
+// Pre-capture buffers freed during the capture (see buffer_free) now belong to the graph.
+std::vector<void*> take_deferred_frees(kestrel_context* context) {
   std::lock_guard<std::mutex> lock(context->mutex);
-  for (void* ptr : context->deferred_frees) cudaFreeAsync(ptr, stream->cuda);
-  context->deferred_frees.clear();
+  std::vector<void*> kept;
+  kept.swap(context->deferred_frees);
+  return kept;
+}
+
+void free_kept(const std::vector<void*>& kept) {
+  for (void* ptr : kept) cudaFree(ptr);  // synchronises: no replay can still be using them
 }
 
 kestrel_status capture_end(kestrel_stream* stream, kestrel_graph** out) {
   return guarded([&] {
-    set_device(stream->context->device);
+    kestrel_context* context = stream->context;
+    set_device(context->device);
     cudaGraph_t graph = nullptr;
     cudaError_t err = cudaStreamEndCapture(stream->cuda, &graph);
-    release_deferred_frees(stream);
-    if (err != cudaSuccess) {
+    std::vector<void*> kept = take_deferred_frees(context);
+    int64_t live = 0;
+    {
+      std::lock_guard<std::mutex> lock(context->mutex);
+      live = std::exchange(context->capture_live, 0);
+    }
+    if (err != cudaSuccess || live != 0) {
       if (graph) cudaGraphDestroy(graph);
+      free_kept(kept);
+      if (live != 0)
+        fail("capture_end: " + std::to_string(live) +
+             " buffer(s) allocated during the capture are still allocated; free them before capture_end or "
+             "allocate them before capture_begin");
       fail_cuda(err, "cudaStreamEndCapture (an operation in the captured region cannot be captured)");
     }
     cudaGraphExec_t exec = nullptr;
@@ -245,9 +261,10 @@ kestrel_status capture_end(kestrel_stream* stream, kestrel_graph** out) {
     err = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch);
     if (err != cudaSuccess) {
       cudaGraphDestroy(graph);
+      free_kept(kept);
       fail_cuda(err, "cudaGraphInstantiate");
     }
-    *out = new kestrel_graph{graph, exec, stream->context->device};
+    *out = new kestrel_graph{graph, exec, context->device, std::move(kept)};
   });
 }
 
@@ -263,6 +280,7 @@ void graph_destroy(kestrel_graph* graph) {
   cudaSetDevice(graph->device);
   cudaGraphExecDestroy(graph->exec);
   cudaGraphDestroy(graph->graph);
+  free_kept(graph->kept);
   delete graph;
 }
 

@@ -92,8 +92,9 @@ Indexer<3> index_indexer(const TensorRef& index, const TensorRef& other, const T
 // elements that use it.
 template <class E>
 __global__ void random_kernel(Indexer<1> ix, typename E::storage* y, int64_t n, int dist, unsigned long long seed,
-                              unsigned long long offset, double a, double b) {
+                              unsigned long long offset, const int64_t* counter_base, double a, double b) {
   using C = typename E::compute;
+  if (counter_base) offset += static_cast<unsigned long long>(*counter_base);  // read at run time (replays)
   const int per_block = dist == KESTREL_DISTRIBUTION_NORMAL ? 2 : 4;
   const int64_t groups = (n + per_block - 1) / per_block;
   KESTREL_GRID_STRIDE_LOOP(g, groups) {
@@ -187,8 +188,13 @@ void launch_scatter_add(kestrel_stream& s, const kestrel_op& op) {
   check_launch("scatter_add");
 }
 
+// The optional input (ABI 1.1): a one-element i64 counter base in device memory.
+bool has_counter_base(const kestrel_op& op) {
+  return arity(op, 1, 1) && op.inputs[0].dtype == KESTREL_DTYPE_I64 && numel(op.inputs[0]) == 1;
+}
+
 bool supports_random(const kestrel_op& op) {
-  if (!arity(op, 0, 1) || !op.params) return false;
+  if (!(arity(op, 0, 1) || has_counter_base(op)) || !op.params) return false;
   auto dist = static_cast<const kestrel_random_params*>(op.params)->distribution;
   kestrel_dtype d = op.outputs[0].dtype;
   if (dist == KESTREL_DISTRIBUTION_BERNOULLI) return is_float_dtype(d) || d == KESTREL_DTYPE_U8;
@@ -206,10 +212,12 @@ void launch_random(kestrel_stream& s, const kestrel_op& op) {
   const Indexer<1> ix = make_indexer<1>(out.rank, out.shape, strides);
   const int per_block = p.distribution == KESTREL_DISTRIBUTION_NORMAL ? 2 : 4;
   const int64_t groups = (n + per_block - 1) / per_block;
+  const int64_t* counter_base = op.num_inputs ? reinterpret_cast<const int64_t*>(ref(op.inputs[0]).base) : nullptr;
   auto go = [&](auto elem) {
     using E = decltype(elem);
     random_kernel<E><<<grid_for(groups), kBlock, 0, s.cuda>>>(ix, reinterpret_cast<typename E::storage*>(out.base), n,
-                                                              int(p.distribution), p.seed, p.offset, p.a, p.b);
+                                                              int(p.distribution), p.seed, p.offset, counter_base,
+                                                              p.a, p.b);
   };
   if (out.dtype == KESTREL_DTYPE_U8)
     go(U8{});

@@ -79,5 +79,6 @@ void index_cases(Runner& r);
 void random_cases(Runner& r);
 void window_cases(Runner& r);
 void fused_cases(Runner& r);
+void capture_cases(Runner& r);
 
 }  // namespace kestrel::conformance

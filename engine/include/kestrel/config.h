@@ -47,6 +47,8 @@ struct RunConfig {
   uint64_t seed = 42;
   int64_t eval_batch_size = 1000;
   bool drop_last = false;
+  // Capture the training step after one warm-up step and replay it (when the backend offers capture).
+  bool capture = true;
   int64_t log_every = 50;            // steps between metric records
   int64_t checkpoint_every = 0;      // steps between checkpoints (0: only at epoch ends)
   int keep_checkpoints = 2;

@@ -37,6 +37,24 @@ void scatter_add_(Tensor& out, int axis, const Tensor& index, const Tensor& src)
 // Counter-based draws (see kestrel_random_params): identical bits on every backend for one seed.
 void random_(Tensor& out, kestrel_distribution distribution, uint64_t seed, uint64_t offset, double a, double b);
 
+// While one lives on this thread, random_ on `base`'s device reads its counter base from `base` (a
+// one-element i64 tensor) and passes only `offset - host_base` by value: the draws are the same as
+// without it when base holds host_base, and a captured graph draws fresh numbers once the host
+// writes the next base before each replay.
+class CounterBaseScope {
+ public:
+  CounterBaseScope(const Tensor& base, uint64_t host_base);
+  ~CounterBaseScope();
+  CounterBaseScope(const CounterBaseScope&) = delete;
+  CounterBaseScope& operator=(const CounterBaseScope&) = delete;
+
+ private:
+  const CounterBaseScope* previous_;
+  const Tensor& base_;
+  uint64_t host_base_;
+  friend void random_(Tensor&, kestrel_distribution, uint64_t, uint64_t, double, double);
+};
+
 struct Window {
   int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
   int dilation_h = 1, dilation_w = 1;

@@ -26,6 +26,9 @@
  *   1.0  first version: devices, contexts, streams, events, buffers, pinned host memory, copies,
  *        memory statistics, ops (required primitives and optional fused ops), capture/replay and
  *        collectives as optional entries.
+ *   1.1  RANDOM may take its counter base from a device scalar (in0), so a captured graph draws fresh
+ *        numbers at every replay; the rules for memory and host copies during a capture are spelled out
+ *        at capture_begin.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -38,7 +41,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 0
+#define KESTREL_PLUGIN_ABI_MINOR 1
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -145,7 +148,7 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_GEMM = 5,           /* out = alpha * in0 @ in1 + beta * out; rank 2, or rank 3 batched */
   KESTREL_OP_GATHER = 6,         /* out = torch.gather(in0, axis, index=in1) */
   KESTREL_OP_SCATTER_ADD = 7,    /* out.scatter_add_(axis, index=in1, src=in0) */
-  KESTREL_OP_RANDOM = 8,         /* out = Philox4x32-10 draws                    params: kestrel_random_params */
+  KESTREL_OP_RANDOM = 8,         /* out = Philox4x32-10 draws [, in0 counter base] params: kestrel_random_params */
   KESTREL_OP_IM2COL = 9,         /* in0 (N,C,H,W) -> out (N, C*KH*KW, OH*OW)     params: kestrel_window_params */
   KESTREL_OP_COL2IM = 10,        /* in0 (N, C*KH*KW, OH*OW) -> out (N,C,H,W), overlaps summed */
   KESTREL_OP_POOL2D = 11,        /* in0 (N,C,H,W) -> out0 (N,C,OH,OW) [, out1 argmax (i64) for max] */
@@ -213,7 +216,10 @@ typedef struct kestrel_index_params { size_t struct_size; int32_t axis; } kestre
  * 2*(i % 2) and 2*(i % 2) + 1). A 32-bit word w becomes u = (w >> 8) * 2^-24. Normal draws use
  * Box-Muller, z = sqrt(-2 ln(u1 + 2^-24)) cos(2 pi u2), from the two words in order. Bernoulli keeps when
  * (w >> 8) < a * 2^24 (compared in double), so masks are bit-identical on every backend. See
- * kestrel/philox.h. */
+ * kestrel/philox.h.
+ * Since 1.1 the op may have one input: a one-element i64 tensor on the device whose value, read when the
+ * op runs, is added to `offset`. A captured graph then draws new numbers at each replay once the host
+ * has written the next base. A plugin that cannot read it answers 0 in supports_op. */
 typedef struct kestrel_random_params {
   size_t struct_size; kestrel_distribution distribution; uint64_t seed; uint64_t offset; double a, b;
 } kestrel_random_params;
@@ -318,7 +324,15 @@ typedef struct kestrel_plugin_api {
   kestrel_status (*launch)(kestrel_stream* stream, const kestrel_op* op);
 
   /* optional (all four): capture the launches on a stream into a graph and replay it. NULL means no
-   * capture; the engine then launches each op every time. */
+   * capture; the engine then launches each op every time.
+   * Between capture_begin and capture_end, launches and device-to-device copies on the stream are
+   * recorded, not run; graph_launch enqueues the whole recording (any number of times). Op parameters
+   * are frozen at capture: what must change per replay lives in device memory (see RANDOM's in0).
+   * Host copies, stream_synchronize and memory_trim are refused on a capturing stream. Memory: buffers
+   * allocated by the capturing thread during the capture belong to the graph's use; the host frees each
+   * of them before capture_end (a plugin may refuse capture_end otherwise), and the plugin keeps their
+   * memory for the graph until graph_destroy, never handing it to allocations outside the graph.
+   * Buffers allocated before the capture and used by it stay allocated until graph_destroy. */
   kestrel_status (*capture_begin)(kestrel_stream* stream);
   kestrel_status (*capture_end)(kestrel_stream* stream, kestrel_graph** graph);
   kestrel_status (*graph_launch)(kestrel_graph* graph, kestrel_stream* stream);

@@ -29,6 +29,7 @@ struct TrainSummary {
   EvalResult test;
   double samples_per_second = 0;
   double seconds = 0;
+  int64_t replayed_steps = 0;  // steps run as one replay of the captured step (see RunConfig::capture)
   std::string out_dir;
 };
 

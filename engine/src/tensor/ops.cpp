@@ -267,6 +267,18 @@ void scatter_add_(Tensor& out, int axis, const Tensor& index, const Tensor& src)
   run("scatter_add", device, OpBuilder(KESTREL_OP_SCATTER_ADD, &params).in(src).in(index).out(out).op);
 }
 
+namespace {
+thread_local const CounterBaseScope* counter_base = nullptr;
+}
+
+CounterBaseScope::CounterBaseScope(const Tensor& base, uint64_t host_base)
+    : previous_(counter_base), base_(base), host_base_(host_base) {
+  if (base.dtype() != DType::i64 || base.numel() != 1)
+    throw InvalidArgument("CounterBaseScope: the counter base must be a one-element i64 tensor, got " + base.describe());
+  counter_base = this;
+}
+CounterBaseScope::~CounterBaseScope() { counter_base = previous_; }
+
 void random_(Tensor& out, kestrel_distribution distribution, uint64_t seed, uint64_t offset, double a, double b) {
   auto params = make_params<kestrel_random_params>();
   params.distribution = distribution;
@@ -274,7 +286,15 @@ void random_(Tensor& out, kestrel_distribution distribution, uint64_t seed, uint
   params.offset = offset;
   params.a = a;
   params.b = b;
-  run("random", out.device(), OpBuilder(KESTREL_OP_RANDOM, &params).out(out).op);
+  OpBuilder builder(KESTREL_OP_RANDOM, &params);
+  if (counter_base && counter_base->base_.device() == out.device()) {
+    if (offset < counter_base->host_base_)
+      throw InvalidArgument(fmt::format("random: offset {} lies before the counter base {}", offset,
+                                        counter_base->host_base_));
+    params.offset = offset - counter_base->host_base_;
+    builder.in(counter_base->base_);
+  }
+  run("random", out.device(), builder.out(out).op);
 }
 
 namespace {

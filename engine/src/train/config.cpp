@@ -186,6 +186,7 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   top.integer("max_steps", c.max_steps, 0);
   top.integer("seed", c.seed, 0);
   top.boolean("drop_last", c.drop_last);
+  top.boolean("capture", c.capture);
   top.integer("log_every", c.log_every, 1);
 
   Section eval = top.child("eval");

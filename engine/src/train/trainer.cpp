@@ -12,6 +12,7 @@
 #include "kestrel/functional.h"
 #include "kestrel/io.h"
 #include "kestrel/loader.h"
+#include "captured_step.h"
 #include "run_data.h"
 #include "run_log.h"
 
@@ -113,22 +114,41 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
   EvalResult last_eval{NAN, NAN, 0};
   auto last_redraw = Clock::now();
 
+  // Forward, loss, backward and metrics on one batch. Metrics accumulate on the device and are read only
+  // when reported: no sync per step.
+  auto step = [&](const Tensor& inputs, const Tensor& targets, uint64_t& rng_offset) {
+    model_->zero_grad(/*lazy=*/true);  // backward overwrites the gradients: no zeroing pass
+    Var out = model_->forward(inputs, true, dropout_seed(config_.seed), rng_offset);
+    Var loss = loss_of(out, targets);
+    backward(loss);
+    model_->settle_gradients();
+    ops::binary_(KESTREL_BINARY_ADD, loss_sum, loss_sum, loss.value());
+    if (classify) ops::binary_(KESTREL_BINARY_ADD, correct, correct, correct_count(out.value(), targets));
+  };
+  // Replays the step from the third step on when the backend can capture (the optimizer update, whose
+  // learning rate and step count change, runs after it as one launch).
+  std::unique_ptr<CapturedStep> captured;
+  if (config_.capture && CapturedGraph::supported(device_)) captured = std::make_unique<CapturedStep>(device_, step);
+  bool capture_note_shown = false;
+  int64_t replayed_steps = 0;
+
   while (state.epoch < config_.epochs && state.step < total_steps) {
     loader.start_epoch(state.epoch, state.batch);
     data::Batch batch;
     while (state.step < total_steps && loader.next(batch)) {
       double lr = scheduled_lr(config_.schedule, config_.optimizer.lr, state.step, total_steps, state.epoch);
-      model_->zero_grad(/*lazy=*/true);  // backward overwrites the gradients: no zeroing pass
-      Var out = model_->forward(batch.inputs, true, dropout_seed(config_.seed), state.rng_offset);
-      Var loss = loss_of(out, batch.targets);
-      backward(loss);
-      model_->settle_gradients();
+      if (captured && captured->run(batch, state.rng_offset)) {
+        ++replayed_steps;
+      } else {
+        step(batch.inputs, batch.targets, state.rng_offset);
+        if (captured && !captured->disabled().empty() && !capture_note_shown) {
+          log.message("kestrel: launching every op (the step could not be captured: " + captured->disabled() + ")");
+          capture_note_shown = true;
+        }
+      }
       optimizer_->step(lr);
       ++state.step;
       state.batch = batch.index + 1;
-      // Metrics accumulate on the device and are read only when reported: no sync per step.
-      ops::binary_(KESTREL_BINARY_ADD, loss_sum, loss_sum, loss.value());
-      if (classify) ops::binary_(KESTREL_BINARY_ADD, correct, correct, correct_count(out.value(), batch.targets));
       ++window_steps;
       window_samples += batch.size;
       run_samples += batch.size;
@@ -188,6 +208,7 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
   summary.seconds = since(run_start);
   summary.samples_per_second = (state.step - start_step) > 0 ? run_samples / std::max(summary.seconds, 1e-9) : 0;
   summary.out_dir = config_.out_dir;
+  summary.replayed_steps = replayed_steps;
   nlohmann::json json{{"model", model_->spec().name()},
                       {"model_file", model_->spec().source()},
                       {"config", config_.source},
@@ -200,6 +221,7 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
                       {"test_loss", summary.test.loss},
                       {"test_samples", summary.test.samples},
                       {"samples_per_second", summary.samples_per_second},
+                      {"replayed_steps", summary.replayed_steps},
                       {"seconds", summary.seconds}};
   if (!std::isnan(summary.test.accuracy)) json["test_accuracy"] = summary.test.accuracy;
   io::write_file_atomically(config_.out_dir + "/summary.json", json.dump(2) + "\n");
