@@ -9,6 +9,7 @@
 
 #include "kestrel/half.h"
 #include "kestrel/plugin.h"
+#include "kestrel/plugin_shapes.hpp"
 
 namespace kestrel_cpu {
 
@@ -130,21 +131,12 @@ struct View {
   }
 };
 
-inline bool is_contiguous(const kestrel_tensor& t) {
-  int64_t expected = 1;
-  for (int d = t.rank - 1; d >= 0; --d) {
-    if (t.shape[d] == 1) continue;
-    if (t.strides[d] != expected) return false;
-    expected *= t.shape[d];
-  }
-  return true;
-}
 
-inline int64_t numel(const kestrel_tensor& t) {
-  int64_t n = 1;
-  for (int d = 0; d < t.rank; ++d) n *= t.shape[d];
-  return n;
-}
+// Shared with every backend (kestrel/plugin_shapes.hpp).
+using kestrel::plugin_shapes::all_contiguous;
+using kestrel::plugin_shapes::is_contiguous;
+using kestrel::plugin_shapes::numel;
+using kestrel::plugin_shapes::same_shape;
 
 inline size_t dtype_bytes(kestrel_dtype d) {
   switch (d) {
@@ -172,12 +164,6 @@ View<S> view_of(const kestrel_tensor& t) {
   return v;
 }
 
-inline bool same_shape(const kestrel_tensor& a, const kestrel_tensor& b) {
-  if (a.rank != b.rank) return false;
-  for (int d = 0; d < a.rank; ++d)
-    if (a.shape[d] != b.shape[d]) return false;
-  return true;
-}
 
 template <class P>
 const P& params_of(const kestrel_op& op, const char* name) {

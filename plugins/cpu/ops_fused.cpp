@@ -3,25 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cpu_ops.hpp"
 
 namespace kestrel_cpu {
 
-namespace {
-bool contiguous_all(const kestrel_op& op) {
-  for (int i = 0; i < op.num_inputs; ++i)
-    if (!is_contiguous(op.inputs[i])) return false;
-  for (int i = 0; i < op.num_outputs; ++i)
-    if (!is_contiguous(op.outputs[i])) return false;
-  return true;
-}
-}  // namespace
-
 // in0 (..., C) -> out (..., C), softmax or log-softmax over the last axis; rows are contiguous.
 bool supports_softmax(const kestrel_op& op) {
-  if (!arity(op, 1, 1) || !op.params || !contiguous_all(op)) return false;
+  if (!arity(op, 1, 1) || !op.params || !all_contiguous(op)) return false;
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
   return in.rank >= 1 && is_float_dtype(in.dtype) && in.dtype == out.dtype && same_shape(in, out);
 }
@@ -56,7 +47,7 @@ void launch_softmax(const kestrel_op& op) {
 // in0 logits (N, C), in1 labels (N) -> out0 loss (N) [, out1 dlogits (N, C) = softmax - onehot]
 bool supports_softmax_cross_entropy(const kestrel_op& op) {
   if (op.num_inputs != 2 || (op.num_outputs != 1 && op.num_outputs != 2) || !valid_tensors(op) ||
-      !contiguous_all(op))
+      !all_contiguous(op))
     return false;
   const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &loss = op.outputs[0];
   if (logits.rank != 2 || !is_float_dtype(logits.dtype) || !is_index_dtype(labels.dtype)) return false;
@@ -104,7 +95,7 @@ void launch_softmax_cross_entropy(const kestrel_op& op) {
 // Adam/AdamW: in0 param, in1 grad, in2 m, in3 v (updated in place; the grad only zeroed, if asked).
 // SGD: in0 param, in1 grad [, in2 momentum buffer]. Same shape, contiguous, f32 or f64.
 bool supports_optimizer(const kestrel_op& op) {
-  if (!op.params || op.num_outputs != 0 || !valid_tensors(op) || !contiguous_all(op)) return false;
+  if (!op.params || op.num_outputs != 0 || !valid_tensors(op) || !all_contiguous(op)) return false;
   int expected = op.kind == KESTREL_OP_ADAM_UPDATE ? 4 : (op.num_inputs == 3 ? 3 : 2);
   if (op.num_inputs != expected) return false;
   kestrel_dtype d = op.inputs[0].dtype;
@@ -119,13 +110,37 @@ namespace {
 // The updates run over blocks of kBlock elements: inside a block the loop has no aliasing and no calls,
 // so the compiler vectorises it; Kokkos spreads the blocks over its threads.
 constexpr int64_t kBlock = 4096;
+// Below this many elements a split over host threads costs more than it saves.
+constexpr int64_t kSplitMinimum = int64_t(1) << 18;
+
+// Host threads for an update when Kokkos has only one (Debian's Kokkos is Serial-only): a pass over
+// millions of parameters, moments and gradients would otherwise run on one core while OpenBLAS uses
+// all of them for the GEMMs around it.
+int update_threads() {
+  static const int threads = Exec().concurrency() > 1 ? 1 : int(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  return threads;
+}
 
 template <class Body>
 void for_blocks(const char* label, int64_t n, Body body) {
-  Kokkos::parallel_for(label, Range(0, (n + kBlock - 1) / kBlock), [=](int64_t block) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  auto run_block = [=](int64_t block) {
     const int64_t begin = block * kBlock;
     body(begin, std::min(n, begin + kBlock));
-  });
+  };
+  const int threads = n >= kSplitMinimum ? update_threads() : 1;
+  if (threads == 1) {
+    Kokkos::parallel_for(label, Range(0, blocks), run_block);
+    return;
+  }
+  const int64_t per_thread = (blocks + threads - 1) / threads;
+  auto run_range = [=](int64_t first) {
+    for (int64_t block = first; block < std::min(blocks, first + per_thread); ++block) run_block(block);
+  };
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < threads; ++t) helpers.emplace_back(run_range, t * per_thread);
+  run_range(0);
+  for (std::thread& helper : helpers) helper.join();
 }
 
 template <class T>

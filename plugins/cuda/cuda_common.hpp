@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kestrel/plugin.h"
+#include "kestrel/plugin_shapes.hpp"
 
 namespace kestrel_cuda {
 
@@ -130,26 +131,11 @@ inline bool is_float_dtype(kestrel_dtype d) {
 }
 inline bool is_index_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_I64 || d == KESTREL_DTYPE_I32; }
 
-inline int64_t numel(const kestrel_tensor& t) {
-  int64_t n = 1;
-  for (int d = 0; d < t.rank; ++d) n *= t.shape[d];
-  return n;
-}
-inline bool is_contiguous(const kestrel_tensor& t) {
-  int64_t expected = 1;
-  for (int d = t.rank - 1; d >= 0; --d) {
-    if (t.shape[d] == 1) continue;
-    if (t.strides[d] != expected) return false;
-    expected *= t.shape[d];
-  }
-  return true;
-}
-inline bool same_shape(const kestrel_tensor& a, const kestrel_tensor& b) {
-  if (a.rank != b.rank) return false;
-  for (int d = 0; d < a.rank; ++d)
-    if (a.shape[d] != b.shape[d]) return false;
-  return true;
-}
+// Shared with every backend (kestrel/plugin_shapes.hpp).
+using kestrel::plugin_shapes::all_contiguous;
+using kestrel::plugin_shapes::is_contiguous;
+using kestrel::plugin_shapes::numel;
+using kestrel::plugin_shapes::same_shape;
 
 // A descriptor resolved to a device address: what kernels and cuBLAS are given.
 struct TensorRef {

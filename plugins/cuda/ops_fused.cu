@@ -10,14 +10,6 @@ namespace {
 
 constexpr int kMaxRowBlock = 256;
 
-bool contiguous_all(const kestrel_op& op) {
-  for (int i = 0; i < op.num_inputs; ++i)
-    if (!is_contiguous(op.inputs[i])) return false;
-  for (int i = 0; i < op.num_outputs; ++i)
-    if (!is_contiguous(op.outputs[i])) return false;
-  return true;
-}
-
 int row_block(int64_t cols) {
   int block = 32;
   while (block < kMaxRowBlock && block < cols) block *= 2;
@@ -141,7 +133,7 @@ unsigned row_grid(int64_t rows) { return unsigned(std::max<int64_t>(1, std::min<
 
 // in0 (..., C) -> out (..., C), softmax or log-softmax over the last axis; rows are contiguous.
 bool supports_softmax(const kestrel_op& op) {
-  if (!arity(op, 1, 1) || !op.params || !contiguous_all(op)) return false;
+  if (!arity(op, 1, 1) || !op.params || !all_contiguous(op)) return false;
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
   return in.rank >= 1 && is_float_dtype(in.dtype) && in.dtype == out.dtype && same_shape(in, out);
 }
@@ -163,7 +155,7 @@ void launch_softmax(kestrel_stream& s, const kestrel_op& op) {
 
 // in0 logits (N, C), in1 labels (N) -> out0 loss (N) [, out1 dlogits (N, C) = softmax - onehot]
 bool supports_softmax_cross_entropy(const kestrel_op& op) {
-  if (op.num_inputs != 2 || (op.num_outputs != 1 && op.num_outputs != 2) || !valid_tensors(op) || !contiguous_all(op))
+  if (op.num_inputs != 2 || (op.num_outputs != 1 && op.num_outputs != 2) || !valid_tensors(op) || !all_contiguous(op))
     return false;
   const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &loss = op.outputs[0];
   if (logits.rank != 2 || !is_float_dtype(logits.dtype) || !is_index_dtype(labels.dtype)) return false;
@@ -197,7 +189,7 @@ void launch_softmax_cross_entropy(kestrel_stream& s, const kestrel_op& op) {
 // Adam/AdamW: in0 param, in1 grad, in2 m, in3 v (all updated in place but the grad).
 // SGD: in0 param, in1 grad [, in2 momentum buffer]. Same size, contiguous, f32 or f64.
 bool supports_optimizer(const kestrel_op& op) {
-  if (!op.params || op.num_outputs != 0 || !valid_tensors(op) || !contiguous_all(op)) return false;
+  if (!op.params || op.num_outputs != 0 || !valid_tensors(op) || !all_contiguous(op)) return false;
   int expected = op.kind == KESTREL_OP_ADAM_UPDATE ? 4 : (op.num_inputs == 3 ? 3 : 2);
   if (op.num_inputs != expected) return false;
   kestrel_dtype d = op.inputs[0].dtype;

@@ -1,5 +1,6 @@
-// Matrix products, rank 2 or batched rank 3 (shaders/gemm.comp: shared-memory tiles). Transposed and
-// stride-0 (broadcast) operands are read through their strides, so nothing is packed on the host.
+// Matrix products, rank 2 or batched rank 3 (shaders/gemm.comp: shared-memory tiles), and the fused
+// linear op (the same kernel with a bias and activation epilogue). Transposed and stride-0 (broadcast)
+// operands are read through their strides, so nothing is packed on the host.
 #include "vk_ops.hpp"
 
 namespace kestrel_vk {
@@ -39,21 +40,20 @@ bool supports_gemm(const kestrel_op& op, uint32_t dtypes) {
          gemm_shapes_ok(a, b, c);
 }
 
-void launch_gemm(kestrel_stream* stream, const kestrel_op& op) {
-  const auto& p = params_of<kestrel_gemm_params>(op, "gemm");
-  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &c = op.outputs[0];
-  Dispatch d;
-  d.shader = "gemm_f32";
+namespace {
+
+// The tiled GEMM dispatch for c = a @ b (as rank 3), with its grid; false when there is nothing to do.
+bool gemm_dispatch(kestrel_stream* stream, const std::string& shader, const kestrel_tensor& a, const kestrel_tensor& b,
+                   const kestrel_tensor& c, Dispatch& d) {
+  d.shader = shader;
   d.params.tensors[0] = as_batched(a);
   d.params.tensors[1] = as_batched(b);
   d.params.tensors[2] = as_batched(c);
-  d.params.floats[0] = static_cast<float>(p.alpha);
-  d.params.floats[1] = static_cast<float>(p.beta);
   d.buffers[0] = a.buffer;
   d.buffers[1] = b.buffer;
   d.buffers[2] = c.buffer;
   const uint32_t batch = d.params.tensors[2].shape[0], m = d.params.tensors[2].shape[1], n = d.params.tensors[2].shape[2];
-  if (batch == 0 || m == 0 || n == 0) return;  // K == 0 still runs: C = beta * C
+  if (batch == 0 || m == 0 || n == 0) return false;  // K == 0 still runs: C = beta * C (or the bias)
   const uint32_t* limits = stream->context->physical->properties.limits.maxComputeWorkGroupCount;
   d.groups[0] = (n + kTile - 1) / kTile;
   d.groups[1] = (m + kTile - 1) / kTile;
@@ -62,7 +62,69 @@ void launch_gemm(kestrel_stream* stream, const kestrel_op& op) {
     fail("gemm of " + std::to_string(batch) + " x " + std::to_string(m) + " x " + std::to_string(n) +
              " exceeds this Vulkan device's grid limits; split the batch",
          KESTREL_STATUS_UNSUPPORTED);
-  run(stream, {d});
+  return true;
+}
+
+}  // namespace
+
+void launch_gemm(kestrel_stream* stream, const kestrel_op& op) {
+  const auto& p = params_of<kestrel_gemm_params>(op, "gemm");
+  Dispatch d;
+  d.params.floats[0] = static_cast<float>(p.alpha);
+  d.params.floats[1] = static_cast<float>(p.beta);
+  if (gemm_dispatch(stream, "gemm_f32", op.inputs[0], op.inputs[1], op.outputs[0], d)) run(stream, {d});
+}
+
+// Fused linear: in0 x (M, K) @ in1 w (K, N) [+ in2 bias (N)] -> out0 act(.) [, out1 pre-activation].
+bool supports_linear(const kestrel_op& op, uint32_t dtypes) {
+  if (!op.params || (op.num_inputs != 2 && op.num_inputs != 3) || (op.num_outputs != 1 && op.num_outputs != 2) ||
+      !valid_tensors(op))
+    return false;
+  const kestrel_tensor &x = op.inputs[0], &w = op.inputs[1], &y = op.outputs[0];
+  if (y.dtype != KESTREL_DTYPE_F32 || !in_mask(dtypes, y.dtype) || x.dtype != y.dtype || w.dtype != y.dtype) return false;
+  if (y.rank != 2 || !gemm_shapes_ok(x, w, y)) return false;
+  if (op.num_inputs == 3) {
+    const kestrel_tensor& bias = op.inputs[2];
+    if (bias.dtype != y.dtype || bias.rank != 1 || bias.shape[0] != y.shape[1]) return false;
+  }
+  if (op.num_outputs == 2 && (!same_shape(op.outputs[1], y) || op.outputs[1].dtype != y.dtype)) return false;
+  const auto activation = static_cast<const kestrel_linear_params*>(op.params)->activation;
+  return activation >= KESTREL_ACTIVATION_NONE && activation <= KESTREL_ACTIVATION_GELU;
+}
+
+void launch_linear(kestrel_stream* stream, const kestrel_op& op) {
+  const auto activation = params_of<kestrel_linear_params>(op, "linear").activation;
+  const bool keep_pre = op.num_outputs == 2;
+  const kestrel_tensor& y = op.outputs[0];
+  // The GEMM epilogue writes one output (a fifth binding would exceed the 4 storage buffers every
+  // device offers): with the pre-activation kept, it writes that, and a second pass applies the
+  // activation.
+  const kestrel_tensor& gemm_out = keep_pre ? op.outputs[1] : y;
+  Dispatch gemm;
+  gemm.params.ints[0] = keep_pre ? KESTREL_ACTIVATION_NONE : activation;
+  if (op.num_inputs == 3) {
+    gemm.params.ints[1] = 1;
+    gemm.params.tensors[3] = describe(op.inputs[2]);
+    gemm.buffers[3] = op.inputs[2].buffer;
+  }
+  if (!gemm_dispatch(stream, "linear_f32", op.inputs[0], op.inputs[1], gemm_out, gemm)) return;
+  if (!keep_pre) {
+    run(stream, {gemm});
+    return;
+  }
+  Dispatch act;
+  if (activation == KESTREL_ACTIVATION_NONE) {
+    act.shader = "copy_f32_f32";
+  } else {
+    act.shader = "unary_f32";
+    act.params.ints[0] = activation == KESTREL_ACTIVATION_RELU ? KESTREL_UNARY_RELU : KESTREL_UNARY_GELU;
+  }
+  act.params.tensors[0] = describe(gemm_out);
+  act.params.tensors[1] = describe(y);
+  act.buffers[0] = gemm_out.buffer;
+  act.buffers[1] = y.buffer;
+  set_flat_grid(stream->context, act, static_cast<uint64_t>(numel(y)));
+  run(stream, {gemm, act});
 }
 
 }  // namespace kestrel_vk

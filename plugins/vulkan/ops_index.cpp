@@ -1,6 +1,6 @@
 // gather and scatter_add along one axis (torch.gather / Tensor.scatter_add_), shaders/index.comp.
-// Indices are range-checked on the device first, in their own submission, and a bad one fails the
-// launch before anything is written, so a bad label never corrupts memory.
+// Indices are range-checked on the device first and the host waits for the answer (a sync point), so
+// a bad one fails the launch before anything is written and a bad label never corrupts memory.
 #include <cstring>
 
 #include "vk_ops.hpp"
@@ -23,17 +23,12 @@ bool index_op_ok(const kestrel_op& op, const kestrel_tensor& data, const kestrel
 
 void check_indices(kestrel_stream* stream, const kestrel_tensor& index, int64_t extent, const char* what) {
   if (numel(index) == 0) return;
-  if (!stream->flags) stream->flags = allocate_host_buffer(stream->context, 16);
-  std::memset(stream->flags->mapped, 0, 16);
-  Dispatch d;
-  d.shader = std::string("index_check_") + dtype_suffix(index.dtype);
-  d.params.tensors[0] = describe(index);
-  d.params.uints[0] = static_cast<uint32_t>(extent);
-  d.buffers[0] = index.buffer;
-  d.buffers[1] = stream->flags;
-  set_flat_grid(stream->context, d, static_cast<uint64_t>(numel(index)));
-  run(stream, {d});
-  const uint32_t* words = static_cast<const uint32_t*>(stream->flags->mapped);
+  // Words 0..3 of the stream's flags; 4..7 belong to the deferred label check (vk_common.hpp).
+  // An earlier check waited for its dispatch, so the device is done with words 0..3.
+  uint32_t* words = static_cast<uint32_t*>(ensure_flags(stream)->mapped);
+  std::memset(words, 0, 4 * sizeof(uint32_t));
+  record_index_check(stream, index, extent, 0);
+  synchronize(stream);
   if (words[0]) {
     const int64_t bad = static_cast<int64_t>(uint64_t(words[1]) | (uint64_t(words[2]) << 32));
     fail(std::string(what) + ": index " + std::to_string(bad) + " is out of range for an axis of size " +
@@ -42,6 +37,26 @@ void check_indices(kestrel_stream* stream, const kestrel_tensor& index, int64_t 
 }
 
 }  // namespace
+
+kestrel_buffer* ensure_flags(kestrel_stream* stream) {
+  if (!stream->flags) {
+    stream->flags = allocate_host_buffer(stream->context, 8 * sizeof(uint32_t));
+    std::memset(stream->flags->mapped, 0, 8 * sizeof(uint32_t));
+  }
+  return stream->flags;
+}
+
+void record_index_check(kestrel_stream* stream, const kestrel_tensor& index, int64_t extent, uint32_t first_word) {
+  Dispatch d;
+  d.shader = std::string("index_check_") + dtype_suffix(index.dtype);
+  d.params.tensors[0] = describe(index);
+  d.params.uints[0] = static_cast<uint32_t>(extent);
+  d.params.uints[1] = first_word;
+  d.buffers[0] = index.buffer;
+  d.buffers[1] = ensure_flags(stream);
+  set_flat_grid(stream->context, d, static_cast<uint64_t>(numel(index)));
+  run(stream, {d});
+}
 
 // in0 data, in1 index -> out (index's shape): out[.., i, ..] = data[.., index[.., i, ..], ..]
 bool supports_gather(const kestrel_op& op, uint32_t dtypes) {

@@ -1,13 +1,30 @@
 // Shared pieces of the Vulkan plugin: errors, the opaque ABI objects, and the interfaces between the
 // files (instance/devices, memory, submission, pipelines, op families).
 //
-// Execution model: every launch and copy records one command buffer on its stream, submits it and
-// waits for its fence before returning. Streams are therefore trivially ordered, buffer_free never
-// races with the GPU, and the event entries are left NULL (the ABI's "launches complete before they
-// return"). This is the simplest correct model; overlapping submissions is future work.
+// Execution model (asynchronous, one VkQueue per context):
+//  - Launches and device-to-device copies are recorded into the stream's open command buffer and
+//    return at once. A batch is submitted when it holds kDispatchesPerSubmit dispatches or its upload
+//    space is full, and at sync points: stream_synchronize, copy_device_to_host, event_record, and the
+//    index checks of gather/scatter_add (which read a flag on the host).
+//  - Each stream keeps a ring of kSubmissionsInFlight batches (command buffer, fence, descriptor pool,
+//    parameter blocks, upload space); opening a batch in a busy slot waits for its fence first, which
+//    bounds how far the host runs ahead.
+//  - Every command buffer starts with a full memory barrier and has a barrier between its commands, so
+//    everything on the queue runs in submission order, across streams too. That is why
+//    stream_wait_event needs no semaphore: event_record submits the stream's batch, so anything another
+//    stream submits later is ordered after it. Events hold the fence of that submission.
+//  - The host never writes device buffers directly: copy_host_to_device memcpys into the batch's
+//    upload space and records vkCmdCopyBuffer, so the caller's memory is free on return.
+//    copy_device_to_host submits, waits for the stream, then reads (mapping or bounce buffer).
+//  - buffer_free is stream-ordered: the range is tagged with every stream's open batch and returns to
+//    the free lists once those batches are submitted (the queue orders any later user after them);
+//    blocks go back to the driver only after the queue is idle (vk_memory.cpp).
+//  - softmax_cross_entropy checks its labels on the device without stopping: a bad label makes its
+//    rows NaN and is reported as an error at the stream's next sync point (like CUDA's async errors).
 #pragma once
 #include <vulkan/vulkan.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -43,6 +60,7 @@ struct PhysicalDevice {
   bool has_compute_queue = false;
   bool has_int64 = false;          // shaderInt64: needed for i64 tensors
   bool has_memory_budget = false;  // VK_EXT_memory_budget
+  uint32_t timestamp_valid_bits = 0;  // of the compute queue family: 0 means no timestamps (profiling)
   std::string driver;              // "llvmpipe (Mesa 23.x)" when VK_KHR_driver_properties says so
 };
 
@@ -87,13 +105,59 @@ constexpr uint32_t kLocalSize = 256;  // KESTREL_LOCAL_SIZE in common.glsl
 
 // ---- the opaque ABI objects ----
 
+namespace kestrel_vk {
+
+struct MemoryBlock;   // vk_memory.cpp
+struct MemoryBlocks;  // vk_memory.cpp: every block of a context and its free lists
+
+// A VkFence shared between the submission that signals it and the events recorded on it.
+struct Fence {
+  VkDevice device = VK_NULL_HANDLE;
+  VkFence handle = VK_NULL_HANDLE;
+  explicit Fence(VkDevice device);
+  ~Fence();
+  Fence(const Fence&) = delete;
+  Fence& operator=(const Fence&) = delete;
+};
+
+// How far a stream has got, readable from other threads (buffer_free tags freed ranges with it).
+// Batch ids count from 1; recording > submitted means a batch with commands is still open.
+struct StreamProgress {
+  std::atomic<uint64_t> recording{0};
+  std::atomic<uint64_t> submitted{0};
+};
+
+constexpr uint32_t kDispatchesPerSubmit = 128;
+constexpr uint32_t kSubmissionsInFlight = 4;
+
+// One batch of recorded work and everything it uses, recycled once its fence signals.
+struct Submission {
+  VkCommandBuffer commands = VK_NULL_HANDLE;
+  VkDescriptorPool descriptor_pool = VK_NULL_HANDLE;
+  std::shared_ptr<Fence> fence;
+  kestrel_buffer* params = nullptr;  // kDispatchesPerSubmit parameter blocks
+  kestrel_buffer* upload = nullptr;  // host-to-device copies and scratch of this batch, grown on demand
+  uint64_t upload_used = 0;
+  uint32_t dispatches = 0;  // parameter blocks and descriptor sets used
+  uint32_t recorded = 0;    // commands recorded; each after the first gets a barrier before it
+  uint64_t batch = 0;       // StreamProgress id while open or in flight
+  bool open = false, in_flight = false;
+  // KESTREL_VULKAN_PROFILE=1: a timestamp before and after each dispatch, and its shader
+  VkQueryPool timestamps = VK_NULL_HANDLE;
+  std::vector<std::string> timed_shaders;
+};
+
+}  // namespace kestrel_vk
+
 struct kestrel_buffer {
-  kestrel_context* context;
-  VkBuffer buffer;
-  VkDeviceMemory memory;
-  uint64_t bytes;     // what the caller asked for
-  uint64_t reserved;  // what the allocation holds (rounded)
-  void* mapped;       // non-null when the memory is host-visible and coherent: copies use memcpy
+  kestrel_context* context = nullptr;
+  VkBuffer buffer = VK_NULL_HANDLE;  // device buffers: their block's VkBuffer; helper buffers: their own
+  uint64_t offset = 0;               // where this buffer starts inside `buffer`, in bytes
+  uint64_t bytes = 0;                // what the caller asked for
+  uint64_t reserved = 0;             // the range it holds (rounded up to the allocation alignment)
+  void* mapped = nullptr;            // host address of its first byte when host-visible and coherent
+  kestrel_vk::MemoryBlock* block = nullptr;   // device buffers: the block it lives in
+  VkDeviceMemory own_memory = VK_NULL_HANDLE; // helper buffers (params, staging, flags): their memory
 };
 
 struct kestrel_context {
@@ -108,11 +172,15 @@ struct kestrel_context {
   bool device_memory_mapped = false; // device_memory_type is host-visible too (integrated, lavapipe)
   uint64_t max_binding_range = 0;    // maxStorageBufferRange
   uint32_t params_alignment = 256;   // minUniformBufferOffsetAlignment, at least 256
+  uint64_t buffer_alignment = 256;   // minStorageBufferOffsetAlignment, at least 256 (the ABI wants 64)
 
-  // Statistics and the cache of freed buffers, keyed by reserved size (vk_memory.cpp).
+  // Device memory: blocks, free ranges, ranges waiting for their streams, statistics (vk_memory.cpp).
   std::mutex memory_mutex;
-  uint64_t allocated = 0, cached = 0, peak = 0, count = 0;
-  std::multimap<uint64_t, kestrel_buffer*> free_buffers;
+  kestrel_vk::MemoryBlocks* memory = nullptr;  // created and destroyed by vk_memory.cpp
+
+  // Live streams' progress, snapshotted by buffer_free.
+  std::mutex streams_mutex;
+  std::vector<std::shared_ptr<kestrel_vk::StreamProgress>> streams;
 
   // Compute pipelines, created on first use (vk_pipelines.cpp).
   std::mutex pipeline_mutex;
@@ -125,12 +193,20 @@ struct kestrel_context {
 struct kestrel_stream {
   kestrel_context* context = nullptr;
   VkCommandPool command_pool = VK_NULL_HANDLE;
-  VkCommandBuffer commands = VK_NULL_HANDLE;
-  VkFence fence = VK_NULL_HANDLE;
-  VkDescriptorPool descriptor_pool = VK_NULL_HANDLE;
-  kestrel_buffer* params = nullptr;   // host-visible ring of Params blocks for one submission
-  kestrel_buffer* staging = nullptr;  // host-visible bounce buffer for copies to non-mappable memory
-  kestrel_buffer* flags = nullptr;    // host-visible words the index check reports through
+  kestrel_vk::Submission ring[kestrel_vk::kSubmissionsInFlight];
+  uint32_t current = 0;         // the slot being recorded, or recorded next
+  uint64_t batches_opened = 0;  // ids handed to StreamProgress::recording
+  std::shared_ptr<kestrel_vk::StreamProgress> progress;
+  kestrel_buffer* readback = nullptr;  // host-visible bounce buffer for reads of non-mappable memory
+  // Host-visible words the index checks report through: [0..3] the synchronous gather/scatter check,
+  // [4..7] the deferred label check of softmax_cross_entropy (flag, value low/high, extent).
+  kestrel_buffer* flags = nullptr;
+};
+
+struct kestrel_event {
+  kestrel_context* context = nullptr;
+  std::mutex mutex;
+  std::shared_ptr<kestrel_vk::Fence> fence;  // the submission it marks; null: nothing to wait for
 };
 
 namespace kestrel_vk {
@@ -138,12 +214,21 @@ namespace kestrel_vk {
 // ---- memory (vk_memory.cpp) ----
 
 void choose_memory_types(kestrel_context* context);
+void create_memory(kestrel_context* context);
+void destroy_memory(kestrel_context* context);  // the queue must be idle
 kestrel_buffer* allocate_buffer(kestrel_context* context, uint64_t bytes);
-void release_buffer(kestrel_buffer* buffer);  // back to the cache
-void destroy_buffer(kestrel_buffer* buffer);  // back to the driver, not counted
-// Host-visible buffer outside the statistics (params, staging, unused bindings).
+// Stream-ordered: the range is reused only after the batches open at this moment are submitted.
+void release_buffer(kestrel_buffer* buffer);
+// Hands fully free blocks back to the driver (waits for the queue to go idle first).
+void trim_memory(kestrel_context* context);
+void memory_statistics(kestrel_context* context, kestrel_memory_stats* stats);
+void reset_peak(kestrel_context* context);
+// Host-visible buffer with its own memory, outside the statistics (params, staging, flags, bindings).
 kestrel_buffer* allocate_host_buffer(kestrel_context* context, uint64_t bytes);
-void trim_cache(kestrel_context* context);
+void destroy_host_buffer(kestrel_buffer* buffer);
+
+// ---- copies (vk_copies.cpp) ----
+
 void copy_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t offset, const void* src, uint64_t bytes);
 void copy_to_host(kestrel_stream* stream, void* dst, kestrel_buffer* src, uint64_t offset, uint64_t bytes);
 void copy_on_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset, kestrel_buffer* src,
@@ -159,7 +244,7 @@ bool has_shader(const std::string& name);
 // ---- submission (vk_submit.cpp) ----
 
 void create_stream_objects(kestrel_stream* stream);
-void destroy_stream_objects(kestrel_stream* stream);
+void destroy_stream_objects(kestrel_stream* stream);  // waits for the stream first
 
 // One compute dispatch: a shader variant, its parameter block and buffers, and a grid of workgroups.
 struct Dispatch {
@@ -171,20 +256,36 @@ struct Dispatch {
 // A flat grid of at least `invocations` invocations of kLocalSize, split into rows so no dimension
 // exceeds the device limit (the shaders' flat_index() undoes the split).
 void set_flat_grid(kestrel_context* context, Dispatch& dispatch, uint64_t invocations);
-// Records the dispatches in order, with a barrier between each, submits and waits for completion.
+// Records the dispatches in order into the stream's open batch (a barrier before each); returns at once.
 void run(kestrel_stream* stream, const std::vector<Dispatch>& dispatches);
-// Records `record` into the stream's command buffer, submits and waits.
-template <class Record>
-void submit_and_wait(kestrel_stream* stream, Record&& record);
-void begin_commands(kestrel_stream* stream);
-void print_profile();  // KESTREL_VULKAN_PROFILE=1
-void end_submit_wait(kestrel_stream* stream);
+// The open batch's command buffer, ready for one more transfer command (a barrier already recorded
+// before it when needed).
+VkCommandBuffer record_command(kestrel_stream* stream);
+// Room for up to `bytes` (at least one byte, at most the upload limit) in the open batch's upload
+// space: the buffer and offset to write at and how many bytes were granted. Submits a full batch.
+// Up to two record_command calls after it stay in the same batch, as they must.
+struct UploadSpace {
+  kestrel_buffer* buffer;
+  uint64_t offset, bytes;
+};
+UploadSpace reserve_upload(kestrel_stream* stream, uint64_t bytes);
+// Submits the open batch, if it has commands.
+void flush(kestrel_stream* stream);
+// Submits, waits for every submission of the stream, then reports a deferred error, if one was found.
+void synchronize(kestrel_stream* stream);
+// The fence of the stream's latest submission, null when it has none in flight. Call after flush.
+std::shared_ptr<Fence> latest_fence(kestrel_stream* stream);
+void wait_fence(const Fence& fence);
 
-template <class Record>
-void submit_and_wait(kestrel_stream* stream, Record&& record) {
-  begin_commands(stream);
-  record(stream->commands);
-  end_submit_wait(stream);
-}
+// ---- profiling (vk_profile.cpp), KESTREL_VULKAN_PROFILE=1 ----
+
+bool profiling();
+// Device time per shader from timestamp queries, read when a batch's fence has signalled.
+void create_timestamps(kestrel_context* context, Submission& batch);
+void begin_timestamps(VkCommandBuffer commands, Submission& batch);  // at the start of a batch
+void time_dispatch_start(VkCommandBuffer commands, Submission& batch, const std::string& shader);
+void time_dispatch_end(VkCommandBuffer commands, Submission& batch);
+void collect_timestamps(kestrel_context* context, Submission& batch);  // after the fence signalled
+void print_profile();  // when a context ends
 
 }  // namespace kestrel_vk

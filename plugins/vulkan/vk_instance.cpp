@@ -78,6 +78,7 @@ PhysicalDevice describe(VkPhysicalDevice handle, uint32_t instance_version) {
       if (pass == 0 && (flags & VK_QUEUE_GRAPHICS_BIT)) continue;
       d.compute_queue_family = f;
       d.has_compute_queue = true;
+      d.timestamp_valid_bits = family_props[f].timestampValidBits;
       break;
     }
   return d;

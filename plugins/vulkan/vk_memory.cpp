@@ -1,25 +1,65 @@
-// Buffers and copies. Every buffer is one VkBuffer with its own VkDeviceMemory in the device-local
-// memory type; freed buffers are cached by size (training allocates the same shapes each step) until
-// memory_trim. When the device-local type is also host-visible and coherent (integrated GPUs,
-// lavapipe) copies are plain memcpy on the persistent mapping; otherwise they bounce through the
-// stream's host-visible staging buffer with vkCmdCopyBuffer. KESTREL_VULKAN_FORCE_STAGING=1 forces the
-// staging path everywhere, so it can be tested on a machine where everything is host-visible.
+// Device memory. Drivers cap the number of VkDeviceMemory allocations (maxMemoryAllocationCount, often
+// 4096), so buffers are ranges inside large blocks: each block is one VkDeviceMemory with one VkBuffer
+// over all of it (kBlockBytes, or a bigger request on its own), and a kestrel_buffer is that VkBuffer
+// plus an offset, which descriptors and copies use. Free ranges are kept per block (coalesced with
+// their neighbours) and in one size-ordered set for best fit.
+//
+// buffer_free is stream-ordered (see vk_common.hpp): the freed range waits, tagged with every stream's
+// open batch, until those batches are submitted; after that the queue runs any later user after them.
+// Blocks go back to the driver only in trim_memory, after the queue is idle.
+//
+// Helper buffers (parameter blocks, staging, flags) are host-visible, few, and have their own memory.
+// KESTREL_VULKAN_FORCE_STAGING=1 treats device memory as unmappable, so the bounce-buffer reads are
+// tested on machines where everything is host-visible.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <set>
+#include <tuple>
 
 #include "vk_common.hpp"
 
 namespace kestrel_vk {
 
+struct MemoryBlock {
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  VkBuffer buffer = VK_NULL_HANDLE;
+  uint64_t size = 0;
+  char* mapped = nullptr;
+  std::map<uint64_t, uint64_t> free_ranges;  // offset -> bytes; never two adjacent ones
+  uint64_t free_bytes = 0;
+};
+
+// A freed range waiting for the batches that were open when it was freed.
+struct PendingRange {
+  MemoryBlock* block;
+  uint64_t offset, bytes;
+  std::vector<std::pair<std::shared_ptr<StreamProgress>, uint64_t>> waits;  // stream, batch id
+};
+
+struct MemoryBlocks {
+  std::vector<std::unique_ptr<MemoryBlock>> blocks;
+  std::set<std::tuple<uint64_t, MemoryBlock*, uint64_t>> by_size;  // (bytes, block, offset) of each free range
+  std::vector<PendingRange> pending;
+  uint64_t allocated = 0, reserved = 0, peak = 0, count = 0;
+};
+
 namespace {
 
-constexpr uint64_t kAlignment = 256;  // >= every minStorageBufferOffsetAlignment in practice; ABI wants 64
-constexpr uint64_t kMaxStagingBytes = 64ull << 20;
-
-uint64_t round_up(uint64_t bytes) { return (std::max<uint64_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment; }
-
+constexpr uint64_t kBlockBytes = 64ull << 20;
 constexpr VkMemoryPropertyFlags kHostCoherent = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+const VkBufferUsageFlags kUsage =
+    VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+// Host-visible helper buffers also carry the shaders' parameter blocks (a uniform buffer).
+const VkBufferUsageFlags kHostUsage = kUsage | VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT;
+
+uint64_t round_up(uint64_t bytes, uint64_t alignment) {
+  return (std::max<uint64_t>(bytes, 1) + alignment - 1) / alignment * alignment;
+}
+
+bool out_of_memory(VkResult status) {
+  return status == VK_ERROR_OUT_OF_HOST_MEMORY || status == VK_ERROR_OUT_OF_DEVICE_MEMORY;
+}
 
 uint32_t find_memory_type(const PhysicalDevice& d, uint32_t allowed, VkMemoryPropertyFlags wanted, bool& found) {
   for (uint32_t t = 0; t < d.memory.memoryTypeCount; ++t)
@@ -31,71 +71,126 @@ uint32_t find_memory_type(const PhysicalDevice& d, uint32_t allowed, VkMemoryPro
   return 0;
 }
 
-const VkBufferUsageFlags kUsage =
-    VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
-// Host-visible helper buffers also carry the shaders' parameter blocks (a uniform buffer).
-const VkBufferUsageFlags kHostUsage = kUsage | VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT;
-
-// Creates the buffer and its memory; returns null (and cleans up) when the driver is out of memory.
-kestrel_buffer* try_create(kestrel_context* context, uint64_t reserved, uint32_t memory_type, bool map,
-                           VkBufferUsageFlags usage = kUsage) {
+// A VkBuffer over new memory of `bytes`, mapped when asked; false (nothing left behind) when the driver
+// is out of memory.
+bool create_memory_buffer(kestrel_context* context, uint64_t bytes, uint32_t memory_type, bool map,
+                          VkBufferUsageFlags usage, VkBuffer& buffer, VkDeviceMemory& memory, void*& mapped) {
   VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
-  info.size = reserved;
+  info.size = bytes;
   info.usage = usage;
   info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-  VkBuffer buffer = VK_NULL_HANDLE;
+  buffer = VK_NULL_HANDLE;
+  memory = VK_NULL_HANDLE;
+  mapped = nullptr;
   VkResult status = vkCreateBuffer(context->device, &info, nullptr, &buffer);
-  if (status == VK_ERROR_OUT_OF_HOST_MEMORY || status == VK_ERROR_OUT_OF_DEVICE_MEMORY) return nullptr;
+  if (out_of_memory(status)) return false;
   check(status, "vkCreateBuffer");
   VkMemoryRequirements requirements{};
   vkGetBufferMemoryRequirements(context->device, buffer, &requirements);
   VkMemoryAllocateInfo allocate{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   allocate.allocationSize = requirements.size;
   allocate.memoryTypeIndex = memory_type;
-  VkDeviceMemory memory = VK_NULL_HANDLE;
   status = vkAllocateMemory(context->device, &allocate, nullptr, &memory);
   if (status != VK_SUCCESS) {
     vkDestroyBuffer(context->device, buffer, nullptr);
-    if (status == VK_ERROR_OUT_OF_HOST_MEMORY || status == VK_ERROR_OUT_OF_DEVICE_MEMORY) return nullptr;
+    buffer = VK_NULL_HANDLE;
+    if (out_of_memory(status)) return false;
     check(status, "vkAllocateMemory");
   }
   check(vkBindBufferMemory(context->device, buffer, memory, 0), "vkBindBufferMemory");
-  void* mapped = nullptr;
   if (map) check(vkMapMemory(context->device, memory, 0, VK_WHOLE_SIZE, 0, &mapped), "vkMapMemory");
-  return new kestrel_buffer{context, buffer, memory, reserved, reserved, mapped};
+  return true;
 }
 
-void destroy_now(kestrel_buffer* buffer) {
-  VkDevice device = buffer->context->device;
-  if (buffer->mapped) vkUnmapMemory(device, buffer->memory);
-  vkDestroyBuffer(device, buffer->buffer, nullptr);
-  vkFreeMemory(device, buffer->memory, nullptr);
-  delete buffer;
+void destroy_memory_buffer(VkDevice device, VkBuffer buffer, VkDeviceMemory memory, bool mapped) {
+  if (mapped) vkUnmapMemory(device, memory);
+  vkDestroyBuffer(device, buffer, nullptr);
+  vkFreeMemory(device, memory, nullptr);
 }
 
-// The stream's staging buffer, grown to hold min(bytes, kMaxStagingBytes); returns its usable size.
-uint64_t ensure_staging(kestrel_stream* stream, uint64_t bytes) {
-  const uint64_t want = std::min(std::max<uint64_t>(bytes, 1 << 20), kMaxStagingBytes);
-  if (!stream->staging || stream->staging->reserved < want) {
-    if (stream->staging) destroy_buffer(stream->staging);
-    stream->staging = nullptr;
-    stream->staging = allocate_host_buffer(stream->context, want);
+// ---- free lists (the caller holds memory_mutex) ----
+
+void add_free(MemoryBlocks& m, MemoryBlock* block, uint64_t offset, uint64_t bytes) {
+  block->free_bytes += bytes;
+  auto next = block->free_ranges.lower_bound(offset);
+  if (next != block->free_ranges.end() && offset + bytes == next->first) {  // merge with the range after
+    m.by_size.erase({next->second, block, next->first});
+    bytes += next->second;
+    next = block->free_ranges.erase(next);
   }
-  return stream->staging->reserved;
+  if (next != block->free_ranges.begin()) {  // merge with the range before
+    auto previous = std::prev(next);
+    if (previous->first + previous->second == offset) {
+      m.by_size.erase({previous->second, block, previous->first});
+      offset = previous->first;
+      bytes += previous->second;
+      block->free_ranges.erase(previous);
+    }
+  }
+  block->free_ranges.emplace(offset, bytes);
+  m.by_size.emplace(bytes, block, offset);
 }
 
-void record_copy(VkCommandBuffer commands, VkBuffer src, uint64_t src_offset, VkBuffer dst, uint64_t dst_offset,
-                 uint64_t bytes) {
-  VkBufferCopy region{src_offset, dst_offset, bytes};
-  vkCmdCopyBuffer(commands, src, dst, 1, &region);
+// Takes `bytes` from the start of the free range (block, offset, range_bytes).
+void take(MemoryBlocks& m, MemoryBlock* block, uint64_t offset, uint64_t range_bytes, uint64_t bytes) {
+  m.by_size.erase({range_bytes, block, offset});
+  block->free_ranges.erase(offset);
+  block->free_bytes -= range_bytes;
+  if (range_bytes > bytes) add_free(m, block, offset + bytes, range_bytes - bytes);
 }
 
-void transfer_barrier(VkCommandBuffer commands) {
-  VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-  barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-  barrier.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  vkCmdPipelineBarrier(commands, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &barrier, 0,
-                       nullptr, 0, nullptr);
+bool batches_submitted(const PendingRange& range) {
+  for (const auto& [progress, batch] : range.waits)
+    if (progress->submitted.load() < batch) return false;
+  return true;
+}
+
+void reclaim_pending(MemoryBlocks& m) {
+  auto ready = std::stable_partition(m.pending.begin(), m.pending.end(),
+                                     [](const PendingRange& r) { return !batches_submitted(r); });
+  for (auto it = ready; it != m.pending.end(); ++it) add_free(m, it->block, it->offset, it->bytes);
+  m.pending.erase(ready, m.pending.end());
+}
+
+MemoryBlock* create_block(kestrel_context* context, uint64_t bytes) {
+  auto block = std::make_unique<MemoryBlock>();
+  void* mapped = nullptr;
+  if (!create_memory_buffer(context, bytes, context->device_memory_type, context->device_memory_mapped, kUsage,
+                            block->buffer, block->memory, mapped))
+    return nullptr;
+  block->size = bytes;
+  block->mapped = static_cast<char*>(mapped);
+  MemoryBlocks& m = *context->memory;
+  m.reserved += bytes;
+  add_free(m, block.get(), 0, bytes);
+  m.blocks.push_back(std::move(block));
+  return m.blocks.back().get();
+}
+
+// A range of `reserved` bytes, from the free lists or a new block; null when the driver is out of memory.
+kestrel_buffer* try_allocate(kestrel_context* context, uint64_t bytes, uint64_t reserved) {
+  std::lock_guard<std::mutex> lock(context->memory_mutex);
+  MemoryBlocks& m = *context->memory;
+  reclaim_pending(m);
+  auto fit = m.by_size.lower_bound({reserved, nullptr, 0});
+  if (fit == m.by_size.end()) {
+    if (!create_block(context, std::max(kBlockBytes, reserved))) return nullptr;
+    fit = m.by_size.lower_bound({reserved, nullptr, 0});
+  }
+  const auto [range_bytes, block, offset] = *fit;
+  take(m, block, offset, range_bytes, reserved);
+  m.allocated += reserved;
+  m.count += 1;
+  m.peak = std::max(m.peak, m.allocated);
+  auto* buffer = new kestrel_buffer();
+  buffer->context = context;
+  buffer->buffer = block->buffer;
+  buffer->offset = offset;
+  buffer->bytes = bytes;
+  buffer->reserved = reserved;
+  buffer->mapped = block->mapped ? block->mapped + offset : nullptr;
+  buffer->block = block;
+  return buffer;
 }
 
 }  // namespace
@@ -104,7 +199,7 @@ void choose_memory_types(kestrel_context* context) {
   const PhysicalDevice& d = *context->physical;
   // Which memory types a storage buffer may live in: ask the driver about a small probe buffer.
   VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
-  info.size = kAlignment;
+  info.size = 256;
   info.usage = kUsage;
   VkBuffer probe = VK_NULL_HANDLE;
   check(vkCreateBuffer(context->device, &info, nullptr, &probe), "vkCreateBuffer");
@@ -122,128 +217,108 @@ void choose_memory_types(kestrel_context* context) {
   const char* force = std::getenv("KESTREL_VULKAN_FORCE_STAGING");
   context->device_memory_mapped = (flags & kHostCoherent) == kHostCoherent && !(force && std::strcmp(force, "1") == 0);
   context->max_binding_range = d.properties.limits.maxStorageBufferRange;
-  context->params_alignment =
-      static_cast<uint32_t>(std::max<VkDeviceSize>(kAlignment, d.properties.limits.minUniformBufferOffsetAlignment));
+  const VkPhysicalDeviceLimits& limits = d.properties.limits;
+  context->params_alignment = static_cast<uint32_t>(std::max<VkDeviceSize>(256, limits.minUniformBufferOffsetAlignment));
+  // Buffers start where a storage descriptor may point; 256 also covers the ABI's 64 bytes.
+  context->buffer_alignment = std::max<VkDeviceSize>(256, limits.minStorageBufferOffsetAlignment);
+}
+
+void create_memory(kestrel_context* context) { context->memory = new MemoryBlocks(); }
+
+void destroy_memory(kestrel_context* context) {
+  if (!context->memory) return;
+  for (auto& block : context->memory->blocks)
+    destroy_memory_buffer(context->device, block->buffer, block->memory, block->mapped != nullptr);
+  delete context->memory;
+  context->memory = nullptr;
 }
 
 kestrel_buffer* allocate_buffer(kestrel_context* context, uint64_t bytes) {
-  const uint64_t reserved = round_up(bytes);
-  kestrel_buffer* buffer = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(context->memory_mutex);
-    auto cached = context->free_buffers.find(reserved);
-    if (cached != context->free_buffers.end()) {
-      buffer = cached->second;
-      context->free_buffers.erase(cached);
-      context->cached -= reserved;
-    }
+  const uint64_t reserved = round_up(bytes, context->buffer_alignment);
+  kestrel_buffer* buffer = try_allocate(context, bytes, reserved);
+  if (!buffer) {  // give fully free blocks back to the driver and try once more
+    trim_memory(context);
+    buffer = try_allocate(context, bytes, reserved);
   }
-  if (!buffer) {
-    buffer = try_create(context, reserved, context->device_memory_type, context->device_memory_mapped);
-    if (!buffer) {  // give the cache back to the driver and try once more
-      trim_cache(context);
-      buffer = try_create(context, reserved, context->device_memory_type, context->device_memory_mapped);
-    }
-    if (!buffer)
-      fail("out of device memory allocating " + std::to_string(bytes) +
-               " bytes on the Vulkan device; use a smaller batch or model",
-           KESTREL_STATUS_OUT_OF_MEMORY);
-  }
-  buffer->bytes = bytes;
-  std::lock_guard<std::mutex> lock(context->memory_mutex);
-  context->allocated += reserved;
-  context->count += 1;
-  context->peak = std::max(context->peak, context->allocated);
+  if (!buffer)
+    fail("out of device memory allocating " + std::to_string(bytes) +
+             " bytes on the Vulkan device; use a smaller batch or model",
+         KESTREL_STATUS_OUT_OF_MEMORY);
   return buffer;
 }
 
 void release_buffer(kestrel_buffer* buffer) {
   kestrel_context* context = buffer->context;
+  PendingRange range{buffer->block, buffer->offset, buffer->reserved, {}};
+  {
+    std::lock_guard<std::mutex> lock(context->streams_mutex);
+    for (const auto& progress : context->streams) {
+      const uint64_t open = progress->recording.load();
+      if (open > progress->submitted.load()) range.waits.emplace_back(progress, open);
+    }
+  }
   std::lock_guard<std::mutex> lock(context->memory_mutex);
-  context->allocated -= buffer->reserved;
-  context->count -= 1;
-  context->cached += buffer->reserved;
-  context->free_buffers.emplace(buffer->reserved, buffer);
+  MemoryBlocks& m = *context->memory;
+  m.allocated -= buffer->reserved;
+  m.count -= 1;
+  if (range.waits.empty())
+    add_free(m, range.block, range.offset, range.bytes);
+  else
+    m.pending.push_back(std::move(range));
+  delete buffer;
 }
 
-void destroy_buffer(kestrel_buffer* buffer) {
-  if (buffer) destroy_now(buffer);
+void trim_memory(kestrel_context* context) {
+  // Ranges in the free lists may still be used by submitted work until the queue is idle; holding the
+  // queue lock keeps anything new from being submitted until the blocks are gone.
+  std::lock_guard<std::mutex> queue_lock(context->queue_mutex);
+  check(vkQueueWaitIdle(context->queue), "vkQueueWaitIdle");
+  std::lock_guard<std::mutex> lock(context->memory_mutex);
+  MemoryBlocks& m = *context->memory;
+  reclaim_pending(m);
+  auto keep = std::stable_partition(m.blocks.begin(), m.blocks.end(),
+                                    [](const auto& block) { return block->free_bytes != block->size; });
+  for (auto it = keep; it != m.blocks.end(); ++it) {
+    MemoryBlock* block = it->get();
+    m.by_size.erase({block->size, block, 0});
+    m.reserved -= block->size;
+    destroy_memory_buffer(context->device, block->buffer, block->memory, block->mapped != nullptr);
+  }
+  m.blocks.erase(keep, m.blocks.end());
+}
+
+void memory_statistics(kestrel_context* context, kestrel_memory_stats* stats) {
+  std::lock_guard<std::mutex> lock(context->memory_mutex);
+  const MemoryBlocks& m = *context->memory;
+  stats->allocated = m.allocated;
+  stats->reserved = m.reserved;
+  stats->peak_allocated = m.peak;
+  stats->alloc_count = m.count;
+}
+
+void reset_peak(kestrel_context* context) {
+  std::lock_guard<std::mutex> lock(context->memory_mutex);
+  context->memory->peak = context->memory->allocated;
 }
 
 kestrel_buffer* allocate_host_buffer(kestrel_context* context, uint64_t bytes) {
-  kestrel_buffer* buffer = try_create(context, round_up(bytes), context->staging_memory_type, true, kHostUsage);
-  if (!buffer)
+  auto* buffer = new kestrel_buffer();
+  buffer->context = context;
+  buffer->bytes = bytes;
+  buffer->reserved = round_up(bytes, 256);
+  if (!create_memory_buffer(context, buffer->reserved, context->staging_memory_type, true, kHostUsage, buffer->buffer,
+                            buffer->own_memory, buffer->mapped)) {
+    delete buffer;
     fail("out of host-visible memory allocating a " + std::to_string(bytes) + "-byte Vulkan staging buffer",
          KESTREL_STATUS_OUT_OF_MEMORY);
-  buffer->bytes = bytes;
+  }
   return buffer;
 }
 
-void trim_cache(kestrel_context* context) {
-  std::multimap<uint64_t, kestrel_buffer*> released;
-  {
-    std::lock_guard<std::mutex> lock(context->memory_mutex);
-    released.swap(context->free_buffers);
-    context->cached = 0;
-  }
-  for (auto& entry : released) destroy_now(entry.second);
-}
-
-void copy_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t offset, const void* src, uint64_t bytes) {
-  if (bytes == 0) return;
-  if (dst->mapped) {  // every earlier launch has completed (see vk_common.hpp), so the memory is ours
-    std::memcpy(static_cast<char*>(dst->mapped) + offset, src, bytes);
-    return;
-  }
-  const uint64_t chunk = ensure_staging(stream, bytes);
-  for (uint64_t done = 0; done < bytes; done += chunk) {
-    const uint64_t n = std::min(chunk, bytes - done);
-    std::memcpy(stream->staging->mapped, static_cast<const char*>(src) + done, n);
-    submit_and_wait(stream, [&](VkCommandBuffer commands) {
-      record_copy(commands, stream->staging->buffer, 0, dst->buffer, offset + done, n);
-    });
-  }
-}
-
-void copy_to_host(kestrel_stream* stream, void* dst, kestrel_buffer* src, uint64_t offset, uint64_t bytes) {
-  if (bytes == 0) return;
-  if (src->mapped) {
-    std::memcpy(dst, static_cast<const char*>(src->mapped) + offset, bytes);
-    return;
-  }
-  const uint64_t chunk = ensure_staging(stream, bytes);
-  for (uint64_t done = 0; done < bytes; done += chunk) {
-    const uint64_t n = std::min(chunk, bytes - done);
-    submit_and_wait(stream, [&](VkCommandBuffer commands) {
-      record_copy(commands, src->buffer, offset + done, stream->staging->buffer, 0, n);
-    });
-    std::memcpy(static_cast<char*>(dst) + done, stream->staging->mapped, n);
-  }
-}
-
-void copy_on_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset, kestrel_buffer* src,
-                    uint64_t src_offset, uint64_t bytes) {
-  if (bytes == 0) return;
-  const bool overlap = dst == src && dst_offset < src_offset + bytes && src_offset < dst_offset + bytes;
-  if (!overlap) {
-    submit_and_wait(stream, [&](VkCommandBuffer commands) {
-      record_copy(commands, src->buffer, src_offset, dst->buffer, dst_offset, bytes);
-    });
-    return;
-  }
-  // vkCmdCopyBuffer forbids overlapping regions; memmove semantics go through the staging buffer, in
-  // chunks ordered so that no chunk overwrites source bytes not yet copied.
-  const uint64_t chunk = ensure_staging(stream, bytes);
-  const bool forward = dst_offset < src_offset;
-  for (uint64_t done = 0; done < bytes; done += chunk) {
-    const uint64_t n = std::min(chunk, bytes - done);
-    const uint64_t at = forward ? done : bytes - done - n;
-    submit_and_wait(stream, [&](VkCommandBuffer commands) {
-      record_copy(commands, src->buffer, src_offset + at, stream->staging->buffer, 0, n);
-      transfer_barrier(commands);
-      record_copy(commands, stream->staging->buffer, 0, dst->buffer, dst_offset + at, n);
-    });
-  }
+void destroy_host_buffer(kestrel_buffer* buffer) {
+  if (!buffer) return;
+  destroy_memory_buffer(buffer->context->device, buffer->buffer, buffer->own_memory, true);
+  delete buffer;
 }
 
 }  // namespace kestrel_vk

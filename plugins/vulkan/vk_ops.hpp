@@ -1,6 +1,7 @@
 // The Vulkan plugin's op families. Each has `supports_*` (descriptors only; never throws) and
 // `launch_*` (builds dispatches and runs them; called only after supports_* said yes).
 #pragma once
+#include "kestrel/plugin_shapes.hpp"
 #include "vk_common.hpp"
 
 namespace kestrel_vk {
@@ -26,20 +27,30 @@ void launch_random(kestrel_stream* stream, const kestrel_op& op);
 bool supports_window(const kestrel_op& op, uint32_t dtypes);  // im2col, col2im, pool2d, pool2d_backward
 void launch_window(kestrel_stream* stream, const kestrel_op& op);
 
+bool supports_linear(const kestrel_op& op, uint32_t dtypes);
+void launch_linear(kestrel_stream* stream, const kestrel_op& op);
+bool supports_softmax(const kestrel_op& op, uint32_t dtypes);
+void launch_softmax(kestrel_stream* stream, const kestrel_op& op);
+bool supports_softmax_cross_entropy(const kestrel_op& op, uint32_t dtypes);
+void launch_softmax_cross_entropy(kestrel_stream* stream, const kestrel_op& op);
+bool supports_optimizer(const kestrel_op& op, uint32_t dtypes);  // adam_update, sgd_update
+void launch_optimizer(kestrel_stream* stream, const kestrel_op& op);
+
+// ---- index checks (ops_index.cpp) ----
+
+// The stream's host-visible flag words (vk_common.hpp), created zeroed on first use.
+kestrel_buffer* ensure_flags(kestrel_stream* stream);
+// Records a dispatch that flags, in words first_word..first_word+3 of the stream's flags, the first
+// value of `index` outside [0, extent) (flag, value low, value high, extent).
+void record_index_check(kestrel_stream* stream, const kestrel_tensor& index, int64_t extent, uint32_t first_word);
+
 // ---- shared helpers (vk_ops_common.cpp) ----
 
-inline int64_t numel(const kestrel_tensor& t) {
-  int64_t n = 1;
-  for (int d = 0; d < t.rank; ++d) n *= t.shape[d];
-  return n;
-}
-inline bool same_shape(const kestrel_tensor& a, const kestrel_tensor& b) {
-  if (a.rank != b.rank) return false;
-  for (int d = 0; d < a.rank; ++d)
-    if (a.shape[d] != b.shape[d]) return false;
-  return true;
-}
-bool is_contiguous(const kestrel_tensor& t);
+// Shared with every backend (kestrel/plugin_shapes.hpp).
+using kestrel::plugin_shapes::all_contiguous;
+using kestrel::plugin_shapes::is_contiguous;
+using kestrel::plugin_shapes::numel;
+using kestrel::plugin_shapes::same_shape;
 size_t dtype_bytes(kestrel_dtype d);
 // "f32", "i32", "i64": the suffix of shader variant names.
 const char* dtype_suffix(kestrel_dtype d);

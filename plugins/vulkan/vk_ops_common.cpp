@@ -30,16 +30,6 @@ bool tensor_ok(const kestrel_tensor& t) {
 }
 }  // namespace
 
-bool is_contiguous(const kestrel_tensor& t) {
-  int64_t expected = 1;
-  for (int d = t.rank - 1; d >= 0; --d) {
-    if (t.shape[d] == 1) continue;
-    if (t.strides[d] != expected) return false;
-    expected *= t.shape[d];
-  }
-  return true;
-}
-
 size_t dtype_bytes(kestrel_dtype d) {
   switch (d) {
     case KESTREL_DTYPE_F32: case KESTREL_DTYPE_I32: return 4;

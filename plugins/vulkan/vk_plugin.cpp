@@ -1,7 +1,7 @@
 // The Vulkan compute backend: the ABI table and the boundary where C++ errors become statuses.
 // Devices, contexts, streams and buffers live in vk_instance/vk_memory/vk_submit.cpp; the ops in
-// ops_*.cpp with their GLSL in shaders/. Launches and copies complete before they return (see
-// vk_common.hpp), so the event entries stay NULL.
+// ops_*.cpp with their GLSL in shaders/. Launches are asynchronous: see the execution model in
+// vk_common.hpp.
 #include <cstring>
 
 #include "vk_ops.hpp"
@@ -120,8 +120,8 @@ void context_destroy(kestrel_context* context) {
   print_profile();
   if (context->device) {
     vkDeviceWaitIdle(context->device);
-    trim_cache(context);
-    destroy_buffer(context->unused_binding);
+    destroy_memory(context);
+    destroy_host_buffer(context->unused_binding);
     destroy_pipelines(context);
     vkDestroyDevice(context->device, nullptr);
   }
@@ -148,6 +148,7 @@ kestrel_status context_create(int32_t device, kestrel_context** out) {
     check(vkCreateDevice(physical.handle, &info, nullptr, &context->device), "vkCreateDevice");
     vkGetDeviceQueue(context->device, physical.compute_queue_family, 0, &context->queue);
     choose_memory_types(context);
+    create_memory(context);
     create_pipeline_layout(context);
     context->unused_binding = allocate_host_buffer(context, 256);
     *out = context;
@@ -173,14 +174,61 @@ kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
   return status;
 }
 
-kestrel_status stream_synchronize(kestrel_stream*) { return KESTREL_STATUS_OK; }  // all work is already done
+kestrel_status stream_synchronize(kestrel_stream* stream) {
+  return guarded([&] { synchronize(stream); });
+}
+
+// ---- events: the fence of the submission that holds the recorded point (see vk_common.hpp) ----
+
+kestrel_status event_create(kestrel_context* context, kestrel_event** event) {
+  return guarded([&] {
+    *event = new kestrel_event();
+    (*event)->context = context;
+  });
+}
+
+void event_destroy(kestrel_event* event) { delete event; }
+
+kestrel_status event_record(kestrel_event* event, kestrel_stream* stream) {
+  return guarded([&] {
+    if (!event || !stream || event->context != stream->context)
+      fail("event_record: the event and the stream must exist and belong to the same context");
+    flush(stream);  // submitted now, so whatever any stream submits later runs after it
+    std::shared_ptr<Fence> fence = latest_fence(stream);
+    std::lock_guard<std::mutex> lock(event->mutex);
+    event->fence = std::move(fence);
+  });
+}
+
+kestrel_status stream_wait_event(kestrel_stream* stream, kestrel_event* event) {
+  return guarded([&] {
+    if (!event || !stream || event->context != stream->context)
+      fail("stream_wait_event: the event and the stream must exist and belong to the same context; wait "
+           "for an event of another device with event_synchronize",
+           KESTREL_STATUS_UNSUPPORTED);
+    // Nothing to record: the event's work was submitted by event_record, and one queue runs its
+    // submissions in order (each batch begins with a full barrier).
+  });
+}
+
+kestrel_status event_synchronize(kestrel_event* event) {
+  return guarded([&] {
+    if (!event) fail("event_synchronize: null event");
+    std::shared_ptr<Fence> fence;
+    {
+      std::lock_guard<std::mutex> lock(event->mutex);
+      fence = event->fence;
+    }
+    if (fence) wait_fence(*fence);
+  });
+}
 
 kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_buffer** buffer) {
   return guarded([&] { *buffer = allocate_buffer(context, bytes); });
 }
 
 void buffer_free(kestrel_buffer* buffer) {
-  if (buffer) release_buffer(buffer);  // no work is in flight (launches are synchronous)
+  if (buffer) release_buffer(buffer);  // stream-ordered: see vk_memory.cpp
 }
 
 kestrel_status copy_host_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset, const void* src,
@@ -212,22 +260,15 @@ kestrel_status copy_device_to_device(kestrel_stream* stream, kestrel_buffer* dst
 }
 
 kestrel_status memory_stats(kestrel_context* context, kestrel_memory_stats* stats) {
-  std::lock_guard<std::mutex> lock(context->memory_mutex);
-  stats->allocated = context->allocated;
-  stats->reserved = context->allocated + context->cached;
-  stats->peak_allocated = context->peak;
-  stats->alloc_count = context->count;
-  return KESTREL_STATUS_OK;
+  return guarded([&] { memory_statistics(context, stats); });
 }
 
 kestrel_status memory_trim(kestrel_context* context) {
-  return guarded([&] { trim_cache(context); });
+  return guarded([&] { trim_memory(context); });
 }
 
 kestrel_status memory_reset_peak(kestrel_context* context) {
-  std::lock_guard<std::mutex> lock(context->memory_mutex);
-  context->peak = context->allocated;
-  return KESTREL_STATUS_OK;
+  return guarded([&] { reset_peak(context); });
 }
 
 struct Family {
@@ -240,7 +281,10 @@ const Family* family_of(kestrel_op_kind kind) {
       unary{supports_unary, launch_unary}, binary{supports_binary, launch_binary},
       reduce{supports_reduce, launch_reduce}, gemm{supports_gemm, launch_gemm},
       gather{supports_gather, launch_gather}, scatter{supports_scatter_add, launch_scatter_add},
-      random{supports_random, launch_random}, window{supports_window, launch_window};
+      random{supports_random, launch_random}, window{supports_window, launch_window},
+      linear{supports_linear, launch_linear}, softmax{supports_softmax, launch_softmax},
+      cross_entropy{supports_softmax_cross_entropy, launch_softmax_cross_entropy},
+      optimizer{supports_optimizer, launch_optimizer};
   switch (kind) {
     case KESTREL_OP_FILL: return &fill;
     case KESTREL_OP_COPY: return &copy;
@@ -253,7 +297,11 @@ const Family* family_of(kestrel_op_kind kind) {
     case KESTREL_OP_RANDOM: return &random;
     case KESTREL_OP_IM2COL: case KESTREL_OP_COL2IM: case KESTREL_OP_POOL2D: case KESTREL_OP_POOL2D_BACKWARD:
       return &window;
-    default: return nullptr;  // fused ops: the engine composes them from the primitives
+    case KESTREL_OP_LINEAR: return &linear;
+    case KESTREL_OP_SOFTMAX: return &softmax;
+    case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: return &cross_entropy;
+    case KESTREL_OP_ADAM_UPDATE: case KESTREL_OP_SGD_UPDATE: return &optimizer;
+    default: return nullptr;
   }
 }
 
@@ -272,7 +320,7 @@ kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
   return guarded([&] {
     if (!supports_op(stream->context, op))
       fail("the vulkan backend does not support this op with these dtypes, shapes or strides (it computes in "
-           "f32, i32 and i64; fused ops are composed by the engine)",
+           "f32, i32 and i64; fused ops only in f32, on contiguous rows where the CPU plugin wants them)",
            KESTREL_STATUS_UNSUPPORTED);
     for (int i = 0; i < op->num_inputs; ++i) check_bounds(stream->context, op->inputs[i], "input");
     for (int i = 0; i < op->num_outputs; ++i) check_bounds(stream->context, op->outputs[i], "output");
@@ -302,6 +350,11 @@ KESTREL_PLUGIN_ENTRY {
     a.stream_create = stream_create;
     a.stream_destroy = stream_destroy;
     a.stream_synchronize = stream_synchronize;
+    a.event_create = event_create;
+    a.event_destroy = event_destroy;
+    a.event_record = event_record;
+    a.stream_wait_event = stream_wait_event;
+    a.event_synchronize = event_synchronize;
     a.buffer_alloc = buffer_alloc;
     a.buffer_free = buffer_free;
     a.copy_host_to_device = copy_host_to_device;

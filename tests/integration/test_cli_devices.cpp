@@ -7,6 +7,8 @@
 #include <string>
 #include <sys/wait.h>
 
+#include "kestrel/plugin.h"
+
 namespace {
 
 struct CliRun {
@@ -36,7 +38,7 @@ TEST(CliDevices, JsonShowsTheCpuPluginAndTheSkippedOnes) {
     if (plugin.at("name") == "cpu") {
       cpu_seen = true;
       EXPECT_EQ(plugin.at("status"), "loaded");
-      EXPECT_EQ(plugin.at("abi"), "1.0");
+      EXPECT_EQ(plugin.at("abi"), std::to_string(KESTREL_PLUGIN_ABI_MAJOR) + "." + std::to_string(KESTREL_PLUGIN_ABI_MINOR));
       const auto& device = plugin.at("devices").at(0);
       EXPECT_EQ(device.at("kind"), "cpu");
       EXPECT_NE(device.at("runtime").get<std::string>().find("Kokkos"), std::string::npos);

@@ -11,6 +11,31 @@
 
 namespace kestrel::plugin_shapes {
 
+inline int64_t numel(const kestrel_tensor& t) {
+  int64_t n = 1;
+  for (int d = 0; d < t.rank; ++d) n *= t.shape[d];
+  return n;
+}
+
+// Dense row-major (axes of extent 1 may have any stride).
+inline bool is_contiguous(const kestrel_tensor& t) {
+  int64_t expected = 1;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    if (t.shape[d] == 1) continue;
+    if (t.strides[d] != expected) return false;
+    expected *= t.shape[d];
+  }
+  return true;
+}
+
+inline bool all_contiguous(const kestrel_op& op) {
+  for (int i = 0; i < op.num_inputs; ++i)
+    if (!is_contiguous(op.inputs[i])) return false;
+  for (int i = 0; i < op.num_outputs; ++i)
+    if (!is_contiguous(op.outputs[i])) return false;
+  return true;
+}
+
 inline bool same_shape(const kestrel_tensor& a, const kestrel_tensor& b) {
   if (a.rank != b.rank) return false;
   for (int d = 0; d < a.rank; ++d)

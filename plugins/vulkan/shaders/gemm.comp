@@ -8,8 +8,14 @@
 // with arbitrary strides, so transposed and broadcast (stride-0 batch) operands need no copy.
 // floats[0] = alpha, floats[1] = beta; beta == 0 ignores C's old contents (NaN there stays out).
 // Grid: x over 64-column blocks, y over 64-row blocks, z over the batch.
+// The linear variant (KESTREL_OP_LINEAR) adds an epilogue: C = act(A @ B + bias), with alpha 1 and
+// beta 0; tensors[3] = bias (rank 1, binding 4) when ints[1] != 0, ints[0] = kestrel_activation.
 // kestrel-variant: gemm_f32
+// kestrel-variant: linear_f32 -DLINEAR=1
 #include "common.glsl"
+#ifdef LINEAR
+#include "math.glsl"
+#endif
 #define THREADS 16
 #define BLOCK 4
 #define TILE_MN (THREADS * BLOCK)
@@ -18,6 +24,15 @@ layout(local_size_x = THREADS, local_size_y = THREADS) in;
 layout(std430, set = 0, binding = 1) readonly buffer A { float data[]; } a_buf;
 layout(std430, set = 0, binding = 2) readonly buffer B { float data[]; } b_buf;
 layout(std430, set = 0, binding = 3) buffer C { float data[]; } c_buf;
+#ifdef LINEAR
+layout(std430, set = 0, binding = 4) readonly buffer Bias { float data[]; } bias_buf;
+
+float activate(int activation, float v) {
+  if (activation == 1) return v < 0.0 ? 0.0 : v;  // relu, NaN stays NaN
+  if (activation == 2) return 0.5 * v * (1.0 + c_erf(v * 0.70710678118654752));  // exact gelu
+  return v;
+}
+#endif
 
 shared float a_tile[TILE_MN][TILE_K + 1];  // +1 keeps column reads off one bank on real GPUs
 shared float b_tile[TILE_K][TILE_MN];
@@ -66,9 +81,15 @@ void main() {
       uint col = col0 + lx + THREADS * j;
       if (col >= N) continue;
       uint c_at = c_base + row * STRIDE(2, 1) + col * STRIDE(2, 2);
+#ifdef LINEAR
+      float value = acc[i][j];
+      if (PINT(1) != 0) value += bias_buf.data[P.tensors[3].offset + col * STRIDE(3, 0)];
+      c_buf.data[c_at] = activate(PINT(0), value);
+#else
       float value = alpha * acc[i][j];
       if (beta != 0.0) value += beta * c_buf.data[c_at];
       c_buf.data[c_at] = value;
+#endif
     }
   }
 }

@@ -6,7 +6,8 @@
 //                a position of every axis but `axis`, walking the index along `axis` in order. Lines
 //                write disjoint elements of out (they differ off the axis), so no atomics are needed
 //                and the sums are deterministic, for every dtype.
-//   check:       tensors[0] index, uints[0] = axis extent; flags the first bad value it sees.
+//   check:       tensors[0] index, uints[0] = axis extent, uints[1] = first flag word: flags the first
+//                bad value it sees in words first..first+3 (flag, value low, value high, extent).
 // kestrel-variant: gather_f32_i32 -DGATHER=1 -DT=float -DI=int
 // kestrel-variant: gather_f32_i64 -DGATHER=1 -DT=float -DI=int64_t
 // kestrel-variant: gather_i32_i32 -DGATHER=1 -DT=int -DI=int
@@ -31,9 +32,11 @@ layout(std430, set = 0, binding = 2) buffer Flag { uint data[]; } flag_buf;
 void element(uint i) {
   int64_t v = int64_t(index_buf.data[element_offset(0, i)]);
   if (v < 0 || v >= int64_t(PUINT(0))) {
-    if (atomicCompSwap(flag_buf.data[0], 0u, 1u) == 0u) {
-      flag_buf.data[1] = uint(uint64_t(v) & 0xffffffffUL);
-      flag_buf.data[2] = uint(uint64_t(v) >> 32);
+    uint first = PUINT(1);
+    if (atomicCompSwap(flag_buf.data[first], 0u, 1u) == 0u) {
+      flag_buf.data[first + 1] = uint(uint64_t(v) & 0xffffffffUL);
+      flag_buf.data[first + 2] = uint(uint64_t(v) >> 32);
+      flag_buf.data[first + 3] = PUINT(0);
     }
   }
 }

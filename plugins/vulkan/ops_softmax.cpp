@@ -1,0 +1,91 @@
+// Fused softmax / log_softmax over the last axis and softmax cross-entropy (shaders/softmax.comp):
+// one workgroup per contiguous row.
+#include "vk_ops.hpp"
+
+namespace kestrel_vk {
+
+namespace {
+
+// Each of a row's 256 invocations walks cols / 256 elements; lavapipe ends loops after 65535
+// iterations, so longer rows are declined (the engine composes them from reductions).
+constexpr int64_t kMaxColumns = int64_t{kLocalSize} * 65535;
+
+// One workgroup per row, in rows of the grid that respect the device's limits.
+void set_row_grid(kestrel_context* context, Dispatch& d, int64_t rows) {
+  const uint32_t* limits = context->physical->properties.limits.maxComputeWorkGroupCount;
+  const uint64_t x = std::min<uint64_t>(static_cast<uint64_t>(rows), limits[0]);
+  const uint64_t y = (static_cast<uint64_t>(rows) + x - 1) / x;
+  if (y > limits[1]) fail("softmax: too many rows for this Vulkan device's grid", KESTREL_STATUS_UNSUPPORTED);
+  d.groups[0] = static_cast<uint32_t>(x);
+  d.groups[1] = static_cast<uint32_t>(y);
+}
+
+}  // namespace
+
+bool supports_softmax(const kestrel_op& op, uint32_t dtypes) {
+  if (!arity(op, 1, 1) || !op.params || !all_contiguous(op)) return false;
+  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
+  return in.rank >= 1 && in.dtype == KESTREL_DTYPE_F32 && in_mask(dtypes, in.dtype) && out.dtype == in.dtype &&
+         same_shape(in, out) && in.shape[in.rank - 1] <= kMaxColumns;
+}
+
+void launch_softmax(kestrel_stream* stream, const kestrel_op& op) {
+  const bool log = params_of<kestrel_softmax_params>(op, "softmax").log != 0;
+  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
+  const int64_t cols = in.shape[in.rank - 1];
+  if (cols == 0 || numel(in) == 0) return;
+  const int64_t rows = numel(in) / cols;
+  Dispatch d;
+  d.shader = "softmax_f32";
+  d.params.tensors[0].offset = static_cast<uint32_t>(in.offset);
+  d.params.tensors[1].offset = static_cast<uint32_t>(out.offset);
+  d.params.uints[0] = static_cast<uint32_t>(cols);
+  d.params.uints[1] = static_cast<uint32_t>(rows);
+  d.params.ints[0] = log ? 1 : 0;
+  d.buffers[0] = in.buffer;
+  d.buffers[1] = out.buffer;
+  set_row_grid(stream->context, d, rows);
+  run(stream, {d});
+}
+
+// in0 logits (N, C) f32, in1 labels (N) i32/i64 -> out0 loss (N) [, out1 dlogits (N, C)]
+bool supports_softmax_cross_entropy(const kestrel_op& op, uint32_t dtypes) {
+  if (op.num_inputs != 2 || (op.num_outputs != 1 && op.num_outputs != 2) || !valid_tensors(op) || !all_contiguous(op))
+    return false;
+  const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &loss = op.outputs[0];
+  if (logits.rank != 2 || logits.dtype != KESTREL_DTYPE_F32 || !in_mask(dtypes, logits.dtype)) return false;
+  if ((labels.dtype != KESTREL_DTYPE_I32 && labels.dtype != KESTREL_DTYPE_I64) || !in_mask(dtypes, labels.dtype))
+    return false;
+  if (labels.rank != 1 || labels.shape[0] != logits.shape[0] || logits.shape[1] < 1 || logits.shape[1] > kMaxColumns)
+    return false;
+  if (loss.rank != 1 || loss.shape[0] != logits.shape[0] || loss.dtype != logits.dtype) return false;
+  return op.num_outputs == 1 || (same_shape(op.outputs[1], logits) && op.outputs[1].dtype == logits.dtype);
+}
+
+void launch_softmax_cross_entropy(kestrel_stream* stream, const kestrel_op& op) {
+  const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1];
+  const int64_t rows = logits.shape[0], cols = logits.shape[1];
+  if (rows == 0) return;
+  // Labels are checked on the device without waiting (words 4..7 of the stream's flags): a bad one is
+  // reported at the stream's next sync point, and its rows come out NaN instead of reading astray.
+  record_index_check(stream, labels, cols, 4);
+  Dispatch d;
+  d.shader = std::string("softmax_cross_entropy_f32_") + dtype_suffix(labels.dtype);
+  d.params.tensors[0].offset = static_cast<uint32_t>(logits.offset);
+  d.params.tensors[1].offset = static_cast<uint32_t>(labels.offset);
+  d.params.tensors[2].offset = static_cast<uint32_t>(op.outputs[0].offset);
+  d.params.uints[0] = static_cast<uint32_t>(cols);
+  d.params.uints[1] = static_cast<uint32_t>(rows);
+  d.buffers[0] = logits.buffer;
+  d.buffers[1] = labels.buffer;
+  d.buffers[2] = op.outputs[0].buffer;
+  if (op.num_outputs == 2) {
+    d.params.ints[0] = 1;
+    d.params.tensors[3].offset = static_cast<uint32_t>(op.outputs[1].offset);
+    d.buffers[3] = op.outputs[1].buffer;
+  }
+  set_row_grid(stream->context, d, rows);
+  run(stream, {d});
+}
+
+}  // namespace kestrel_vk

@@ -1,0 +1,95 @@
+#version 450
+// Row-wise softmax, log-softmax and softmax cross-entropy over the last axis of contiguous rows. One
+// workgroup per row: every invocation folds a strided share of the row, and the shares meet in a
+// shared-memory tree (as in reduce.comp: lavapipe stops any loop after 65535 iterations, so one
+// invocation must never walk a whole long row; the host declines rows over 256 * 65535).
+// Arithmetic follows the CPU plugin (ops_fused.cpp): max first, then sum(exp(x - max)), then the row.
+//   uints[0] = columns, uints[1] = rows; tensors[t].offset locates each tensor.
+//   softmax:        tensors[0] in, tensors[1] out; ints[0] != 0 gives log_softmax.
+//   cross-entropy:  tensors[0] logits (N, C), [1] labels (N), [2] loss (N), [3] dlogits (N, C) when
+//                   ints[0] != 0 (softmax - onehot). A label outside [0, C) gives NaN for its row; the
+//                   host's index check (index.comp) reports it.
+// kestrel-variant: softmax_f32
+// kestrel-variant: softmax_cross_entropy_f32_i32 -DCROSS_ENTROPY=1 -DI=int
+// kestrel-variant: softmax_cross_entropy_f32_i64 -DCROSS_ENTROPY=1 -DI=int64_t
+#include "common.glsl"
+#include "math.glsl"
+layout(local_size_x = KESTREL_LOCAL_SIZE) in;
+layout(std430, set = 0, binding = 1) readonly buffer In { float data[]; } in_buf;
+#ifdef CROSS_ENTROPY
+layout(std430, set = 0, binding = 2) readonly buffer Labels { I data[]; } label_buf;
+layout(std430, set = 0, binding = 3) writeonly buffer Loss { float data[]; } loss_buf;
+layout(std430, set = 0, binding = 4) writeonly buffer Grad { float data[]; } grad_buf;
+#else
+layout(std430, set = 0, binding = 2) writeonly buffer Out { float data[]; } out_buf;
+#endif
+
+shared float partial[KESTREL_LOCAL_SIZE];
+
+// The max (tree_max) or sum (tree_sum) of every invocation's value, returned to all of them.
+float tree_max(float mine) {
+  uint lid = gl_LocalInvocationID.x;
+  partial[lid] = mine;
+  barrier();
+  for (uint s = KESTREL_LOCAL_SIZE / 2; s > 0; s >>= 1) {
+    if (lid < s) partial[lid] = nan_max(partial[lid], partial[lid + s]);
+    barrier();
+  }
+  float total = partial[0];
+  barrier();  // partial is reused by the next tree
+  return total;
+}
+
+float tree_sum(float mine) {
+  uint lid = gl_LocalInvocationID.x;
+  partial[lid] = mine;
+  barrier();
+  for (uint s = KESTREL_LOCAL_SIZE / 2; s > 0; s >>= 1) {
+    if (lid < s) partial[lid] += partial[lid + s];
+    barrier();
+  }
+  float total = partial[0];
+  barrier();
+  return total;
+}
+
+void main() {
+  // Every invocation of a workgroup has the same row, so the barriers are in uniform control flow.
+  uint row = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  if (row >= PUINT(1)) return;
+  uint lid = gl_LocalInvocationID.x;
+  uint cols = PUINT(0);
+  uint base = P.tensors[0].offset + row * cols;
+
+  // Column 0 seeds every share: folding it twice does not change a max.
+  float top = in_buf.data[base];
+  for (uint j = lid; j < cols; j += KESTREL_LOCAL_SIZE) top = nan_max(top, in_buf.data[base + j]);
+  top = tree_max(top);
+  float sum = 0.0;
+  for (uint j = lid; j < cols; j += KESTREL_LOCAL_SIZE) sum += exp(in_buf.data[base + j] - top);
+  sum = tree_sum(sum);
+  float log_sum = log(sum);
+
+#ifdef CROSS_ENTROPY
+  int64_t label = int64_t(label_buf.data[P.tensors[1].offset + row]);
+  bool valid = label >= 0 && label < int64_t(cols);
+  if (lid == 0) {
+    float picked = valid ? in_buf.data[base + uint(label)] - top : K_NAN;
+    loss_buf.data[P.tensors[2].offset + row] = log_sum - picked;
+  }
+  if (PINT(0) != 0) {
+    uint grad_base = P.tensors[3].offset + row * cols;
+    for (uint j = lid; j < cols; j += KESTREL_LOCAL_SIZE) {
+      float p = exp(in_buf.data[base + j] - top - log_sum);
+      grad_buf.data[grad_base + j] = valid ? p - (int64_t(j) == label ? 1.0 : 0.0) : K_NAN;
+    }
+  }
+#else
+  bool log_output = PINT(0) != 0;
+  uint out_base = P.tensors[1].offset + row * cols;
+  for (uint j = lid; j < cols; j += KESTREL_LOCAL_SIZE) {
+    float shifted = in_buf.data[base + j] - top;
+    out_buf.data[out_base + j] = log_output ? shifted - log_sum : exp(shifted) / sum;
+  }
+#endif
+}
