@@ -14,7 +14,7 @@ _DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int6
 
 
 def _pair(value):
-    return tuple(value) if isinstance(value, list) else (value, value)
+    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
 
 
 class KestrelModel(nn.Module):
@@ -45,6 +45,7 @@ class KestrelModel(nn.Module):
             shapes[name] = list(out.shape)
             previous = name
         self.output = spec.get("output", self.order[-1])
+        self.shapes = shapes  # per layer name: its output shape for a batch of one
 
     @staticmethod
     def _make(item, in_shape):

@@ -1,8 +1,11 @@
 // gather and scatter_add along one axis (torch.gather / Tensor.scatter_add_), shaders/index.comp.
 // Indices are range-checked on the device first and the host waits for the answer (a sync point), so
-// a bad one fails the launch before anything is written and a bad label never corrupts memory.
+// a bad one fails the launch before anything is written and a bad label never corrupts memory. Inside
+// a capture nothing can be waited for: the check is deferred to the sync after a replay, and the
+// shaders skip out-of-range entries so memory stays safe meanwhile.
 #include <cstring>
 
+#include "vk_capture.hpp"
 #include "vk_ops.hpp"
 
 namespace kestrel_vk {
@@ -23,6 +26,7 @@ bool index_op_ok(const kestrel_op& op, const kestrel_tensor& data, const kestrel
 
 void check_indices(kestrel_stream* stream, const kestrel_tensor& index, int64_t extent, const char* what) {
   if (numel(index) == 0) return;
+  if (stream->recording) return record_index_check(stream, index, extent, 0);  // words 0..3 of the graph's flags
   // Words 0..3 of the stream's flags; 4..7 belong to the deferred label check (vk_common.hpp).
   // An earlier check waited for its dispatch, so the device is done with words 0..3.
   uint32_t* words = static_cast<uint32_t*>(ensure_flags(stream)->mapped);
@@ -39,6 +43,13 @@ void check_indices(kestrel_stream* stream, const kestrel_tensor& index, int64_t 
 }  // namespace
 
 kestrel_buffer* ensure_flags(kestrel_stream* stream) {
+  if (kestrel_graph* graph = stream->recording) {
+    if (!graph->flags) {
+      graph->flags.reset(allocate_host_buffer(stream->context, 8 * sizeof(uint32_t)), destroy_host_buffer);
+      std::memset(graph->flags->mapped, 0, 8 * sizeof(uint32_t));
+    }
+    return graph->flags.get();
+  }
   if (!stream->flags) {
     stream->flags = allocate_host_buffer(stream->context, 8 * sizeof(uint32_t));
     std::memset(stream->flags->mapped, 0, 8 * sizeof(uint32_t));

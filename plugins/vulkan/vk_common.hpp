@@ -21,6 +21,8 @@
 //    blocks go back to the driver only after the queue is idle (vk_memory.cpp).
 //  - softmax_cross_entropy checks its labels on the device without stopping: a bad label makes its
 //    rows NaN and is reported as an error at the stream's next sync point (like CUDA's async errors).
+//  - Capture (vk_capture.hpp): while a stream is captured its batches go into the graph's own command
+//    buffers, which graph_launch submits through the stream's ring like any other batch.
 #pragma once
 #include <vulkan/vulkan.h>
 
@@ -31,6 +33,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -81,6 +84,9 @@ uint32_t dtype_mask(const PhysicalDevice& device);
 void fill_properties(const PhysicalDevice& device, kestrel_device_properties* props);
 
 // ---- parameter block shared with the shaders (uniform block of shaders/common.glsl, std140) ----
+// A uniform buffer rather than push constants: at 448 bytes it is far past the 128 bytes of push
+// constants every Vulkan device guarantees (maxPushConstantsSize), and four strided tensor descriptors
+// do not fit in less. Each dispatch gets its own block in the batch's parameter buffer.
 
 struct TensorDesc {
   uint32_t offset;
@@ -177,6 +183,9 @@ struct kestrel_context {
   // Device memory: blocks, free ranges, ranges waiting for their streams, statistics (vk_memory.cpp).
   std::mutex memory_mutex;
   kestrel_vk::MemoryBlocks* memory = nullptr;  // created and destroyed by vk_memory.cpp
+  // The open capture, if any (guarded by memory_mutex): allocations and frees by its thread belong to it.
+  kestrel_graph* capturing = nullptr;
+  std::thread::id capture_thread;
 
   // Live streams' progress, snapshotted by buffer_free.
   std::mutex streams_mutex;
@@ -188,6 +197,10 @@ struct kestrel_context {
   VkPipelineLayout pipeline_layout = VK_NULL_HANDLE;
   std::unordered_map<std::string, VkPipeline> pipelines;
   kestrel_buffer* unused_binding = nullptr;  // bound to unused bindings
+  // Compiled pipelines kept on disk between runs (vk_pipeline_cache.cpp); null when disabled.
+  VkPipelineCache pipeline_cache = VK_NULL_HANDLE;
+  std::string pipeline_cache_file;
+  uint64_t pipeline_cache_loaded = 0;  // checksum of what was loaded: unchanged data is not rewritten
 };
 
 struct kestrel_stream {
@@ -201,6 +214,10 @@ struct kestrel_stream {
   // Host-visible words the index checks report through: [0..3] the synchronous gather/scatter check,
   // [4..7] the deferred label check of softmax_cross_entropy (flag, value low/high, extent).
   kestrel_buffer* flags = nullptr;
+  // While captured: the graph its batches are recorded into instead of the ring (vk_capture.hpp).
+  kestrel_graph* recording = nullptr;
+  // The flag words of graphs replayed since the last sync, checked like `flags` at the next one.
+  std::vector<std::shared_ptr<kestrel_buffer>> replayed_flags;
 };
 
 struct kestrel_event {
@@ -240,6 +257,10 @@ void create_pipeline_layout(kestrel_context* context);
 VkPipeline pipeline(kestrel_context* context, const std::string& shader);
 void destroy_pipelines(kestrel_context* context);
 bool has_shader(const std::string& name);
+// The on-disk pipeline cache (vk_pipeline_cache.cpp): loaded when a context is created, saved when it
+// is destroyed. Never fails: without a usable file the cache starts empty.
+void open_pipeline_cache(kestrel_context* context);
+void close_pipeline_cache(kestrel_context* context);
 
 // ---- submission (vk_submit.cpp) ----
 

@@ -8,6 +8,10 @@
 // open batch, until those batches are submitted; after that the queue runs any later user after them.
 // Blocks go back to the driver only in trim_memory, after the queue is idle.
 //
+// While a thread captures a stream (vk_capture.hpp), its allocations take the graph's held ranges
+// first and its frees go to the graph: its replays may still use that memory. The ranges stay in their
+// blocks, so `reserved` keeps counting them and trim_memory keeps those blocks.
+//
 // Helper buffers (parameter blocks, staging, flags) are host-visible, few, and have their own memory.
 // KESTREL_VULKAN_FORCE_STAGING=1 treats device memory as unmappable, so the bounce-buffer reads are
 // tested on machines where everything is host-visible.
@@ -17,7 +21,7 @@
 #include <set>
 #include <tuple>
 
-#include "vk_common.hpp"
+#include "vk_capture.hpp"
 
 namespace kestrel_vk {
 
@@ -167,30 +171,71 @@ MemoryBlock* create_block(kestrel_context* context, uint64_t bytes) {
   return m.blocks.back().get();
 }
 
-// A range of `reserved` bytes, from the free lists or a new block; null when the driver is out of memory.
-kestrel_buffer* try_allocate(kestrel_context* context, uint64_t bytes, uint64_t reserved) {
-  std::lock_guard<std::mutex> lock(context->memory_mutex);
+// A range of `reserved` bytes from the free lists or a new block; false when the driver is out of memory.
+bool take_free(kestrel_context* context, uint64_t reserved, HeldRange& range) {
   MemoryBlocks& m = *context->memory;
   reclaim_pending(m);
   auto fit = m.by_size.lower_bound({reserved, nullptr, 0});
   if (fit == m.by_size.end()) {
-    if (!create_block(context, std::max(kBlockBytes, reserved))) return nullptr;
+    if (!create_block(context, std::max(kBlockBytes, reserved))) return false;
     fit = m.by_size.lower_bound({reserved, nullptr, 0});
   }
   const auto [range_bytes, block, offset] = *fit;
   take(m, block, offset, range_bytes, reserved);
+  range = {block, offset, reserved};
+  return true;
+}
+
+// The best-fitting range the graph holds, split when larger; false when it holds none big enough.
+bool take_held(kestrel_graph& graph, uint64_t reserved, HeldRange& range) {
+  auto fit = graph.pool.lower_bound(reserved);
+  if (fit == graph.pool.end()) return false;
+  const HeldRange found = fit->second;
+  graph.pool.erase(fit);
+  if (found.bytes > reserved)
+    graph.pool.emplace(found.bytes - reserved, HeldRange{found.block, found.offset + reserved, found.bytes - reserved});
+  range = {found.block, found.offset, reserved};
+  return true;
+}
+
+// A buffer of `reserved` bytes; null when the driver is out of memory.
+kestrel_buffer* try_allocate(kestrel_context* context, uint64_t bytes, uint64_t reserved) {
+  std::lock_guard<std::mutex> lock(context->memory_mutex);
+  MemoryBlocks& m = *context->memory;
+  kestrel_graph* graph = capture_of_this_thread(context);
+  HeldRange range{};
+  if (!(graph && take_held(*graph, reserved, range)) && !take_free(context, reserved, range)) return nullptr;
   m.allocated += reserved;
   m.count += 1;
   m.peak = std::max(m.peak, m.allocated);
   auto* buffer = new kestrel_buffer();
   buffer->context = context;
-  buffer->buffer = block->buffer;
-  buffer->offset = offset;
+  buffer->buffer = range.block->buffer;
+  buffer->offset = range.offset;
   buffer->bytes = bytes;
   buffer->reserved = reserved;
-  buffer->mapped = block->mapped ? block->mapped + offset : nullptr;
-  buffer->block = block;
+  buffer->mapped = range.block->mapped ? range.block->mapped + range.offset : nullptr;
+  buffer->block = range.block;
+  if (graph) graph->live.insert(buffer);
   return buffer;
+}
+
+// The streams' open batches now: a range freed now waits until they are submitted.
+std::vector<std::pair<std::shared_ptr<StreamProgress>, uint64_t>> open_batches(kestrel_context* context) {
+  std::vector<std::pair<std::shared_ptr<StreamProgress>, uint64_t>> waits;
+  std::lock_guard<std::mutex> lock(context->streams_mutex);
+  for (const auto& progress : context->streams) {
+    const uint64_t open = progress->recording.load();
+    if (open > progress->submitted.load()) waits.emplace_back(progress, open);
+  }
+  return waits;
+}
+
+void free_stream_ordered(MemoryBlocks& m, PendingRange range) {
+  if (range.waits.empty())
+    add_free(m, range.block, range.offset, range.bytes);
+  else
+    m.pending.push_back(std::move(range));
 }
 
 }  // namespace
@@ -249,23 +294,31 @@ kestrel_buffer* allocate_buffer(kestrel_context* context, uint64_t bytes) {
 
 void release_buffer(kestrel_buffer* buffer) {
   kestrel_context* context = buffer->context;
-  PendingRange range{buffer->block, buffer->offset, buffer->reserved, {}};
-  {
-    std::lock_guard<std::mutex> lock(context->streams_mutex);
-    for (const auto& progress : context->streams) {
-      const uint64_t open = progress->recording.load();
-      if (open > progress->submitted.load()) range.waits.emplace_back(progress, open);
-    }
-  }
+  PendingRange range{buffer->block, buffer->offset, buffer->reserved, open_batches(context)};
   std::lock_guard<std::mutex> lock(context->memory_mutex);
   MemoryBlocks& m = *context->memory;
   m.allocated -= buffer->reserved;
   m.count -= 1;
-  if (range.waits.empty())
-    add_free(m, range.block, range.offset, range.bytes);
-  else
-    m.pending.push_back(std::move(range));
+  if (kestrel_graph* graph = capture_of_this_thread(context)) {
+    // Freed inside a capture: the recorded commands may use the range, so it is the graph's now.
+    graph->live.erase(buffer);
+    graph->pool.emplace(range.bytes, HeldRange{range.block, range.offset, range.bytes});
+  } else {
+    free_stream_ordered(m, std::move(range));
+  }
   delete buffer;
+}
+
+kestrel_graph* capture_of_this_thread(const kestrel_context* context) {
+  return context->capturing && context->capture_thread == std::this_thread::get_id() ? context->capturing : nullptr;
+}
+
+void return_graph_memory(kestrel_context* context, kestrel_graph* graph) {
+  auto waits = open_batches(context);
+  std::lock_guard<std::mutex> lock(context->memory_mutex);
+  for (const auto& [bytes, held] : graph->pool)
+    free_stream_ordered(*context->memory, PendingRange{held.block, held.offset, held.bytes, waits});
+  graph->pool.clear();
 }
 
 void trim_memory(kestrel_context* context) {

@@ -1,4 +1,5 @@
-// Compute pipelines, one per shader variant, created on first use and kept for the context's life.
+// Compute pipelines, one per shader variant, created on first use and kept for the context's life,
+// through the context's pipeline cache (vk_pipeline_cache.cpp) so later runs skip the compilation.
 // Every pipeline shares one descriptor set layout: binding 0 is the parameter block (uniform) and bindings
 // 1..kMaxBindings the op's buffers (storage) (see shaders/common.glsl).
 #include "vk_common.hpp"
@@ -47,7 +48,7 @@ VkPipeline pipeline(kestrel_context* context, const std::string& name) {
   info.stage.pName = "main";
   info.layout = context->pipeline_layout;
   VkPipeline created = VK_NULL_HANDLE;
-  VkResult status = vkCreateComputePipelines(context->device, VK_NULL_HANDLE, 1, &info, nullptr, &created);
+  VkResult status = vkCreateComputePipelines(context->device, context->pipeline_cache, 1, &info, nullptr, &created);
   vkDestroyShaderModule(context->device, module, nullptr);
   check(status, ("vkCreateComputePipelines for shader " + name).c_str());
   context->pipelines.emplace(name, created);

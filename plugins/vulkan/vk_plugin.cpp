@@ -1,9 +1,10 @@
 // The Vulkan compute backend: the ABI table and the boundary where C++ errors become statuses.
 // Devices, contexts, streams and buffers live in vk_instance/vk_memory/vk_submit.cpp; the ops in
-// ops_*.cpp with their GLSL in shaders/. Launches are asynchronous: see the execution model in
-// vk_common.hpp.
+// ops_*.cpp with their GLSL in shaders/, capture and replay in vk_capture.cpp. Launches are
+// asynchronous: see the execution model in vk_common.hpp.
 #include <cstring>
 
+#include "vk_capture.hpp"
 #include "vk_ops.hpp"
 
 namespace kestrel_vk {
@@ -123,6 +124,7 @@ void context_destroy(kestrel_context* context) {
     destroy_memory(context);
     destroy_host_buffer(context->unused_binding);
     destroy_pipelines(context);
+    close_pipeline_cache(context);
     vkDestroyDevice(context->device, nullptr);
   }
   delete context;
@@ -150,6 +152,7 @@ kestrel_status context_create(int32_t device, kestrel_context** out) {
     choose_memory_types(context);
     create_memory(context);
     create_pipeline_layout(context);
+    open_pipeline_cache(context);
     context->unused_binding = allocate_host_buffer(context, 256);
     *out = context;
   });
@@ -159,6 +162,7 @@ kestrel_status context_create(int32_t device, kestrel_context** out) {
 
 void stream_destroy(kestrel_stream* stream) {
   if (!stream) return;
+  abandon_capture(stream);  // a capture left open is dropped with its stream
   destroy_stream_objects(stream);
   delete stream;
 }
@@ -175,7 +179,10 @@ kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
 }
 
 kestrel_status stream_synchronize(kestrel_stream* stream) {
-  return guarded([&] { synchronize(stream); });
+  return guarded([&] {
+    if (stream->recording) refuse_while_capturing("stream_synchronize");
+    synchronize(stream);
+  });
 }
 
 // ---- events: the fence of the submission that holds the recorded point (see vk_common.hpp) ----
@@ -193,6 +200,7 @@ kestrel_status event_record(kestrel_event* event, kestrel_stream* stream) {
   return guarded([&] {
     if (!event || !stream || event->context != stream->context)
       fail("event_record: the event and the stream must exist and belong to the same context");
+    if (stream->recording) refuse_while_capturing("event_record");
     flush(stream);  // submitted now, so whatever any stream submits later runs after it
     std::shared_ptr<Fence> fence = latest_fence(stream);
     std::lock_guard<std::mutex> lock(event->mutex);
@@ -234,6 +242,7 @@ void buffer_free(kestrel_buffer* buffer) {
 kestrel_status copy_host_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset, const void* src,
                                    uint64_t bytes) {
   return guarded([&] {
+    if (stream->recording) refuse_while_capturing("copy_host_to_device");
     check_range(dst, dst_offset, bytes, "copy_host_to_device");
     copy_to_device(stream, dst, dst_offset, src, bytes);
   });
@@ -242,6 +251,7 @@ kestrel_status copy_host_to_device(kestrel_stream* stream, kestrel_buffer* dst, 
 kestrel_status copy_device_to_host(kestrel_stream* stream, void* dst, kestrel_buffer* src, uint64_t src_offset,
                                    uint64_t bytes) {
   return guarded([&] {
+    if (stream->recording) refuse_while_capturing("copy_device_to_host");
     check_range(src, src_offset, bytes, "copy_device_to_host");
     copy_to_host(stream, dst, src, src_offset, bytes);
   });
@@ -264,7 +274,12 @@ kestrel_status memory_stats(kestrel_context* context, kestrel_memory_stats* stat
 }
 
 kestrel_status memory_trim(kestrel_context* context) {
-  return guarded([&] { trim_memory(context); });
+  return guarded([&] {
+    // It waits for the queue and could release blocks a capture is about to record uses of.
+    if (context_capturing(context))
+      fail("memory_trim is not allowed while the stream is being captured; end the capture first");
+    trim_memory(context);
+  });
 }
 
 kestrel_status memory_reset_peak(kestrel_context* context) {
@@ -328,6 +343,22 @@ kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
   });
 }
 
+// ---- capture and replay (vk_capture.cpp) ----
+
+kestrel_status capture_begin(kestrel_stream* stream) {
+  return guarded([&] { begin_capture(stream); });
+}
+
+kestrel_status capture_end(kestrel_stream* stream, kestrel_graph** graph) {
+  return guarded([&] { *graph = end_capture(stream); });
+}
+
+kestrel_status graph_launch(kestrel_graph* graph, kestrel_stream* stream) {
+  return guarded([&] { launch_graph(graph, stream); });
+}
+
+void graph_destroy(kestrel_graph* graph) { destroy_graph(graph); }
+
 }  // namespace
 }  // namespace kestrel_vk
 
@@ -365,6 +396,10 @@ KESTREL_PLUGIN_ENTRY {
     a.memory_reset_peak = memory_reset_peak;
     a.supports_op = supports_op;
     a.launch = launch;
+    a.capture_begin = capture_begin;
+    a.capture_end = capture_end;
+    a.graph_launch = graph_launch;
+    a.graph_destroy = graph_destroy;
     return a;
   }();
   return &api;

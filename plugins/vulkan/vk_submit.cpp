@@ -1,11 +1,13 @@
 // Command submission: launches are recorded into the stream's open batch and submitted in batches
 // (see the execution model in vk_common.hpp). Each stream owns a ring of kSubmissionsInFlight batches;
-// a slot is reused once its fence has signalled.
+// a slot is reused once its fence has signalled. While a stream is captured the same code records into
+// the graph's chunks instead (vk_capture.hpp).
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
-#include "vk_common.hpp"
+#include "vk_capture.hpp"
 
 namespace kestrel_vk {
 
@@ -43,23 +45,21 @@ void retire(kestrel_stream* stream, Submission& slot) {
   collect_timestamps(stream->context, slot);
 }
 
-// The slot being recorded, opening it (after its previous use has finished) when needed.
-Submission& open_batch(kestrel_stream* stream) {
-  Submission& slot = stream->ring[stream->current];
-  if (slot.open) return slot;
+// Waits for the slot's previous submission and gives it an unsignalled fence.
+void reclaim_slot(kestrel_stream* stream, Submission& slot) {
   retire(stream, slot);
-  kestrel_context* context = stream->context;
   if (slot.fence.use_count() == 1) {
-    check(vkResetFences(context->device, 1, &slot.fence->handle), "vkResetFences");
+    check(vkResetFences(stream->context->device, 1, &slot.fence->handle), "vkResetFences");
   } else {
-    slot.fence = std::make_shared<Fence>(context->device);  // an event still holds the signalled one
+    slot.fence = std::make_shared<Fence>(stream->context->device);  // an event still holds the signalled one
   }
-  check(vkResetDescriptorPool(context->device, slot.descriptor_pool, 0), "vkResetDescriptorPool");
-  check(vkResetCommandBuffer(slot.commands, 0), "vkResetCommandBuffer");
+}
+
+// Starts recording a batch. Everything submitted earlier on the queue, by any stream, happens before it.
+void begin_batch(Submission& slot, VkCommandBufferUsageFlags usage) {
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  begin.flags = usage;
   check(vkBeginCommandBuffer(slot.commands, &begin), "vkBeginCommandBuffer");
-  // Everything submitted earlier on the queue, by any stream, happens before this batch.
   memory_barrier(slot.commands, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_WRITE_BIT,
                  VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
   begin_timestamps(slot.commands, slot);
@@ -67,9 +67,61 @@ Submission& open_batch(kestrel_stream* stream) {
   slot.dispatches = 0;
   slot.recorded = 0;
   slot.open = true;
+}
+
+// The batch being recorded: the ring's current slot or, while the stream is captured, the graph's last
+// chunk. Null when none is open.
+Submission* open_submission(kestrel_stream* stream) {
+  Submission* slot = nullptr;
+  if (!stream->recording)
+    slot = &stream->ring[stream->current];
+  else if (!stream->recording->chunks.empty())
+    slot = stream->recording->chunks.back().get();
+  return slot && slot->open ? slot : nullptr;
+}
+
+// The batch being recorded, opening one (after the slot's previous use has finished) when needed.
+Submission& open_batch(kestrel_stream* stream) {
+  if (stream->recording) return open_chunk(stream->recording);
+  Submission& slot = stream->ring[stream->current];
+  if (slot.open) return slot;
+  reclaim_slot(stream, slot);
+  check(vkResetDescriptorPool(stream->context->device, slot.descriptor_pool, 0), "vkResetDescriptorPool");
+  check(vkResetCommandBuffer(slot.commands, 0), "vkResetCommandBuffer");
+  begin_batch(slot, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT);
   slot.batch = ++stream->batches_opened;
   stream->progress->recording.store(slot.batch);
   return slot;
+}
+
+// A batch's command buffer, descriptor pool and parameter blocks, from `pool`.
+void create_batch_objects(kestrel_context* context, VkCommandPool pool, Submission& slot) {
+  VkCommandBufferAllocateInfo allocate{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  allocate.commandPool = pool;
+  allocate.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  allocate.commandBufferCount = 1;
+  check(vkAllocateCommandBuffers(context->device, &allocate, &slot.commands), "vkAllocateCommandBuffers");
+  VkDescriptorPoolSize sizes[2] = {{VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, kDispatchesPerSubmit},
+                                   {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kDispatchesPerSubmit * kMaxBindings}};
+  VkDescriptorPoolCreateInfo descriptor_info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+  descriptor_info.maxSets = kDispatchesPerSubmit;
+  descriptor_info.poolSizeCount = 2;
+  descriptor_info.pPoolSizes = sizes;
+  check(vkCreateDescriptorPool(context->device, &descriptor_info, nullptr, &slot.descriptor_pool),
+        "vkCreateDescriptorPool");
+  slot.params = allocate_host_buffer(context, uint64_t(params_stride(context)) * kDispatchesPerSubmit);
+}
+
+// Everything but the command buffer, which goes with its pool.
+void destroy_batch_objects(VkDevice device, Submission& slot) {
+  destroy_host_buffer(slot.params);
+  destroy_host_buffer(slot.upload);
+  slot.params = slot.upload = nullptr;
+  if (slot.timestamps) vkDestroyQueryPool(device, slot.timestamps, nullptr);
+  if (slot.descriptor_pool) vkDestroyDescriptorPool(device, slot.descriptor_pool, nullptr);
+  slot.timestamps = VK_NULL_HANDLE;
+  slot.descriptor_pool = VK_NULL_HANDLE;
+  slot.fence.reset();
 }
 
 // The open batch's command buffer with a barrier after the previous command, for one more command.
@@ -80,8 +132,8 @@ VkCommandBuffer next_command(Submission& slot) {
 
 void record_dispatch(kestrel_stream* stream, const Dispatch& d) {
   kestrel_context* context = stream->context;
-  const Submission& open = stream->ring[stream->current];
-  if (open.open && (open.dispatches == kDispatchesPerSubmit || open.recorded >= kCommandsPerSubmit)) flush(stream);
+  const Submission* open = open_submission(stream);
+  if (open && (open->dispatches == kDispatchesPerSubmit || open->recorded >= kCommandsPerSubmit)) flush(stream);
   Submission& slot = open_batch(stream);
   const uint64_t params_offset = uint64_t(slot.dispatches++) * params_stride(context);
   std::memcpy(static_cast<char*>(slot.params->mapped) + params_offset, &d.params, sizeof(Params));
@@ -117,18 +169,45 @@ void record_dispatch(kestrel_stream* stream, const Dispatch& d) {
   time_dispatch_end(commands, slot);
 }
 
-// softmax_cross_entropy's label check (flags words 4..7, see kestrel_stream): raised once the stream
-// is idle, then cleared.
-void report_deferred_error(kestrel_stream* stream) {
-  if (!stream->flags) return;
-  uint32_t* words = static_cast<uint32_t*>(stream->flags->mapped) + 4;
-  if (!words[0]) return;
+// The deferred checks' flag words (flag, value low, value high, extent; see kestrel_stream and
+// kestrel_graph): a message for a raised flag, or "" when none is; the words are cleared once read.
+struct DeferredCheck {
+  const char* value;        // "softmax_cross_entropy: label"
+  const char* extent_unit;  // "%u classes"
+  const char* consequence;
+};
+const DeferredCheck kLabelCheck{"softmax_cross_entropy: label", "%u classes",
+                                "that launch's loss and gradient rows for the bad labels are NaN"};
+const DeferredCheck kCapturedIndexCheck{"gather or scatter_add in a captured graph: index", "an axis of size %u",
+                                        "the out-of-range entries were skipped"};
+
+std::string take_deferred_error(uint32_t* words, const DeferredCheck& check) {
+  if (!words[0]) return "";
   const int64_t bad = static_cast<int64_t>(uint64_t(words[1]) | (uint64_t(words[2]) << 32));
-  const uint32_t classes = words[3];
+  char extent[64];
+  std::snprintf(extent, sizeof(extent), check.extent_unit, words[3]);
   std::memset(words, 0, 4 * sizeof(uint32_t));
-  fail("softmax_cross_entropy: label " + std::to_string(bad) + " is out of range for " + std::to_string(classes) +
-       " classes (found on the device by an earlier launch on this stream; that launch's loss and gradient "
-       "rows for the bad labels are NaN)");
+  return std::string(check.value) + " " + std::to_string(bad) + " is out of range for " + extent +
+         " (found on the device by an earlier launch on this stream; " + check.consequence + ")";
+}
+
+// Raised once the stream is idle: softmax_cross_entropy's label check (words 4..7 of the stream's
+// flags and of every graph replayed since the last sync) and the index checks that captured gathers
+// and scatter_adds defer (words 0..3 of a graph's flags).
+void report_deferred_errors(kestrel_stream* stream) {
+  std::string message;  // the first one found; every raised flag is cleared
+  auto note = [&](uint32_t* words, const DeferredCheck& check) {
+    std::string found = take_deferred_error(words, check);
+    if (message.empty()) message = std::move(found);
+  };
+  if (stream->flags) note(static_cast<uint32_t*>(stream->flags->mapped) + 4, kLabelCheck);
+  for (const auto& flags : stream->replayed_flags) {
+    uint32_t* words = static_cast<uint32_t*>(flags->mapped);
+    note(words, kCapturedIndexCheck);
+    note(words + 4, kLabelCheck);
+  }
+  stream->replayed_flags.clear();
+  if (!message.empty()) fail(message);
 }
 
 }  // namespace
@@ -154,21 +233,8 @@ void create_stream_objects(kestrel_stream* stream) {
   pool_info.queueFamilyIndex = context->physical->compute_queue_family;
   check(vkCreateCommandPool(context->device, &pool_info, nullptr, &stream->command_pool), "vkCreateCommandPool");
   for (Submission& slot : stream->ring) {
-    VkCommandBufferAllocateInfo allocate{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    allocate.commandPool = stream->command_pool;
-    allocate.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    allocate.commandBufferCount = 1;
-    check(vkAllocateCommandBuffers(context->device, &allocate, &slot.commands), "vkAllocateCommandBuffers");
     slot.fence = std::make_shared<Fence>(context->device);
-    VkDescriptorPoolSize sizes[2] = {{VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, kDispatchesPerSubmit},
-                                     {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kDispatchesPerSubmit * kMaxBindings}};
-    VkDescriptorPoolCreateInfo descriptor_info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-    descriptor_info.maxSets = kDispatchesPerSubmit;
-    descriptor_info.poolSizeCount = 2;
-    descriptor_info.pPoolSizes = sizes;
-    check(vkCreateDescriptorPool(context->device, &descriptor_info, nullptr, &slot.descriptor_pool),
-          "vkCreateDescriptorPool");
-    slot.params = allocate_host_buffer(context, uint64_t(params_stride(context)) * kDispatchesPerSubmit);
+    create_batch_objects(context, stream->command_pool, slot);
     create_timestamps(context, slot);
   }
   std::lock_guard<std::mutex> lock(context->streams_mutex);
@@ -192,34 +258,78 @@ void destroy_stream_objects(kestrel_stream* stream) {
     auto& streams = context->streams;
     streams.erase(std::remove(streams.begin(), streams.end(), stream->progress), streams.end());
   }
-  for (Submission& slot : stream->ring) {
-    destroy_host_buffer(slot.params);
-    destroy_host_buffer(slot.upload);
-    if (slot.timestamps) vkDestroyQueryPool(device, slot.timestamps, nullptr);
-    if (slot.descriptor_pool) vkDestroyDescriptorPool(device, slot.descriptor_pool, nullptr);
-    slot.fence.reset();
-  }
+  for (Submission& slot : stream->ring) destroy_batch_objects(device, slot);
+  stream->replayed_flags.clear();
   destroy_host_buffer(stream->readback);
   destroy_host_buffer(stream->flags);
   if (stream->command_pool) vkDestroyCommandPool(device, stream->command_pool, nullptr);
 }
 
 void flush(kestrel_stream* stream) {
-  Submission& slot = stream->ring[stream->current];
-  if (!slot.open) return;
+  Submission* slot = open_submission(stream);
+  if (!slot) return;
   // A fence only covers device-side accesses: make the writes visible to host reads (mapped memory).
-  memory_barrier(slot.commands, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, kWrites, VK_PIPELINE_STAGE_HOST_BIT,
+  memory_barrier(slot->commands, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, kWrites, VK_PIPELINE_STAGE_HOST_BIT,
                  VK_ACCESS_HOST_READ_BIT);
-  check(vkEndCommandBuffer(slot.commands), "vkEndCommandBuffer");
-  slot.open = false;  // even when the submission fails: the next batch starts afresh
+  check(vkEndCommandBuffer(slot->commands), "vkEndCommandBuffer");
+  slot->open = false;  // even when the submission fails: the next batch starts afresh
+  if (stream->recording) return;  // a chunk of a captured graph: graph_launch submits it
   kestrel_context* context = stream->context;
   VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   submit.commandBufferCount = 1;
-  submit.pCommandBuffers = &slot.commands;
+  submit.pCommandBuffers = &slot->commands;
+  {
+    std::lock_guard<std::mutex> lock(context->queue_mutex);
+    check(vkQueueSubmit(context->queue, 1, &submit, slot->fence->handle), "vkQueueSubmit");
+  }
+  slot->in_flight = true;
+  stream->progress->submitted.store(slot->batch);
+  stream->current = (stream->current + 1) % kSubmissionsInFlight;
+}
+
+Submission& open_chunk(kestrel_graph* graph) {
+  if (!graph->chunks.empty() && graph->chunks.back()->open) return *graph->chunks.back();
+  kestrel_context* context = graph->context;
+  if (!graph->command_pool) {
+    VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pool_info.queueFamilyIndex = context->physical->compute_queue_family;
+    check(vkCreateCommandPool(context->device, &pool_info, nullptr, &graph->command_pool), "vkCreateCommandPool");
+  }
+  graph->chunks.push_back(std::make_unique<Submission>());  // first, so destroy_chunks frees what gets made
+  Submission& chunk = *graph->chunks.back();
+  create_batch_objects(context, graph->command_pool, chunk);
+  // Replays may overlap (the next is submitted before the previous has finished); the barrier at the
+  // start of each chunk keeps them in order.
+  begin_batch(chunk, VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT);
+  return chunk;
+}
+
+void destroy_chunks(kestrel_graph* graph) {
+  VkDevice device = graph->context->device;
+  for (auto& chunk : graph->chunks) destroy_batch_objects(device, *chunk);
+  graph->chunks.clear();
+  if (graph->command_pool) vkDestroyCommandPool(device, graph->command_pool, nullptr);  // frees the buffers
+  graph->command_pool = VK_NULL_HANDLE;
+}
+
+void submit_chunks(kestrel_stream* stream, kestrel_graph* graph) {
+  flush(stream);  // the stream's earlier work goes first
+  Submission& slot = stream->ring[stream->current];
+  reclaim_slot(stream, slot);
+  std::vector<VkCommandBuffer> commands;
+  for (const auto& chunk : graph->chunks) commands.push_back(chunk->commands);
+  VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  submit.commandBufferCount = static_cast<uint32_t>(commands.size());
+  submit.pCommandBuffers = commands.data();
+  kestrel_context* context = stream->context;
   {
     std::lock_guard<std::mutex> lock(context->queue_mutex);
     check(vkQueueSubmit(context->queue, 1, &submit, slot.fence->handle), "vkQueueSubmit");
   }
+  // The slot stands for the replay: waiting for the stream, events and stream-ordered frees see it as
+  // one more batch of the stream (its own command buffer stays unused until the slot comes round again).
+  slot.batch = ++stream->batches_opened;
+  stream->progress->recording.store(slot.batch);
   slot.in_flight = true;
   stream->progress->submitted.store(slot.batch);
   stream->current = (stream->current + 1) % kSubmissionsInFlight;
@@ -230,7 +340,7 @@ void synchronize(kestrel_stream* stream) {
   // Oldest first: the slot after `current` was submitted earliest.
   for (uint32_t i = 0; i < kSubmissionsInFlight; ++i)
     retire(stream, stream->ring[(stream->current + i) % kSubmissionsInFlight]);
-  report_deferred_error(stream);
+  report_deferred_errors(stream);
 }
 
 std::shared_ptr<Fence> latest_fence(kestrel_stream* stream) {
@@ -260,7 +370,8 @@ void run(kestrel_stream* stream, const std::vector<Dispatch>& dispatches) {
 }
 
 VkCommandBuffer record_command(kestrel_stream* stream) {
-  if (stream->ring[stream->current].open && stream->ring[stream->current].recorded >= kCommandsPerSubmit) flush(stream);
+  const Submission* open = open_submission(stream);
+  if (open && open->recorded >= kCommandsPerSubmit) flush(stream);
   return next_command(open_batch(stream));
 }
 
@@ -269,8 +380,8 @@ UploadSpace reserve_upload(kestrel_stream* stream, uint64_t bytes) {
   constexpr uint64_t kAlign = 16;  // keeps vkCmdCopyBuffer offsets tidy
   // The space must be used by commands of this same batch (the slot is recycled when *its* fence
   // signals), so leave room for the two copies a caller records without record_command flushing.
-  if (stream->ring[stream->current].open && stream->ring[stream->current].recorded + 2 > kCommandsPerSubmit)
-    flush(stream);
+  const Submission* open = open_submission(stream);
+  if (open && open->recorded + 2 > kCommandsPerSubmit) flush(stream);
   Submission* slot = &open_batch(stream);
   uint64_t start = (slot->upload_used + kAlign - 1) / kAlign * kAlign;
   if (start > 0 && (!slot->upload || start >= slot->upload->reserved || slot->upload->reserved - start < want)) {

@@ -138,7 +138,9 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
     while (state.step < total_steps && loader.next(batch)) {
       double lr = scheduled_lr(config_.schedule, config_.optimizer.lr, state.step, total_steps, state.epoch);
       if (captured && captured->run(batch, state.rng_offset)) {
-        ++replayed_steps;
+        if (replayed_steps++ == 0)
+          log.message(fmt::format("kestrel: training step captured on {}; replaying it for every full batch",
+                                  device_.str()));
       } else {
         step(batch.inputs, batch.targets, state.rng_offset);
         if (captured && !captured->disabled().empty() && !capture_note_shown) {

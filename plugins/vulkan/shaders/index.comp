@@ -53,6 +53,12 @@ layout(std430, set = 0, binding = 3) buffer Out { T data[]; } out_buf;
 void element(uint i) {
   int axis = PINT(0);
   uint v = uint(index_buf.data[element_offset(1, i)]);
+  // Out-of-range (and negative, which wrap to huge) indices read nothing: captured launches check them
+  // after the fact (eager ones before), so this keeps memory safe meanwhile.
+  if (v >= SHAPE(0, axis)) {
+    out_buf.data[element_offset(2, i)] = T(0);
+    return;
+  }
   uint rest = i, source = P.tensors[0].offset;
   for (int d = P.tensors[1].rank - 1; d >= 0; --d) {
     uint extent = SHAPE(1, d);
@@ -82,6 +88,7 @@ void scatter_line(uint line) {
   uint along = SHAPE(1, axis);
   for (uint j = 0; j < along; ++j) {
     uint v = uint(index_buf.data[index_at + j * STRIDE(1, axis)]);
+    if (v >= SHAPE(2, axis)) continue;  // out of range: skipped (see gather)
     uint target = out_at + v * STRIDE(2, axis);
     out_buf.data[target] += data_buf.data[src_at + j * STRIDE(0, axis)];
   }
