@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cpu_ops.hpp"
@@ -110,37 +109,13 @@ namespace {
 // The updates run over blocks of kBlock elements: inside a block the loop has no aliasing and no calls,
 // so the compiler vectorises it; Kokkos spreads the blocks over its threads.
 constexpr int64_t kBlock = 4096;
-// Below this many elements a split over host threads costs more than it saves.
-constexpr int64_t kSplitMinimum = int64_t(1) << 18;
-
-// Host threads for an update when Kokkos has only one (Debian's Kokkos is Serial-only): a pass over
-// millions of parameters, moments and gradients would otherwise run on one core while OpenBLAS uses
-// all of them for the GEMMs around it.
-int update_threads() {
-  static const int threads = Exec().concurrency() > 1 ? 1 : int(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
-  return threads;
-}
 
 template <class Body>
 void for_blocks(const char* label, int64_t n, Body body) {
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  auto run_block = [=](int64_t block) {
+  Kokkos::parallel_for(label, Range(0, (n + kBlock - 1) / kBlock), [=](int64_t block) {
     const int64_t begin = block * kBlock;
     body(begin, std::min(n, begin + kBlock));
-  };
-  const int threads = n >= kSplitMinimum ? update_threads() : 1;
-  if (threads == 1) {
-    Kokkos::parallel_for(label, Range(0, blocks), run_block);
-    return;
-  }
-  const int64_t per_thread = (blocks + threads - 1) / threads;
-  auto run_range = [=](int64_t first) {
-    for (int64_t block = first; block < std::min(blocks, first + per_thread); ++block) run_block(block);
-  };
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < threads; ++t) helpers.emplace_back(run_range, t * per_thread);
-  run_range(0);
-  for (std::thread& helper : helpers) helper.join();
+  });
 }
 
 template <class T>

@@ -1,4 +1,5 @@
 // fill, copy (with casts), unary and binary element-wise ops (shaders/fill, copy, unary, binary.comp).
+// Every pair of the device's dtypes has a copy variant; f16 unary/binary compute in f32.
 #include <cmath>
 
 #include "vk_ops.hpp"
@@ -64,7 +65,7 @@ bool supports_unary(const kestrel_op& op, uint32_t dtypes) {
   if (dtype != op.outputs[0].dtype || !in_mask(dtypes, dtype)) return false;
   auto fn = static_cast<const kestrel_unary_params*>(op.params)->fn;
   if (fn < KESTREL_UNARY_NEG || fn > KESTREL_UNARY_POW) return false;
-  return dtype == KESTREL_DTYPE_F32 || (integer_dtype(dtype) && unary_allowed_for_integers(fn));
+  return float_dtype(dtype) || (integer_dtype(dtype) && unary_allowed_for_integers(fn));
 }
 
 void launch_unary(kestrel_stream* stream, const kestrel_op& op) {
@@ -90,7 +91,7 @@ bool supports_binary(const kestrel_op& op, uint32_t dtypes) {
   auto fn = static_cast<const kestrel_binary_params*>(op.params)->fn;
   if (fn < KESTREL_BINARY_ADD || fn > KESTREL_BINARY_GE) return false;
   // Integer division and power are not defined by the ABI (torch would promote to float).
-  return out.dtype == KESTREL_DTYPE_F32 || (fn != KESTREL_BINARY_DIV && fn != KESTREL_BINARY_POW);
+  return float_dtype(out.dtype) || (fn != KESTREL_BINARY_DIV && fn != KESTREL_BINARY_POW);
 }
 
 void launch_binary(kestrel_stream* stream, const kestrel_op& op) {

@@ -1,6 +1,7 @@
 // Matrix products, rank 2 or batched rank 3 (shaders/gemm.comp: shared-memory tiles), and the fused
 // linear op (the same kernel with a bias and activation epilogue). Transposed and stride-0 (broadcast)
-// operands are read through their strides, so nothing is packed on the host.
+// operands are read through their strides, so nothing is packed on the host. f16 operands (all of
+// them f16) are multiplied and accumulated in f32 and C is rounded to f16 once.
 #include "vk_ops.hpp"
 
 namespace kestrel_vk {
@@ -36,7 +37,7 @@ TensorDesc as_batched(const kestrel_tensor& t) {
 bool supports_gemm(const kestrel_op& op, uint32_t dtypes) {
   if (!arity(op, 2, 1) || !op.params) return false;
   const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &c = op.outputs[0];
-  return c.dtype == KESTREL_DTYPE_F32 && in_mask(dtypes, c.dtype) && a.dtype == c.dtype && b.dtype == c.dtype &&
+  return float_dtype(c.dtype) && in_mask(dtypes, c.dtype) && a.dtype == c.dtype && b.dtype == c.dtype &&
          gemm_shapes_ok(a, b, c);
 }
 
@@ -72,7 +73,9 @@ void launch_gemm(kestrel_stream* stream, const kestrel_op& op) {
   Dispatch d;
   d.params.floats[0] = static_cast<float>(p.alpha);
   d.params.floats[1] = static_cast<float>(p.beta);
-  if (gemm_dispatch(stream, "gemm_f32", op.inputs[0], op.inputs[1], op.outputs[0], d)) run(stream, {d});
+  const kestrel_tensor& c = op.outputs[0];
+  if (gemm_dispatch(stream, std::string("gemm_") + dtype_suffix(c.dtype), op.inputs[0], op.inputs[1], c, d))
+    run(stream, {d});
 }
 
 // Fused linear: in0 x (M, K) @ in1 w (K, N) [+ in2 bias (N)] -> out0 act(.) [, out1 pre-activation].
@@ -81,7 +84,7 @@ bool supports_linear(const kestrel_op& op, uint32_t dtypes) {
       !valid_tensors(op))
     return false;
   const kestrel_tensor &x = op.inputs[0], &w = op.inputs[1], &y = op.outputs[0];
-  if (y.dtype != KESTREL_DTYPE_F32 || !in_mask(dtypes, y.dtype) || x.dtype != y.dtype || w.dtype != y.dtype) return false;
+  if (!float_dtype(y.dtype) || !in_mask(dtypes, y.dtype) || x.dtype != y.dtype || w.dtype != y.dtype) return false;
   if (y.rank != 2 || !gemm_shapes_ok(x, w, y)) return false;
   if (op.num_inputs == 3) {
     const kestrel_tensor& bias = op.inputs[2];
@@ -100,6 +103,7 @@ void launch_linear(kestrel_stream* stream, const kestrel_op& op) {
   // device offers): with the pre-activation kept, it writes that, and a second pass applies the
   // activation.
   const kestrel_tensor& gemm_out = keep_pre ? op.outputs[1] : y;
+  const std::string dtype = dtype_suffix(y.dtype);
   Dispatch gemm;
   gemm.params.ints[0] = keep_pre ? KESTREL_ACTIVATION_NONE : activation;
   if (op.num_inputs == 3) {
@@ -107,16 +111,16 @@ void launch_linear(kestrel_stream* stream, const kestrel_op& op) {
     gemm.params.tensors[3] = describe(op.inputs[2]);
     gemm.buffers[3] = op.inputs[2].buffer;
   }
-  if (!gemm_dispatch(stream, "linear_f32", op.inputs[0], op.inputs[1], gemm_out, gemm)) return;
+  if (!gemm_dispatch(stream, "linear_" + dtype, op.inputs[0], op.inputs[1], gemm_out, gemm)) return;
   if (!keep_pre) {
     run(stream, {gemm});
     return;
   }
   Dispatch act;
   if (activation == KESTREL_ACTIVATION_NONE) {
-    act.shader = "copy_f32_f32";
+    act.shader = "copy_" + dtype + "_" + dtype;
   } else {
-    act.shader = "unary_f32";
+    act.shader = "unary_" + dtype;
     act.params.ints[0] = activation == KESTREL_ACTIVATION_RELU ? KESTREL_UNARY_RELU : KESTREL_UNARY_GELU;
   }
   act.params.tensors[0] = describe(gemm_out);

@@ -18,6 +18,7 @@ bool index_op_ok(const kestrel_op& op, const kestrel_tensor& data, const kestrel
   if (!p || p->axis < 0 || p->axis >= data.rank) return false;
   if (index.dtype != KESTREL_DTYPE_I32 && index.dtype != KESTREL_DTYPE_I64) return false;
   if (!in_mask(dtypes, index.dtype) || !in_mask(dtypes, data.dtype)) return false;
+  if (data.dtype == KESTREL_DTYPE_F16) return false;  // no f16 variants: index.comp stores f32, i32, i64
   if (index.rank != data.rank || !same_shape(index, other)) return false;
   for (int d = 0; d < data.rank; ++d)
     if (d != p->axis && index.shape[d] > data.shape[d]) return false;

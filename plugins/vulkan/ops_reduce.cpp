@@ -1,6 +1,6 @@
 // Reductions over any set of axes (out has in's rank, extent 1 on each reduced axis) and argmax over
 // one axis (shaders/reduce.comp). One workgroup per output element, folding its reduced elements in a
-// shared-memory tree.
+// shared-memory tree. f16 inputs are summed in an f32 accumulator.
 #include "kestrel/plugin_shapes.hpp"
 #include "vk_ops.hpp"
 
@@ -45,7 +45,7 @@ bool supports_reduce(const kestrel_op& op, uint32_t dtypes) {
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
   auto fn = static_cast<const kestrel_reduce_params*>(op.params)->fn;
   if (!in_mask(dtypes, in.dtype) || !in_mask(dtypes, out.dtype)) return false;
-  if (fn == KESTREL_REDUCE_MEAN && in.dtype != KESTREL_DTYPE_F32) return false;
+  if (fn == KESTREL_REDUCE_MEAN && !float_dtype(in.dtype)) return false;
   // Each invocation folds count / 256 elements; lavapipe ends loops after 65535 iterations, so very long
   // reductions are declined rather than computed wrong.
   return kestrel::plugin_shapes::reduce_shape(in, out).count <= kMaxReducedElements;

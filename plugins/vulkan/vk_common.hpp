@@ -62,6 +62,9 @@ struct PhysicalDevice {
   uint32_t compute_queue_family = 0;
   bool has_compute_queue = false;
   bool has_int64 = false;          // shaderInt64: needed for i64 tensors
+  // storageBuffer16BitAccess (VK_KHR_16bit_storage, core in 1.1): f16 tensors as float16_t buffers.
+  // False also when KESTREL_VULKAN_DISABLE_F16=1, which tests the path of devices without it.
+  bool has_16bit_storage = false;
   bool has_memory_budget = false;  // VK_EXT_memory_budget
   uint32_t timestamp_valid_bits = 0;  // of the compute queue family: 0 means no timestamps (profiling)
   std::string driver;              // "llvmpipe (Mesa 23.x)" when VK_KHR_driver_properties says so
@@ -79,7 +82,7 @@ struct Instance {
 Instance& instance();
 void destroy_instance();
 const PhysicalDevice& physical_device(int32_t index);
-// Dtypes this device computes in (f32, i32 and i64 when shaderInt64 is present).
+// Dtypes this device computes in (f32, i32; i64 when shaderInt64 is present; f16 with 16-bit storage).
 uint32_t dtype_mask(const PhysicalDevice& device);
 void fill_properties(const PhysicalDevice& device, kestrel_device_properties* props);
 

@@ -54,6 +54,18 @@ PhysicalDevice describe(VkPhysicalDevice handle, uint32_t instance_version) {
   // Subgroup size and driver name through the 1.1/1.2 property chains, where the device has them.
   const uint32_t device_version = std::min(d.properties.apiVersion, instance_version);
   if (device_version >= VK_API_VERSION_1_1) {
+    // f16 is stored, not computed, in half precision: shaders load float16_t into floats and store
+    // them back (shaders/common.glsl), so 16-bit storage suffices and shaderFloat16 is not asked for.
+    // Devices without it do not declare f16. The alternative, two halves packed per 32-bit word
+    // (unpackHalf2x16/packHalf2x16), would need an atomic read-modify-write for every strided store,
+    // since two invocations may write the two halves of one word; not worth it for the few devices
+    // that lack 16-bit storage.
+    VkPhysicalDevice16BitStorageFeatures storage16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+    VkPhysicalDeviceFeatures2 features2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    features2.pNext = &storage16;
+    vkGetPhysicalDeviceFeatures2(handle, &features2);
+    d.has_16bit_storage = storage16.storageBuffer16BitAccess == VK_TRUE && !env_flag("KESTREL_VULKAN_DISABLE_F16");
+
     VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
     const bool want_driver =
@@ -161,6 +173,7 @@ const PhysicalDevice& physical_device(int32_t index) {
 uint32_t dtype_mask(const PhysicalDevice& device) {
   uint32_t mask = (1u << KESTREL_DTYPE_F32) | (1u << KESTREL_DTYPE_I32);
   if (device.has_int64) mask |= 1u << KESTREL_DTYPE_I64;
+  if (device.has_16bit_storage) mask |= 1u << KESTREL_DTYPE_F16;
   return mask;
 }
 

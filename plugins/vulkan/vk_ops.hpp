@@ -52,8 +52,10 @@ using kestrel::plugin_shapes::is_contiguous;
 using kestrel::plugin_shapes::numel;
 using kestrel::plugin_shapes::same_shape;
 size_t dtype_bytes(kestrel_dtype d);
-// "f32", "i32", "i64": the suffix of shader variant names.
+// "f32", "f16", "i32", "i64": the suffix of shader variant names.
 const char* dtype_suffix(kestrel_dtype d);
+// The float dtypes the shaders compute (f16 only as storage: its variants compute in f32).
+inline bool float_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F16; }
 inline bool in_mask(uint32_t dtypes, kestrel_dtype d) { return d >= 0 && d < KESTREL_DTYPE_COUNT && (dtypes >> d) & 1u; }
 
 // Well-formed descriptors whose every extent, stride and reachable element fits the shaders' 32-bit

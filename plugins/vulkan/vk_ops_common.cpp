@@ -42,6 +42,7 @@ size_t dtype_bytes(kestrel_dtype d) {
 const char* dtype_suffix(kestrel_dtype d) {
   switch (d) {
     case KESTREL_DTYPE_F32: return "f32";
+    case KESTREL_DTYPE_F16: return "f16";
     case KESTREL_DTYPE_I32: return "i32";
     case KESTREL_DTYPE_I64: return "i64";
     default: return "unsupported";

@@ -144,6 +144,10 @@ kestrel_status context_create(int32_t device, kestrel_context** out) {
     VkPhysicalDeviceFeatures features{};
     features.shaderInt64 = physical.has_int64 ? VK_TRUE : VK_FALSE;
     VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+    // The f16 shader variants declare float16_t storage buffers (see describe() in vk_instance.cpp).
+    VkPhysicalDevice16BitStorageFeatures storage16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+    storage16.storageBuffer16BitAccess = VK_TRUE;
+    if (physical.has_16bit_storage) info.pNext = &storage16;
     info.queueCreateInfoCount = 1;
     info.pQueueCreateInfos = &queue;
     info.pEnabledFeatures = &features;
@@ -335,7 +339,8 @@ kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
   return guarded([&] {
     if (!supports_op(stream->context, op))
       fail("the vulkan backend does not support this op with these dtypes, shapes or strides (it computes in "
-           "f32, i32 and i64; fused ops only in f32, on contiguous rows where the CPU plugin wants them)",
+           "f32, i32, i64 and, with 16-bit storage, f16; fused ops in f32 (linear also in f16), on contiguous "
+           "rows where the CPU plugin wants them)",
            KESTREL_STATUS_UNSUPPORTED);
     for (int i = 0; i < op->num_inputs; ++i) check_bounds(stream->context, op->inputs[i], "input");
     for (int i = 0; i < op->num_outputs; ++i) check_bounds(stream->context, op->outputs[i], "output");

@@ -1,15 +1,20 @@
 #version 450
 // out = f(a, b), f = ints[0] (kestrel_binary_fn); comparisons give 1 or 0 in the operands' dtype.
 // Broadcast operands arrive with stride 0, so every operand is addressed through its own descriptor.
+// T is the type computed in, STORE_T the stored one (f16: loaded into floats, stored rounded once).
 // kestrel-variant: binary_f32 -DT=float -DIS_FLOAT=1
+// kestrel-variant: binary_f16 -DT=float -DSTORE_T=float16_t -DIS_FLOAT=1
 // kestrel-variant: binary_i32 -DT=int
 // kestrel-variant: binary_i64 -DT=int64_t
 #include "common.glsl"
 #include "math.glsl"
+#ifndef STORE_T
+#define STORE_T T
+#endif
 layout(local_size_x = KESTREL_LOCAL_SIZE) in;
-layout(std430, set = 0, binding = 1) readonly buffer InA { T data[]; } a_buf;
-layout(std430, set = 0, binding = 2) readonly buffer InB { T data[]; } b_buf;
-layout(std430, set = 0, binding = 3) writeonly buffer Out { T data[]; } out_buf;
+layout(std430, set = 0, binding = 1) readonly buffer InA { STORE_T data[]; } a_buf;
+layout(std430, set = 0, binding = 2) readonly buffer InB { STORE_T data[]; } b_buf;
+layout(std430, set = 0, binding = 3) writeonly buffer Out { STORE_T data[]; } out_buf;
 
 T apply(int fn, T a, T b) {
   switch (fn) {
@@ -37,9 +42,9 @@ T apply(int fn, T a, T b) {
 }
 
 void element(uint i) {
-  T a = a_buf.data[element_offset(0, i)];
-  T b = b_buf.data[element_offset(1, i)];
-  out_buf.data[element_offset(2, i)] = apply(PINT(0), a, b);
+  T a = T(a_buf.data[element_offset(0, i)]);
+  T b = T(b_buf.data[element_offset(1, i)]);
+  out_buf.data[element_offset(2, i)] = STORE_T(apply(PINT(0), a, b));
 }
 
 void main() {

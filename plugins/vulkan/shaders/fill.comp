@@ -1,6 +1,8 @@
 #version 450
-// out = value. The value arrives as floats[0] (float dtypes) or ints[0..1] (a 64-bit integer).
+// out = value. The value arrives as floats[0] (float dtypes, rounded to f16 by the store for f16) or
+// ints[0..1] (a 64-bit integer).
 // kestrel-variant: fill_f32 -DOUT_T=float -DOUT_FLOAT=1
+// kestrel-variant: fill_f16 -DOUT_T=float16_t -DOUT_FLOAT=1
 // kestrel-variant: fill_i32 -DOUT_T=int
 // kestrel-variant: fill_i64 -DOUT_T=int64_t
 #include "common.glsl"
@@ -9,7 +11,7 @@ layout(std430, set = 0, binding = 1) writeonly buffer Out { OUT_T data[]; } out_
 
 void element(uint i) {
 #ifdef OUT_FLOAT
-  out_buf.data[element_offset(0, i)] = PFLOAT(0);
+  out_buf.data[element_offset(0, i)] = OUT_T(PFLOAT(0));
 #else
   out_buf.data[element_offset(0, i)] = OUT_T(param_int64(0));
 #endif

@@ -10,22 +10,29 @@
 // Grid: x over 64-column blocks, y over 64-row blocks, z over the batch.
 // The linear variant (KESTREL_OP_LINEAR) adds an epilogue: C = act(A @ B + bias), with alpha 1 and
 // beta 0; tensors[3] = bias (rank 1, binding 4) when ints[1] != 0, ints[0] = kestrel_activation.
+// STORE_T is the stored element type of every operand. The f16 variants load halves into the float
+// tiles, accumulate in f32 and round once when storing C, as GPU half-precision training does.
 // kestrel-variant: gemm_f32
 // kestrel-variant: linear_f32 -DLINEAR=1
+// kestrel-variant: gemm_f16 -DSTORE_T=float16_t
+// kestrel-variant: linear_f16 -DLINEAR=1 -DSTORE_T=float16_t
 #include "common.glsl"
 #ifdef LINEAR
 #include "math.glsl"
+#endif
+#ifndef STORE_T
+#define STORE_T float
 #endif
 #define THREADS 16
 #define BLOCK 4
 #define TILE_MN (THREADS * BLOCK)
 #define TILE_K 16
 layout(local_size_x = THREADS, local_size_y = THREADS) in;
-layout(std430, set = 0, binding = 1) readonly buffer A { float data[]; } a_buf;
-layout(std430, set = 0, binding = 2) readonly buffer B { float data[]; } b_buf;
-layout(std430, set = 0, binding = 3) buffer C { float data[]; } c_buf;
+layout(std430, set = 0, binding = 1) readonly buffer A { STORE_T data[]; } a_buf;
+layout(std430, set = 0, binding = 2) readonly buffer B { STORE_T data[]; } b_buf;
+layout(std430, set = 0, binding = 3) buffer C { STORE_T data[]; } c_buf;
 #ifdef LINEAR
-layout(std430, set = 0, binding = 4) readonly buffer Bias { float data[]; } bias_buf;
+layout(std430, set = 0, binding = 4) readonly buffer Bias { STORE_T data[]; } bias_buf;
 
 float activate(int activation, float v) {
   if (activation == 1) return v < 0.0 ? 0.0 : v;  // relu, NaN stays NaN
@@ -56,10 +63,10 @@ void main() {
     for (uint e = lane; e < TILE_MN * TILE_K; e += THREADS * THREADS) {
       uint r = e / TILE_K, k = e % TILE_K;  // A slice: row r, column k
       uint gr = row0 + r, gk = k0 + k;
-      a_tile[r][k] = (gr < M && gk < K) ? a_buf.data[a_base + gr * as_m + gk * as_k] : 0.0;
+      a_tile[r][k] = (gr < M && gk < K) ? float(a_buf.data[a_base + gr * as_m + gk * as_k]) : 0.0;
       uint bk = e / TILE_MN, c = e % TILE_MN;  // B slice: row bk, column c
       uint gbk = k0 + bk, gc = col0 + c;
-      b_tile[bk][c] = (gbk < K && gc < N) ? b_buf.data[b_base + gbk * bs_k + gc * bs_n] : 0.0;
+      b_tile[bk][c] = (gbk < K && gc < N) ? float(b_buf.data[b_base + gbk * bs_k + gc * bs_n]) : 0.0;
     }
     barrier();
     for (uint kk = 0; kk < TILE_K; ++kk) {
@@ -83,12 +90,12 @@ void main() {
       uint c_at = c_base + row * STRIDE(2, 1) + col * STRIDE(2, 2);
 #ifdef LINEAR
       float value = acc[i][j];
-      if (PINT(1) != 0) value += bias_buf.data[P.tensors[3].offset + col * STRIDE(3, 0)];
-      c_buf.data[c_at] = activate(PINT(0), value);
+      if (PINT(1) != 0) value += float(bias_buf.data[P.tensors[3].offset + col * STRIDE(3, 0)]);
+      c_buf.data[c_at] = STORE_T(activate(PINT(0), value));
 #else
       float value = alpha * acc[i][j];
-      if (beta != 0.0) value += beta * c_buf.data[c_at];
-      c_buf.data[c_at] = value;
+      if (beta != 0.0) value += beta * float(c_buf.data[c_at]);
+      c_buf.data[c_at] = STORE_T(value);
 #endif
     }
   }

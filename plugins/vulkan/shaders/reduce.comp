@@ -8,20 +8,27 @@
 //   tensors[2]  input over the reduced axes, offset 0 (added to the kept offset)
 // ints[0] = kestrel_reduce_fn. The argmax variants write i64 positions along the reduced axis: the
 // first NaN wins, else the largest value at its smallest position.
+// T is the type values are compared in, STORE_T the stored one: f16 is loaded into floats, summed in
+// an f32 accumulator and rounded once when stored.
 // kestrel-variant: reduce_f32 -DT=float -DACC_T=float -DIS_FLOAT=1
+// kestrel-variant: reduce_f16 -DT=float -DSTORE_T=float16_t -DACC_T=float -DIS_FLOAT=1
 // kestrel-variant: reduce_i32 -DT=int -DACC_T=int64_t
 // kestrel-variant: reduce_i64 -DT=int64_t -DACC_T=int64_t
 // kestrel-variant: argmax_f32 -DT=float -DIS_FLOAT=1 -DARGMAX=1
+// kestrel-variant: argmax_f16 -DT=float -DSTORE_T=float16_t -DIS_FLOAT=1 -DARGMAX=1
 // kestrel-variant: argmax_i32 -DT=int -DARGMAX=1
 // kestrel-variant: argmax_i64 -DT=int64_t -DARGMAX=1
 #include "common.glsl"
 #include "math.glsl"
+#ifndef STORE_T
+#define STORE_T T
+#endif
 layout(local_size_x = KESTREL_LOCAL_SIZE) in;
-layout(std430, set = 0, binding = 1) readonly buffer In { T data[]; } in_buf;
+layout(std430, set = 0, binding = 1) readonly buffer In { STORE_T data[]; } in_buf;
 #ifdef ARGMAX
 layout(std430, set = 0, binding = 2) writeonly buffer Out { int64_t data[]; } out_buf;
 #else
-layout(std430, set = 0, binding = 2) writeonly buffer Out { T data[]; } out_buf;
+layout(std430, set = 0, binding = 2) writeonly buffer Out { STORE_T data[]; } out_buf;
 #endif
 
 #ifdef IS_FLOAT
@@ -76,7 +83,7 @@ void main() {
   T best = T(0);
   uint where = kNone;
   for (uint r = lid; r < count; r += KESTREL_LOCAL_SIZE) {
-    T v = in_buf.data[base + element_offset(2, r)];
+    T v = T(in_buf.data[base + element_offset(2, r)]);
     if (where == kNone || v > best || (is_nan_value(v) && !is_nan_value(best))) {
       best = v;
       where = r;
@@ -95,8 +102,9 @@ void main() {
   int fn = PINT(0);
   bool additive = fn == 0 || fn == 1;
   // max/min start from the first element, which every share may fold again without harm
-  ACC_T acc = additive || count == 0 ? ACC_T(0) : ACC_T(in_buf.data[base]);
-  for (uint r = lid; r < count; r += KESTREL_LOCAL_SIZE) acc = fold(fn, acc, ACC_T(in_buf.data[base + element_offset(2, r)]));
+  ACC_T acc = additive || count == 0 ? ACC_T(0) : ACC_T(T(in_buf.data[base]));
+  for (uint r = lid; r < count; r += KESTREL_LOCAL_SIZE)
+    acc = fold(fn, acc, ACC_T(T(in_buf.data[base + element_offset(2, r)])));
   partial[lid] = acc;
   barrier();
   for (uint s = KESTREL_LOCAL_SIZE / 2; s > 0; s >>= 1) {
@@ -108,7 +116,7 @@ void main() {
 #ifdef IS_FLOAT
     if (fn == 1) total = count > 0 ? total / float(count) : K_NAN;
 #endif
-    out_buf.data[element_offset(1, o)] = T(total);
+    out_buf.data[element_offset(1, o)] = STORE_T(T(total));
   }
 #endif
 }

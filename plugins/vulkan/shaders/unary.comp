@@ -1,14 +1,20 @@
 #version 450
 // out = f(in), f = ints[0] (kestrel_unary_fn), alpha = floats[0], beta = floats[1]. Integer variants
 // implement only the functions the host accepts for integers (neg, abs, relu, step, square, sign).
+// T is the type computed in, STORE_T the stored one: f16 tensors are loaded into floats, computed in
+// f32 and rounded once when stored (half-precision storage, single-precision arithmetic).
 // kestrel-variant: unary_f32 -DT=float -DIS_FLOAT=1
+// kestrel-variant: unary_f16 -DT=float -DSTORE_T=float16_t -DIS_FLOAT=1
 // kestrel-variant: unary_i32 -DT=int
 // kestrel-variant: unary_i64 -DT=int64_t
 #include "common.glsl"
 #include "math.glsl"
+#ifndef STORE_T
+#define STORE_T T
+#endif
 layout(local_size_x = KESTREL_LOCAL_SIZE) in;
-layout(std430, set = 0, binding = 1) readonly buffer In { T data[]; } in_buf;
-layout(std430, set = 0, binding = 2) writeonly buffer Out { T data[]; } out_buf;
+layout(std430, set = 0, binding = 1) readonly buffer In { STORE_T data[]; } in_buf;
+layout(std430, set = 0, binding = 2) writeonly buffer Out { STORE_T data[]; } out_buf;
 
 T apply(int fn, T x) {
   switch (fn) {
@@ -42,7 +48,7 @@ T apply(int fn, T x) {
 }
 
 void element(uint i) {
-  out_buf.data[element_offset(1, i)] = apply(PINT(0), in_buf.data[element_offset(0, i)]);
+  out_buf.data[element_offset(1, i)] = STORE_T(apply(PINT(0), T(in_buf.data[element_offset(0, i)])));
 }
 
 void main() {
