@@ -3,11 +3,11 @@
 //
 //   build/bin/bench_ops --benchmark_filter=gemm
 #include <benchmark/benchmark.h>
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include <vector>
 
+#include "blas_direct.h"
 #include "kestrel/engine.h"
 #include "kestrel/ops.h"
 
@@ -38,8 +38,9 @@ void gemm_through_plugin(benchmark::State& state, kestrel::Device device, DType 
 void gemm_openblas(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
+  const kestrel_bench::SgemmFn sgemm = kestrel_bench::direct_sgemm();
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     benchmark::DoNotOptimize(c.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate,

@@ -7,11 +7,11 @@
 //
 //   build/bin/bench_train --benchmark_filter=seeds_mlp
 #include <benchmark/benchmark.h>
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include <vector>
 
+#include "blas_direct.h"
 #include "kestrel/engine.h"
 #include "kestrel/functional.h"
 #include "kestrel/graph.h"
@@ -86,6 +86,7 @@ void train_step(benchmark::State& state, kestrel::Device device, Workload worklo
 void seeds_mlp_gemms_openblas(benchmark::State& state) {
   const int batch = 128;
   const int sizes[] = {1024, 2048, 512, 10};
+  const kestrel_bench::SgemmFn sgemm = kestrel_bench::direct_sgemm();
   std::vector<std::vector<float>> weights, activations, grads;
   for (int l = 0; l < 3; ++l) weights.emplace_back(size_t(sizes[l]) * sizes[l + 1], 0.01f);
   for (int l = 0; l < 4; ++l) {
@@ -95,14 +96,14 @@ void seeds_mlp_gemms_openblas(benchmark::State& state) {
   std::vector<float> weight_grad(size_t(2048) * 1024);
   for (auto _ : state) {
     for (int l = 0; l < 3; ++l)  // Y (B, out) = X (B, in) @ W^T, W stored (out, in)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, sizes[l + 1], sizes[l], 1.0f, activations[l].data(),
+      sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, sizes[l + 1], sizes[l], 1.0f, activations[l].data(),
                   sizes[l], weights[l].data(), sizes[l], 0.0f, activations[l + 1].data(), sizes[l + 1]);
     for (int l = 2; l >= 0; --l) {
       if (l > 0)  // dX (B, in) = dY (B, out) @ W (out, in)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, sizes[l], sizes[l + 1], 1.0f, grads[l + 1].data(),
+        sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, sizes[l], sizes[l + 1], 1.0f, grads[l + 1].data(),
                     sizes[l + 1], weights[l].data(), sizes[l], 0.0f, grads[l].data(), sizes[l]);
       // dW (out, in) += dY^T (out, B) @ X (B, in)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, sizes[l + 1], sizes[l], batch, 1.0f, grads[l + 1].data(),
+      sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, sizes[l + 1], sizes[l], batch, 1.0f, grads[l + 1].data(),
                   sizes[l + 1], activations[l].data(), sizes[l], 1.0f, weight_grad.data(), sizes[l]);
     }
     benchmark::DoNotOptimize(weight_grad.data());

@@ -31,8 +31,8 @@ def kestrel_times(build, quick):
             continue
         parts = row["run_name"].split("/")  # train_step/<workload>/<backend>/b<batch>/real_time
         workload, backend, batch = parts[1], parts[2], parts[3]
-        if backend.startswith("gemms-only"):
-            continue  # the GEMM floor of bench/cpu_step_overhead.py, not a backend
+        if backend.startswith("gemms-only") or parts[0] != "train_step":
+            continue  # the GEMM floor and eager variants of bench/cpu_step_overhead.py
         rows.setdefault(f"{workload}/{batch}", {})[f"kestrel:{backend}"] = row["real_time"]
     return rows, " ".join(c.replace(str(ROOT) + "/", "") for c in command)
 

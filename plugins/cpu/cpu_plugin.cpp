@@ -160,6 +160,10 @@ kestrel_status device_properties(int32_t device, kestrel_device_properties* prop
     std::ostringstream runtime;
     runtime << "Kokkos " << KOKKOS_VERSION / 10000 << "." << KOKKOS_VERSION / 100 % 100 << "." << KOKKOS_VERSION % 100
             << " " << Exec::name() << " (" << kokkos_threads << (kokkos_threads == 1 ? " thread)" : " threads)");
+    // Which kernels OpenBLAS chose for this CPU (its Prescott fallback is ~5x slower than AVX-512).
+    using CoreName = char* (*)();
+    if (auto core = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename")))
+      runtime << ", OpenBLAS " << core();
     copy_string(props->runtime, sizeof(props->runtime), runtime.str());
     props->dtype_mask = (1u << KESTREL_DTYPE_COUNT) - 1;
   });

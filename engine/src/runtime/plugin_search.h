@@ -17,4 +17,8 @@ struct PluginCandidate {
 // files, sorted; each file appears once (the first time it is reached).
 std::vector<PluginCandidate> plugin_candidates(const EngineOptions& options);
 
+// Sets OPENBLAS_CORETYPE from the CPU's instruction sets unless the user did (blas_core_type.cpp): call
+// before loading plugins, since OpenBLAS reads it when it is loaded.
+void choose_openblas_core_type();
+
 }  // namespace kestrel
