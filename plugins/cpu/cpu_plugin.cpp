@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <new>
 #include <sstream>
@@ -297,33 +298,21 @@ struct Family {
   void (*launch)(const kestrel_op&);
 };
 
+// One entry per kestrel::plugin_shapes::OpFamily, in its order.
 const Family* family_of(kestrel_op_kind kind) {
-  static const Family fill{supports_fill, launch_fill}, copy{supports_copy, launch_copy},
-      unary{supports_unary, launch_unary}, binary{supports_binary, launch_binary},
-      reduce{supports_reduce, launch_reduce}, gemm{supports_gemm, launch_gemm},
-      gather{supports_gather, launch_gather}, scatter{supports_scatter_add, launch_scatter_add},
-      random{supports_random, launch_random}, window{supports_window, launch_window},
-      linear{supports_linear, launch_linear}, softmax{supports_softmax, launch_softmax},
-      cross_entropy{supports_softmax_cross_entropy, launch_softmax_cross_entropy},
-      optimizer{supports_optimizer, launch_optimizer};
-  switch (kind) {
-    case KESTREL_OP_FILL: return &fill;
-    case KESTREL_OP_COPY: return &copy;
-    case KESTREL_OP_UNARY: return &unary;
-    case KESTREL_OP_BINARY: return &binary;
-    case KESTREL_OP_REDUCE: return &reduce;
-    case KESTREL_OP_GEMM: return &gemm;
-    case KESTREL_OP_GATHER: return &gather;
-    case KESTREL_OP_SCATTER_ADD: return &scatter;
-    case KESTREL_OP_RANDOM: return &random;
-    case KESTREL_OP_IM2COL: case KESTREL_OP_COL2IM: case KESTREL_OP_POOL2D: case KESTREL_OP_POOL2D_BACKWARD:
-      return &window;
-    case KESTREL_OP_LINEAR: return &linear;
-    case KESTREL_OP_SOFTMAX: return &softmax;
-    case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: return &cross_entropy;
-    case KESTREL_OP_ADAM_UPDATE: case KESTREL_OP_SGD_UPDATE: return &optimizer;
-  }
-  return nullptr;
+  static const Family families[] = {
+      {supports_fill, launch_fill},       {supports_copy, launch_copy},
+      {supports_unary, launch_unary},     {supports_binary, launch_binary},
+      {supports_reduce, launch_reduce},   {supports_gemm, launch_gemm},
+      {supports_gather, launch_gather},   {supports_scatter_add, launch_scatter_add},
+      {supports_random, launch_random},   {supports_window, launch_window},
+      {supports_linear, launch_linear},   {supports_softmax, launch_softmax},
+      {supports_softmax_cross_entropy, launch_softmax_cross_entropy},
+      {supports_optimizer, launch_optimizer}};
+  using kestrel::plugin_shapes::OpFamily;
+  static_assert(std::size(families) == size_t(OpFamily::count), "one entry per op family");
+  const OpFamily family = kestrel::plugin_shapes::op_family(kind);
+  return family == OpFamily::count ? nullptr : &families[size_t(family)];
 }
 
 int32_t supports_op(kestrel_context*, const kestrel_op* op) {

@@ -3,17 +3,13 @@
 #include <cmath>
 
 #include "cpu_ops.hpp"
+#include "kestrel/plugin_shapes.hpp"
 #include "kestrel/philox.h"
 
 namespace kestrel_cpu {
 
-// The optional input (ABI 1.1) is a one-element i64 counter base, read when the op runs.
-bool has_counter_base(const kestrel_op& op) {
-  return arity(op, 1, 1) && op.inputs[0].dtype == KESTREL_DTYPE_I64 && numel(op.inputs[0]) == 1;
-}
-
 bool supports_random(const kestrel_op& op) {
-  if (!(arity(op, 0, 1) || has_counter_base(op)) || !op.params) return false;
+  if (!valid_tensors(op) || !kestrel::plugin_shapes::random_fits(op)) return false;
   auto dist = static_cast<const kestrel_random_params*>(op.params)->distribution;
   kestrel_dtype d = op.outputs[0].dtype;
   if (dist == KESTREL_DISTRIBUTION_BERNOULLI) return is_float_dtype(d) || d == KESTREL_DTYPE_U8;

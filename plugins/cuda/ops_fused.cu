@@ -189,14 +189,8 @@ void launch_softmax_cross_entropy(kestrel_stream& s, const kestrel_op& op) {
 // Adam/AdamW: in0 param, in1 grad, in2 m, in3 v (all updated in place but the grad).
 // SGD: in0 param, in1 grad [, in2 momentum buffer]. Same size, contiguous, f32 or f64.
 bool supports_optimizer(const kestrel_op& op) {
-  if (!op.params || op.num_outputs != 0 || !valid_tensors(op) || !all_contiguous(op)) return false;
-  int expected = op.kind == KESTREL_OP_ADAM_UPDATE ? 4 : (op.num_inputs == 3 ? 3 : 2);
-  if (op.num_inputs != expected) return false;
-  kestrel_dtype d = op.inputs[0].dtype;
-  if (d != KESTREL_DTYPE_F32 && d != KESTREL_DTYPE_F64) return false;
-  for (int i = 1; i < op.num_inputs; ++i)
-    if (op.inputs[i].dtype != d || numel(op.inputs[i]) != numel(op.inputs[0])) return false;
-  return true;
+  if (!valid_tensors(op) || !kestrel::plugin_shapes::optimizer_fits(op) || !all_contiguous(op)) return false;
+  return op.inputs[0].dtype == KESTREL_DTYPE_F32 || op.inputs[0].dtype == KESTREL_DTYPE_F64;
 }
 
 void launch_optimizer(kestrel_stream& s, const kestrel_op& op) {

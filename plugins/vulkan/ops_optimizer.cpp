@@ -9,14 +9,8 @@ namespace kestrel_vk {
 
 // adam: in0 param, in1 grad, in2 m, in3 v. sgd: in0 param, in1 grad [, in2 momentum buffer].
 bool supports_optimizer(const kestrel_op& op, uint32_t dtypes) {
-  if (!op.params || op.num_outputs != 0 || !valid_tensors(op)) return false;
-  const int expected = op.kind == KESTREL_OP_ADAM_UPDATE ? 4 : (op.num_inputs == 3 ? 3 : 2);
-  if (op.num_inputs != expected || !in_mask(dtypes, KESTREL_DTYPE_F32)) return false;
-  for (int i = 0; i < op.num_inputs; ++i) {
-    const kestrel_tensor& t = op.inputs[i];
-    if (t.dtype != KESTREL_DTYPE_F32 || !is_contiguous(t) || numel(t) != numel(op.inputs[0])) return false;
-  }
-  return true;
+  return valid_tensors(op) && kestrel::plugin_shapes::optimizer_fits(op) && all_contiguous(op) &&
+         op.inputs[0].dtype == KESTREL_DTYPE_F32 && in_mask(dtypes, KESTREL_DTYPE_F32);
 }
 
 void launch_optimizer(kestrel_stream* stream, const kestrel_op& op) {

@@ -17,20 +17,11 @@ uint32_t bernoulli_threshold(double p) {
   return static_cast<uint32_t>(std::ceil(t));
 }
 
-// The optional input (ABI 1.1): a one-element i64 counter base on the device.
-bool counter_base_ok(const kestrel_op& op) {
-  if (op.num_inputs == 0) return true;
-  const kestrel_tensor& base = op.inputs[0];
-  return op.num_inputs == 1 && base.dtype == KESTREL_DTYPE_I64 && numel(base) == 1;
-}
-
 }  // namespace
 
 bool supports_random(const kestrel_op& op, uint32_t dtypes) {
-  if (op.num_outputs != 1 || !valid_tensors(op) || !counter_base_ok(op) || !op.params) return false;
-  auto dist = static_cast<const kestrel_random_params*>(op.params)->distribution;
-  return dist >= KESTREL_DISTRIBUTION_UNIFORM && dist <= KESTREL_DISTRIBUTION_BERNOULLI &&
-         op.outputs[0].dtype == KESTREL_DTYPE_F32 && in_mask(dtypes, KESTREL_DTYPE_F32);
+  return valid_tensors(op) && kestrel::plugin_shapes::random_fits(op) && op.outputs[0].dtype == KESTREL_DTYPE_F32 &&
+         in_mask(dtypes, KESTREL_DTYPE_F32);
 }
 
 void launch_random(kestrel_stream* stream, const kestrel_op& op) {

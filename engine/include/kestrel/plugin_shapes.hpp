@@ -1,6 +1,7 @@
 // Header-only helpers for plugin authors (C++): whether an op's descriptors are consistent with each
 // other as plugin.h defines them — ranks, extents, index dtypes. They say nothing about what a backend
-// can run (dtypes, strides, size limits): each plugin adds those checks itself. Like philox.h and
+// can run (dtypes, strides, size limits): each plugin adds those checks itself. It also names the op
+// family of each op kind, which the plugins' dispatch tables are indexed by. Like philox.h and
 // half.h this depends on plugin.h alone, so every backend answers these questions the same way.
 #ifndef KESTREL_PLUGIN_SHAPES_HPP
 #define KESTREL_PLUGIN_SHAPES_HPP
@@ -79,6 +80,59 @@ inline bool reduce_fits(const kestrel_op& op) {
   int64_t elements = 1;
   for (int d = 0; d < in.rank; ++d) elements *= in.shape[d];
   if (p->fn == KESTREL_REDUCE_MAX || p->fn == KESTREL_REDUCE_MIN) return elements == 0 || r.count > 0;
+  return true;
+}
+
+// ---- op families: the kinds a plugin implements together, one supports/launch pair each ----
+
+enum class OpFamily {
+  fill, copy, unary, binary, reduce, gemm, gather, scatter_add, random, window, linear, softmax,
+  softmax_cross_entropy, optimizer,
+  count  // also the answer for a kind this header does not know (a newer ABI's)
+};
+
+inline OpFamily op_family(kestrel_op_kind kind) {
+  switch (kind) {
+    case KESTREL_OP_FILL: return OpFamily::fill;
+    case KESTREL_OP_COPY: return OpFamily::copy;
+    case KESTREL_OP_UNARY: return OpFamily::unary;
+    case KESTREL_OP_BINARY: return OpFamily::binary;
+    case KESTREL_OP_REDUCE: return OpFamily::reduce;
+    case KESTREL_OP_GEMM: return OpFamily::gemm;
+    case KESTREL_OP_GATHER: return OpFamily::gather;
+    case KESTREL_OP_SCATTER_ADD: return OpFamily::scatter_add;
+    case KESTREL_OP_RANDOM: return OpFamily::random;
+    case KESTREL_OP_IM2COL: case KESTREL_OP_COL2IM: case KESTREL_OP_POOL2D: case KESTREL_OP_POOL2D_BACKWARD:
+      return OpFamily::window;
+    case KESTREL_OP_LINEAR: return OpFamily::linear;
+    case KESTREL_OP_SOFTMAX: return OpFamily::softmax;
+    case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: return OpFamily::softmax_cross_entropy;
+    case KESTREL_OP_ADAM_UPDATE: case KESTREL_OP_SGD_UPDATE: return OpFamily::optimizer;
+  }
+  return OpFamily::count;
+}
+
+// ---- random draws ----
+
+// One output, a known distribution, and either no input or (ABI 1.1) one: the one-element i64 counter
+// base read when the op runs.
+inline bool random_fits(const kestrel_op& op) {
+  auto* p = static_cast<const kestrel_random_params*>(op.params);
+  if (!p || p->struct_size < sizeof(kestrel_random_params) || op.num_outputs != 1 || op.num_inputs > 1) return false;
+  if (op.num_inputs == 1 && (op.inputs[0].dtype != KESTREL_DTYPE_I64 || numel(op.inputs[0]) != 1)) return false;
+  return p->distribution >= KESTREL_DISTRIBUTION_UNIFORM && p->distribution <= KESTREL_DISTRIBUTION_BERNOULLI;
+}
+
+// ---- optimizer updates ----
+
+// Adam: in0 param, in1 grad, in2 m, in3 v. SGD: in0 param, in1 grad [, in2 momentum buffer]. No outputs
+// (updated in place); every input has the parameter's dtype and element count.
+inline bool optimizer_fits(const kestrel_op& op) {
+  if (!op.params || op.num_outputs != 0) return false;
+  const int expected = op.kind == KESTREL_OP_ADAM_UPDATE ? 4 : (op.num_inputs == 3 ? 3 : 2);
+  if (op.num_inputs != expected) return false;
+  for (int i = 1; i < op.num_inputs; ++i)
+    if (op.inputs[i].dtype != op.inputs[0].dtype || numel(op.inputs[i]) != numel(op.inputs[0])) return false;
   return true;
 }
 
