@@ -38,8 +38,19 @@ def kestrel_run(args, name, config, seed):
     return summary, shown
 
 
-def pytorch_runs(args, model_file):
-    command = [args.pytorch, "bench/pytorch/train_reference.py", model_file, "--seeds", *map(str, args.seeds)]
+def schedule_of(config):
+    """The config's learning-rate schedule, as train_reference.py's --schedule mirrors it."""
+    schedule = json.loads((ROOT / config).read_text()).get("schedule", {"type": "constant"})
+    if schedule.get("type", "constant") not in ("constant", "cosine") or schedule.get("warmup_steps", 0) or \
+            schedule.get("min_lr", 0):
+        raise SystemExit(f"{config}: /schedule: the PyTorch reference mirrors only 'constant' and 'cosine' "
+                         "without warm-up or min_lr; drop --pytorch or simplify the schedule")
+    return schedule.get("type", "constant")
+
+
+def pytorch_runs(args, config, model_file):
+    command = [args.pytorch, "bench/pytorch/train_reference.py", model_file, "--seeds", *map(str, args.seeds),
+               "--schedule", schedule_of(config)]
     lines = subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True).stdout.splitlines()
     runs = [json.loads(line) for line in lines if '"seed"' in line]
     return {run["seed"]: run for run in runs}, " ".join(["python3", *command[1:]])
@@ -58,7 +69,7 @@ def main():
     for name, (config, model_file, target) in RUNS.items():
         if args.only and name != args.only:
             continue
-        reference, reference_command = pytorch_runs(args, model_file) if args.pytorch else ({}, "")
+        reference, reference_command = pytorch_runs(args, config, model_file) if args.pytorch else ({}, "")
         rows, accuracies = [], []
         for seed in args.seeds:
             started = time.time()
@@ -73,6 +84,8 @@ def main():
         torch_mean = statistics.mean(r["test_accuracy"] for r in reference.values()) if reference else None
         lines += [
             f"## {name} ({model_file}), target {target * 100:.1f}%",
+            "",
+            f"Learning-rate schedule: {schedule_of(config)} (from {config}).",
             "",
             "| seed | device | epochs | Kestrel test accuracy | PyTorch, same recipe and seed | Kestrel time | replayed steps | command |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -99,7 +112,7 @@ def main():
         f" --seeds {' '.join(map(str, args.seeds))}{' --pytorch PYTHON' if args.pytorch else ''}"
         f"{' --suffix ' + args.suffix if args.suffix else ''}`.",
         "Data: Debian's dataset-fashion-mnist (60000 train / 10000 test), normalised with mean 0.2860, std 0.3530.",
-        "Training: batch 64, Adam lr 1e-3, 10 epochs; test accuracy after the last epoch.",
+        "Training: batch 64, Adam lr 1e-3 (schedule below), 10 epochs; test accuracy after the last epoch.",
         "",
         *lines,
     ]))

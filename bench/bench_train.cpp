@@ -82,31 +82,34 @@ void train_step(benchmark::State& state, kestrel::Device device, Workload worklo
 }
 
 // The eight sgemm calls of one seeds' MLP training step at batch 128 (forward X W^T; backward dY W,
-// except for the input layer, and dY^T X), row-major as the engine issues them.
+// except for the input layer, and dY^T X), row-major as the engine issues them: each weight gradient
+// into its own buffer with beta = 0 (the engine's backward overwrites last step's gradients).
 void seeds_mlp_gemms_openblas(benchmark::State& state) {
   const int batch = 128;
   const int sizes[] = {1024, 2048, 512, 10};
   const kestrel_bench::SgemmFn sgemm = kestrel_bench::direct_sgemm();
-  std::vector<std::vector<float>> weights, activations, grads;
-  for (int l = 0; l < 3; ++l) weights.emplace_back(size_t(sizes[l]) * sizes[l + 1], 0.01f);
+  std::vector<std::vector<float>> weights, weight_grads, activations, grads;
+  for (int l = 0; l < 3; ++l) {
+    weights.emplace_back(size_t(sizes[l]) * sizes[l + 1], 0.01f);
+    weight_grads.emplace_back(size_t(sizes[l]) * sizes[l + 1]);
+  }
   for (int l = 0; l < 4; ++l) {
     activations.emplace_back(size_t(batch) * sizes[l], 0.5f);
     grads.emplace_back(size_t(batch) * sizes[l], 0.25f);
   }
-  std::vector<float> weight_grad(size_t(2048) * 1024);
   for (auto _ : state) {
     for (int l = 0; l < 3; ++l)  // Y (B, out) = X (B, in) @ W^T, W stored (out, in)
       sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, sizes[l + 1], sizes[l], 1.0f, activations[l].data(),
-                  sizes[l], weights[l].data(), sizes[l], 0.0f, activations[l + 1].data(), sizes[l + 1]);
+            sizes[l], weights[l].data(), sizes[l], 0.0f, activations[l + 1].data(), sizes[l + 1]);
     for (int l = 2; l >= 0; --l) {
       if (l > 0)  // dX (B, in) = dY (B, out) @ W (out, in)
         sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, sizes[l], sizes[l + 1], 1.0f, grads[l + 1].data(),
-                    sizes[l + 1], weights[l].data(), sizes[l], 0.0f, grads[l].data(), sizes[l]);
-      // dW (out, in) += dY^T (out, B) @ X (B, in)
+              sizes[l + 1], weights[l].data(), sizes[l], 0.0f, grads[l].data(), sizes[l]);
+      // dW (out, in) = dY^T (out, B) @ X (B, in)
       sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, sizes[l + 1], sizes[l], batch, 1.0f, grads[l + 1].data(),
-                  sizes[l + 1], activations[l].data(), sizes[l], 1.0f, weight_grad.data(), sizes[l]);
+            sizes[l + 1], activations[l].data(), sizes[l], 0.0f, weight_grads[l].data(), sizes[l]);
+      benchmark::DoNotOptimize(weight_grads[l].data());
     }
-    benchmark::DoNotOptimize(weight_grad.data());
   }
   state.counters["samples/s"] = benchmark::Counter(double(batch), benchmark::Counter::kIsIterationInvariantRate);
 }

@@ -5,9 +5,14 @@ cross-entropy, 10 epochs) for several seeds and prints the final test accuracy o
 figures can be read against what PyTorch itself reaches with the same recipe.
 
     python3 bench/pytorch/train_reference.py models/fashion_mlp.json --seeds 42 43 7 [--device cpu]
+                                             [--schedule constant|cosine]
+
+--schedule cosine decays the learning rate every step from --lr to 0 over the whole run, with the formula
+of Kestrel's "cosine" schedule (no warm-up, min_lr 0): lr * (1 + cos(pi * step / total_steps)) / 2.
 """
 import argparse
 import json
+import math
 import pathlib
 import statistics
 import sys
@@ -40,7 +45,12 @@ def accuracy(model, images, labels, device):
     return correct / len(labels)
 
 
-def train(model_file, seed, epochs, batch, lr, device):
+def cosine(step, total_steps):
+    """Kestrel's cosine schedule as a factor of the base learning rate (engine/src/optim/optimizer.cpp)."""
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, step / max(1, total_steps))))
+
+
+def train(model_file, seed, epochs, batch, lr, device, schedule="constant"):
     torch.manual_seed(seed)
     train_x, train_y = load("train")
     test_x, test_y = load("t10k")
@@ -48,12 +58,18 @@ def train(model_file, seed, epochs, batch, lr, device):
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(seed)
+    total_steps = epochs * math.ceil(len(train_y) / batch)
+    factor = cosine if schedule == "cosine" else (lambda step, total: 1.0)
+    step = 0
     per_epoch = []
     for _ in range(epochs):
         model.train()
         order = torch.randperm(len(train_y), generator=generator)
         for begin in range(0, len(order), batch):  # drop_last=False, like torch's DataLoader default
             index = order[begin:begin + batch]
+            for group in optimizer.param_groups:
+                group["lr"] = lr * factor(step, total_steps)
+            step += 1
             optimizer.zero_grad()
             loss = loss_fn(model(train_x[index].to(device)), train_y[index].to(device))
             loss.backward()
@@ -70,15 +86,17 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
     args = parser.parse_args()
     finals = []
     for seed in args.seeds:
         started = time.time()
-        per_epoch = train(args.model, seed, args.epochs, args.batch_size, args.lr, args.device)
+        per_epoch = train(args.model, seed, args.epochs, args.batch_size, args.lr, args.device, args.schedule)
         finals.append(per_epoch[-1])
         print(json.dumps({"model": args.model, "seed": seed, "test_accuracy": per_epoch[-1],
                           "per_epoch": [round(a, 4) for a in per_epoch], "seconds": round(time.time() - started),
-                          "torch": torch.__version__, "device": args.device}), flush=True)
+                          "torch": torch.__version__, "device": args.device,
+                          "schedule": args.schedule}), flush=True)
     if len(finals) > 1:
         print(json.dumps({"model": args.model, "seeds": args.seeds, "mean": statistics.mean(finals),
                           "min": min(finals), "max": max(finals)}))

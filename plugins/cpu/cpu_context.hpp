@@ -16,7 +16,13 @@ namespace kestrel_cpu {
 // blocks to the OS each time costs page faults (torch's CPU caching does the same).
 using BlockCache = std::unordered_map<uint64_t, std::vector<void*>>;
 
-inline uint64_t rounded_size(uint64_t bytes) { return (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64; }
+// Blocks of 2 MiB or more come in whole huge pages (see allocate_block in cpu_plugin.cpp), the rest in
+// 64-byte cache lines; statistics count what is really held.
+constexpr uint64_t kHugePage = uint64_t(2) << 20;
+inline uint64_t rounded_size(uint64_t bytes) {
+  const uint64_t unit = bytes >= kHugePage ? kHugePage : 64;
+  return (std::max<uint64_t>(bytes, 1) + unit - 1) / unit * unit;
+}
 
 struct Context {
   std::mutex mutex;
@@ -51,6 +57,9 @@ namespace kestrel_cpu {
 
 // Validates an op and runs it (cpu_plugin.cpp); replay and eager launches share it.
 void run_op(const kestrel_op& op);
+// KESTREL_CPU_PROFILE=1 (cpu_profile.cpp): run_op times each launch and prints the totals at exit.
+bool profiling();
+void run_profiled(const kestrel_op& op, void (*launch)(const kestrel_op&));
 void check_op(const kestrel_op& op);  // throws unless supported and in bounds
 // Records an op or a device copy into the stream's open capture (cpu_capture.cpp).
 void record_op(kestrel_stream* stream, const kestrel_op& op);

@@ -41,6 +41,33 @@ bool valid_tensors(const kestrel_op& op);  // dtypes known, ranks in range, exte
 // Elementwise helpers used by several families: out[i] = f(in[i]) over equal shapes, any strides.
 // Strided operands are walked row by row (the last axis), so the index arithmetic is paid once per row
 // rather than once per element.
+// Merges neighbouring axes that every view walks as one (stride[d] == stride[d + 1] * shape[d + 1]) and
+// drops axes of extent 1. The views keep their row-major element order, but strided loops then run over
+// long rows: a (N, C, H, W) permutation has rows of H * W elements instead of W.
+template <class First, class... Rest>
+void coalesce(First& first, Rest&... rest) {
+  int rank = 0;
+  for (int d = 0; d < first.rank; ++d) {
+    if (first.shape[d] == 1) continue;
+    auto mergeable = [&](const auto& v) { return v.strides[rank - 1] == v.strides[d] * v.shape[d]; };
+    const bool merge = rank > 0 && mergeable(first) && (mergeable(rest) && ...);
+    auto apply = [&](auto& v) {
+      if (merge) {
+        v.shape[rank - 1] *= v.shape[d];
+        v.strides[rank - 1] = v.strides[d];
+      } else {
+        v.shape[rank] = v.shape[d];
+        v.strides[rank] = v.strides[d];
+      }
+    };
+    apply(first);
+    (apply(rest), ...);
+    if (!merge) ++rank;
+  }
+  first.rank = rank;
+  ((rest.rank = rank), ...);
+}
+
 inline int64_t inner_extent(int rank, const int64_t* shape) { return rank ? shape[rank - 1] : 1; }
 inline int64_t inner_stride(int rank, const int64_t* strides) { return rank ? strides[rank - 1] : 0; }
 
@@ -52,6 +79,7 @@ void map_unary(const kestrel_tensor& in, const kestrel_tensor& out, F f, const c
     Kokkos::parallel_for(label, Range(0, y.numel), [=](int64_t i) { y.base[i] = E::store(f(E::load(x.base[i]))); });
     return;
   }
+  coalesce(y, x);
   const int64_t inner = inner_extent(y.rank, y.shape), rows = inner ? y.numel / inner : 0;
   const int64_t xs = inner_stride(x.rank, x.strides), ys = inner_stride(y.rank, y.strides);
   Kokkos::parallel_for(label, Range(0, rows), [=](int64_t r) {
@@ -71,6 +99,7 @@ void map_binary(const kestrel_tensor& in0, const kestrel_tensor& in1, const kest
                          [=](int64_t i) { y.base[i] = E::store(f(E::load(a.base[i]), E::load(b.base[i]))); });
     return;
   }
+  coalesce(y, a, b);
   const int64_t inner = inner_extent(y.rank, y.shape), rows = inner ? y.numel / inner : 0;
   const int64_t as = inner_stride(a.rank, a.strides), bs = inner_stride(b.rank, b.strides);
   const int64_t ys = inner_stride(y.rank, y.strides);

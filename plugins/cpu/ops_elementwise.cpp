@@ -33,6 +33,7 @@ void launch_copy(const kestrel_op& op) {
       View<typename From::storage> x = view_of<typename From::storage>(in);
       View<typename To::storage> y = view_of<typename To::storage>(out);
       // Row by row (see map_unary): transposes and broadcasts are the common strided copies.
+      coalesce(y, x);
       const int64_t inner = inner_extent(y.rank, y.shape), rows = inner ? y.numel / inner : 0;
       const int64_t xs = inner_stride(x.rank, x.strides), ys = inner_stride(y.rank, y.strides);
       Kokkos::parallel_for("kestrel::copy", Range(0, rows), [=](int64_t r) {

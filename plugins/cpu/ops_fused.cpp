@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_ops.hpp"
@@ -112,42 +113,73 @@ void for_blocks(const char* label, int64_t n, Body body) {
   });
 }
 
+// The block loops are built once per x86 vector width and the widest the CPU runs is picked when the
+// plugin loads (GCC/Clang target_clones): a portable build would otherwise run them 4 floats at a time.
+// The plugin is compiled with -ffp-contract=off, so every clone gives the same bits (no fused
+// multiply-adds), and with -fno-math-errno, so std::sqrt vectorises.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KESTREL_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KESTREL_VECTOR_CLONES
+#endif
+
+template <class T>
+struct AdamCoefficients {
+  T decay, l2, scale, b1, b2, step_size, inv_bias2_sqrt, eps;
+};
+
+// The same arithmetic as torch.optim.Adam/AdamW (non-fused, non-amsgrad), over elements [0, n).
+template <class T>
+[[gnu::always_inline]] inline void adam_block(T* __restrict param, T* __restrict grad, T* __restrict m,
+                                              T* __restrict v, int64_t n, const AdamCoefficients<T>& c) {
+  for (int64_t i = 0; i < n; ++i) {
+    T x = param[i] * c.decay;                   // AdamW's decoupled decay (decay is 1 for Adam)
+    T g = grad[i] * c.scale + c.l2 * param[i];  // Adam's L2 term (l2 is 0 for AdamW)
+    T mi = c.b1 * m[i] + (T(1) - c.b1) * g;
+    T vi = c.b2 * v[i] + (T(1) - c.b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = x - c.step_size * mi / (std::sqrt(vi) * c.inv_bias2_sqrt + c.eps);
+  }
+}
+
+KESTREL_VECTOR_CLONES void adam_block_f32(float* param, float* grad, float* m, float* v, int64_t n,
+                                          const AdamCoefficients<float>& c) {
+  adam_block(param, grad, m, v, n, c);
+}
+
+KESTREL_VECTOR_CLONES void adam_block_f64(double* param, double* grad, double* m, double* v, int64_t n,
+                                          const AdamCoefficients<double>& c) {
+  adam_block(param, grad, m, v, n, c);
+}
+
+template <class T>
+T* data_of(const kestrel_op& op, int input) {
+  return static_cast<T*>(op.inputs[input].buffer->data) + op.inputs[input].offset;
+}
+
 template <class T>
 void adam(const kestrel_op& op, const kestrel_adam_params& p) {
-  T* param_base = static_cast<T*>(op.inputs[0].buffer->data) + op.inputs[0].offset;
-  T* grad_base = static_cast<T*>(op.inputs[1].buffer->data) + op.inputs[1].offset;
-  T* m_base = static_cast<T*>(op.inputs[2].buffer->data) + op.inputs[2].offset;
-  T* v_base = static_cast<T*>(op.inputs[3].buffer->data) + op.inputs[3].offset;
+  T *param = data_of<T>(op, 0), *grad = data_of<T>(op, 1), *m = data_of<T>(op, 2), *v = data_of<T>(op, 3);
   const double bias1 = 1.0 - std::pow(p.beta1, double(p.step));
   const double bias2 = 1.0 - std::pow(p.beta2, double(p.step));
-  // The same arithmetic as torch.optim.Adam/AdamW (non-fused, non-amsgrad).
-  const T lr = T(p.lr), b1 = T(p.beta1), b2 = T(p.beta2), eps = T(p.eps), wd = T(p.weight_decay);
-  const T scale = T(p.grad_scale), step_size = T(p.lr / bias1), inv_bias2_sqrt = T(1.0 / std::sqrt(bias2));
-  const T decay = p.decoupled ? T(1) - lr * wd : T(1), l2 = p.decoupled ? T(0) : wd;
+  const T lr = T(p.lr), wd = T(p.weight_decay);
+  const AdamCoefficients<T> c{p.decoupled ? T(1) - lr * wd : T(1), p.decoupled ? T(0) : wd, T(p.grad_scale),
+                              T(p.beta1), T(p.beta2), T(p.lr / bias1), T(1.0 / std::sqrt(bias2)), T(p.eps)};
   const bool zero_grad = p.zero_grad != 0;
   for_blocks("kestrel::adam_update", numel(op.inputs[0]), [=](int64_t begin, int64_t end) {
-    T* __restrict param = param_base;
-    T* __restrict grad = grad_base;
-    T* __restrict m = m_base;
-    T* __restrict v = v_base;
-    for (int64_t i = begin; i < end; ++i) {
-      T x = param[i] * decay;  // AdamW's decoupled decay (decay is 1 for Adam)
-      T g = grad[i] * scale + l2 * param[i];  // Adam's L2 term (l2 is 0 for AdamW)
-      T mi = b1 * m[i] + (T(1) - b1) * g;
-      T vi = b2 * v[i] + (T(1) - b2) * g * g;
-      m[i] = mi;
-      v[i] = vi;
-      param[i] = x - step_size * mi / (std::sqrt(vi) * inv_bias2_sqrt + eps);
-    }
+    if constexpr (std::is_same_v<T, float>)
+      adam_block_f32(param + begin, grad + begin, m + begin, v + begin, end - begin, c);
+    else
+      adam_block_f64(param + begin, grad + begin, m + begin, v + begin, end - begin, c);
     if (zero_grad) std::fill(grad + begin, grad + end, T(0));  // while the block is still in cache
   });
 }
 
 template <class T>
 void sgd(const kestrel_op& op, const kestrel_sgd_params& p) {
-  T* param_base = static_cast<T*>(op.inputs[0].buffer->data) + op.inputs[0].offset;
-  T* grad_base = static_cast<T*>(op.inputs[1].buffer->data) + op.inputs[1].offset;
-  T* buf_base = op.num_inputs == 3 ? static_cast<T*>(op.inputs[2].buffer->data) + op.inputs[2].offset : nullptr;
+  T *param_base = data_of<T>(op, 0), *grad_base = data_of<T>(op, 1);
+  T* buf_base = op.num_inputs == 3 ? data_of<T>(op, 2) : nullptr;
   const T lr = T(p.lr), momentum = T(p.momentum), dampening = T(p.dampening), wd = T(p.weight_decay);
   const T scale = T(p.grad_scale);
   const bool nesterov = p.nesterov != 0, first = p.first_step != 0, zero_grad = p.zero_grad != 0;

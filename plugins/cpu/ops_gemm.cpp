@@ -153,6 +153,24 @@ bool supports_linear(const kestrel_op& op) {
   return act >= KESTREL_ACTIVATION_NONE && act <= KESTREL_ACTIVATION_GELU;
 }
 
+namespace {
+
+// y = act(pre) over contiguous memory; the activation is chosen outside the loop so the loop vectorises.
+template <class T>
+void activate_all(kestrel_activation act, const T* pre, T* y, int64_t count) {
+  auto map = [=](auto f) {
+    Kokkos::parallel_for("kestrel::linear_activation", Range(0, count), [=](int64_t i) { y[i] = f(pre[i]); });
+  };
+  switch (act) {
+    case KESTREL_ACTIVATION_RELU: return map([](T x) { return activate(KESTREL_ACTIVATION_RELU, x); });
+    case KESTREL_ACTIVATION_GELU: return map([](T x) { return activate(KESTREL_ACTIVATION_GELU, x); });
+    default:
+      if (y != pre) map([](T x) { return x; });
+  }
+}
+
+}  // namespace
+
 void launch_linear(const kestrel_op& op) {
   const auto act = params_of<kestrel_linear_params>(op, "linear").activation;
   dispatch(op.outputs[0].dtype, [&](auto elem) {
@@ -160,21 +178,21 @@ void launch_linear(const kestrel_op& op) {
     using T = typename E::storage;
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       const kestrel_tensor& pre_desc = op.num_outputs == 2 ? op.outputs[1] : op.outputs[0];
-      gemm_batched<T>(op.inputs[0], op.inputs[1], pre_desc, T(1), T(0));
-      const int64_t n = op.outputs[0].shape[1];
+      const int64_t rows = pre_desc.shape[0], n = pre_desc.shape[1];
       T* pre = static_cast<T*>(pre_desc.buffer->data) + pre_desc.offset;
       T* y = static_cast<T*>(op.outputs[0].buffer->data) + op.outputs[0].offset;
-      const T* bias = nullptr;
-      int64_t bias_stride = 0;
       if (op.num_inputs == 3) {
-        bias = static_cast<const T*>(op.inputs[2].buffer->data) + op.inputs[2].offset;
-        bias_stride = op.inputs[2].strides[0];
+        // The bias goes into C first and the GEMM accumulates onto it (beta = 1), which spares OpenBLAS's
+        // own pass zeroing C for beta = 0 and a pass adding the bias. Where OpenBLAS splits a long K into
+        // blocks, the bias now joins the sum first rather than last: the last bits may differ.
+        const T* bias = static_cast<const T*>(op.inputs[2].buffer->data) + op.inputs[2].offset;
+        const int64_t stride = op.inputs[2].strides[0];
+        Kokkos::parallel_for("kestrel::linear_bias", Range(0, rows), [=](int64_t r) {
+          for (int64_t j = 0; j < n; ++j) pre[r * n + j] = bias[j * stride];
+        });
       }
-      Kokkos::parallel_for("kestrel::linear_epilogue", Range(0, numel(op.outputs[0])), [=](int64_t i) {
-        T v = pre[i] + (bias ? bias[(i % n) * bias_stride] : T(0));
-        pre[i] = v;
-        y[i] = activate(act, v);
-      });
+      gemm_batched<T>(op.inputs[0], op.inputs[1], pre_desc, T(1), T(op.num_inputs == 3 ? 1 : 0));
+      activate_all(act, pre, y, rows * n);
     }
   });
 }

@@ -19,9 +19,15 @@ struct ReducePlan {
   ReducePlan(const kestrel_tensor& in, const kestrel_tensor& out) {
     for (int d = 0; d < in.rank; ++d) {
       if (out.shape[d] == 1 && in.shape[d] != 1) {
+        reduced_count *= in.shape[d];
+        if (reduced_rank && reduced_strides[reduced_rank - 1] == in.strides[d] * in.shape[d]) {
+          // walked as one axis with the previous reduced one: same elements, same order
+          reduced_shape[reduced_rank - 1] *= in.shape[d];
+          reduced_strides[reduced_rank - 1] = in.strides[d];
+          continue;
+        }
         reduced_shape[reduced_rank] = in.shape[d];
         reduced_strides[reduced_rank++] = in.strides[d];
-        reduced_count *= in.shape[d];
       } else {
         kept_shape[kept_rank] = in.shape[d];
         kept_in_strides[kept_rank] = in.strides[d];
@@ -39,14 +45,19 @@ struct ReducePlan {
       out_offset += idx * kept_out_strides[d];
     }
   }
-  int64_t reduced_offset(int64_t linear) const {
-    if (reduced_rank == 1) return linear * reduced_strides[0];  // the common case: one axis
-    int64_t off = 0;
-    for (int d = reduced_rank - 1; d >= 0; --d) {
-      off += (linear % reduced_shape[d]) * reduced_strides[d];
-      linear /= reduced_shape[d];
+  // Visits the reduced elements of one output in row-major order, counting instead of dividing.
+  template <class Visit>
+  void walk_reduced(Visit visit) const {
+    int64_t index[KESTREL_MAX_RANK] = {}, offset = 0;
+    for (int64_t r = 0; r < reduced_count; ++r) {
+      if (!visit(r, offset)) return;
+      for (int d = reduced_rank - 1; d >= 0; --d) {
+        offset += reduced_strides[d];
+        if (++index[d] < reduced_shape[d]) break;
+        offset -= reduced_strides[d] * reduced_shape[d];
+        index[d] = 0;
+      }
     }
-    return off;
   }
 };
 
@@ -66,30 +77,50 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
       plan.kept_offsets(o, base, out_at);
       C best = E::load(x[base]);
       int64_t best_index = 0;
-      for (int64_t r = 1; r < count && best == best; ++r) {  // the first NaN wins, so stop there
-        C v = E::load(x[base + plan.reduced_offset(r)]);
+      plan.walk_reduced([&](int64_t r, int64_t offset) {
+        C v = E::load(x[base + offset]);
         if (v > best || v != v) {
           best = v;
           best_index = r;
         }
-      }
+        return best == best;  // the first NaN wins, so stop there
+      });
       y[out_at] = best_index;
     });
     return;
   }
   S* y = static_cast<S*>(out.buffer->data) + out.offset;
+  const bool sum = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN;
+  if (sum && plan.reduced_rank == 1 && plan.kept_rank == 1 && plan.kept_in_strides[0] == 1) {
+    // Column sums of a row-major matrix (bias gradients): walking the input row by row reads it in order
+    // and vectorises; each output still adds its inputs in the same order as the general loop below.
+    std::vector<Acc> acc(size_t(outputs), Acc(0));
+    Acc* a = acc.data();
+    const int64_t row_stride = plan.reduced_strides[0], out_stride = plan.kept_out_strides[0];
+    for (int64_t r = 0; r < count; ++r) {
+      const S* row = x + r * row_stride;
+      Kokkos::parallel_for("kestrel::reduce_rows", Range(0, outputs), [=](int64_t o) { a[o] += Acc(E::load(row[o])); });
+    }
+    Kokkos::parallel_for("kestrel::reduce_rows_store", Range(0, outputs), [=](int64_t o) {
+      Acc total = a[o];
+      if (fn == KESTREL_REDUCE_MEAN) total = count ? total / Acc(count) : Acc(std::numeric_limits<double>::quiet_NaN());
+      y[o * out_stride] = E::store(static_cast<C>(total));
+    });
+    return;
+  }
   Kokkos::parallel_for("kestrel::reduce", Range(0, outputs), [=](int64_t o) {
     int64_t base, out_at;
     plan.kept_offsets(o, base, out_at);
     Acc acc = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN ? Acc(0) : Acc(E::load(x[base]));
-    for (int64_t r = 0; r < count; ++r) {
-      Acc v = Acc(E::load(x[base + plan.reduced_offset(r)]));
+    plan.walk_reduced([&](int64_t, int64_t offset) {
+      Acc v = Acc(E::load(x[base + offset]));
       switch (fn) {
         case KESTREL_REDUCE_MAX: acc = nan_max(acc, v); break;
         case KESTREL_REDUCE_MIN: acc = nan_min(acc, v); break;
         default: acc += v; break;
       }
-    }
+      return true;
+    });
     if (fn == KESTREL_REDUCE_MEAN) acc = count ? acc / Acc(count) : Acc(std::numeric_limits<double>::quiet_NaN());
     y[out_at] = E::store(static_cast<C>(acc));
   });

@@ -1,7 +1,9 @@
 // Sliding-window ops on (N, C, H, W) tensors: im2col/col2im (convolution as GEMM) and 2-D pooling.
 // Inputs may have any strides; outputs are contiguous. Work is split by (n, c) plane so no two threads
 // write the same element.
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "kestrel/plugin_shapes.hpp"
 #include "cpu_ops.hpp"
@@ -24,7 +26,25 @@ Geometry geometry(const kestrel_window_params& p, const kestrel_tensor& image) {
   g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
   return g;
 }
+// The indices i in [0, count) with 0 <= i * step + offset < extent: which outputs of a row a tap
+// reaches, or which taps of a window fall inside the image. Loops over the span need no bounds checks.
+struct Span {
+  int64_t lo, hi;
+};
+inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }  // b > 0
+Span inside(int64_t count, int64_t step, int64_t offset, int64_t extent) {
+  const int64_t lo = std::max<int64_t>(0, ceil_div(-offset, step));
+  const int64_t hi = std::min<int64_t>(count, ceil_div(extent - offset, step));
+  return {lo, std::max(lo, hi)};
+}
 
+// For each output position along one axis, the span of window taps inside the image (computed once per
+// launch, not once per plane).
+std::vector<Span> tap_spans(int64_t outputs, int taps, int dilation, int64_t extent, int64_t stride, int pad) {
+  std::vector<Span> spans(static_cast<size_t>(outputs));
+  for (int64_t o = 0; o < outputs; ++o) spans[size_t(o)] = inside(taps, dilation, o * stride - pad, extent);
+  return spans;
+}
 
 // Stride-aware element offset in an (N, C, H, W) descriptor.
 struct Image4 {
@@ -42,21 +62,26 @@ void im2col(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& ou
   const S zero = E::store(0);
   const int64_t rows_per_image = g.c * g.kh * g.kw, spatial = g.oh * g.ow;
   Kokkos::parallel_for("kestrel::im2col", Range(0, g.n * rows_per_image), [=](int64_t row) {
-    int64_t n = row / rows_per_image, r = row % rows_per_image;
-    int64_t c = r / (g.kh * g.kw);
-    int ky = int((r / g.kw) % g.kh), kx = int(r % g.kw);
+    const int64_t n = row / rows_per_image, r = row % rows_per_image, c = r / (g.kh * g.kw);
+    const int ky = int((r / g.kw) % g.kh), kx = int(r % g.kw);
+    const Span across = inside(g.ow, g.sw, g.w_at(0, kx), g.w);
     S* dst = cols + row * spatial;
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      int64_t y = g.h_at(oy, ky);
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        int64_t xx = g.w_at(ox, kx);
-        bool inside = y >= 0 && y < g.h && xx >= 0 && xx < g.w;
-        dst[oy * g.ow + ox] = inside ? x[xi.at(n, c, y, xx)] : zero;
+    for (int64_t oy = 0; oy < g.oh; ++oy, dst += g.ow) {
+      const int64_t y = g.h_at(oy, ky);
+      if (y < 0 || y >= g.h) {
+        std::fill(dst, dst + g.ow, zero);
+        continue;
       }
+      const S* src = x + xi.at(n, c, y, 0);
+      std::fill(dst, dst + across.lo, zero);
+      for (int64_t ox = across.lo; ox < across.hi; ++ox) dst[ox] = src[g.w_at(ox, kx) * xi.s[3]];
+      std::fill(dst + across.hi, dst + g.ow, zero);
     }
   });
 }
 
+// Each (n, c) plane gathers its columns' contributions tap by tap into an accumulator of the compute type
+// (so f16/bf16 sums do not round at every step); every pixel adds its taps in (ky, kx) order.
 template <class E>
 void col2im(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& out) {
   using S = typename E::storage;
@@ -65,28 +90,21 @@ void col2im(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& ou
   S* x = static_cast<S*>(out.buffer->data) + out.offset;
   const int64_t cs0 = in.strides[0], cs1 = in.strides[1], cs2 = in.strides[2];
   Kokkos::parallel_for("kestrel::col2im", Range(0, g.n * g.c), [=](int64_t plane) {
-    int64_t n = plane / g.c, c = plane % g.c;
-    S* dst = x + plane * g.h * g.w;
-    // Accumulate in the compute type so f16/bf16 sums do not round at every step.
-    for (int64_t y = 0; y < g.h; ++y)
-      for (int64_t xx = 0; xx < g.w; ++xx) {
-        C sum = 0;
-        for (int ky = 0; ky < g.kh; ++ky) {
-          int64_t ty = y + g.ph - int64_t(ky) * g.dh;
-          if (ty < 0 || ty % g.sh) continue;
-          int64_t oy = ty / g.sh;
-          if (oy >= g.oh) continue;
-          for (int kx = 0; kx < g.kw; ++kx) {
-            int64_t tx = xx + g.pw - int64_t(kx) * g.dw;
-            if (tx < 0 || tx % g.sw) continue;
-            int64_t ox = tx / g.sw;
-            if (ox >= g.ow) continue;
-            int64_t row = (c * g.kh + ky) * g.kw + kx;
-            sum += E::load(cols[n * cs0 + row * cs1 + (oy * g.ow + ox) * cs2]);
-          }
+    const int64_t n = plane / g.c, c = plane % g.c;
+    std::vector<C> sum(size_t(g.h * g.w), C(0));
+    for (int ky = 0; ky < g.kh; ++ky) {
+      const Span down = inside(g.oh, g.sh, g.h_at(0, ky), g.h);
+      for (int kx = 0; kx < g.kw; ++kx) {
+        const Span across = inside(g.ow, g.sw, g.w_at(0, kx), g.w);
+        const S* src = cols + n * cs0 + ((c * g.kh + ky) * g.kw + kx) * cs1;
+        for (int64_t oy = down.lo; oy < down.hi; ++oy) {
+          C* row = sum.data() + g.h_at(oy, ky) * g.w;
+          for (int64_t ox = across.lo; ox < across.hi; ++ox) row[g.w_at(ox, kx)] += E::load(src[(oy * g.ow + ox) * cs2]);
         }
-        dst[y * g.w + xx] = E::store(sum);
       }
+    }
+    S* dst = x + plane * g.h * g.w;
+    for (int64_t i = 0; i < g.h * g.w; ++i) dst[i] = E::store(sum[size_t(i)]);
   });
 }
 
@@ -101,27 +119,31 @@ void pool_forward(const Geometry g, kestrel_pool_mode mode, const kestrel_op& op
                                              : nullptr;
   const Image4 xi(in);
   const C window_size = C(g.kh * g.kw);
+  const std::vector<Span> rows = tap_spans(g.oh, g.kh, g.dh, g.h, g.sh, g.ph);
+  const std::vector<Span> cols = tap_spans(g.ow, g.kw, g.dw, g.w, g.sw, g.pw);
+  const Span *row_taps = rows.data(), *col_taps = cols.data();
   Kokkos::parallel_for("kestrel::pool2d", Range(0, g.n * g.c), [=](int64_t plane) {
-    int64_t n = plane / g.c, c = plane % g.c;
-    for (int64_t oy = 0; oy < g.oh; ++oy)
+    const int64_t n = plane / g.c, c = plane % g.c;
+    const S* image = x + xi.at(n, c, 0, 0);
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      const Span taps_y = row_taps[oy];
       for (int64_t ox = 0; ox < g.ow; ++ox) {
+        const Span taps_x = col_taps[ox];
         C best = -std::numeric_limits<C>::infinity(), sum = 0;
         int64_t best_at = -1;
-        for (int ky = 0; ky < g.kh; ++ky) {
-          int64_t yy = g.h_at(oy, ky);
-          if (yy < 0 || yy >= g.h) continue;
-          for (int kx = 0; kx < g.kw; ++kx) {
-            int64_t xx = g.w_at(ox, kx);
-            if (xx < 0 || xx >= g.w) continue;
-            C v = E::load(x[xi.at(n, c, yy, xx)]);
+        for (int64_t ky = taps_y.lo; ky < taps_y.hi; ++ky) {
+          const int64_t yy = g.h_at(oy, int(ky));
+          for (int64_t kx = taps_x.lo; kx < taps_x.hi; ++kx) {
+            const int64_t xx = g.w_at(ox, int(kx));
+            const C v = E::load(image[yy * xi.s[2] + xx * xi.s[3]]);
             sum += v;
-            if (best_at < 0 || v > best || (v != v && best == best)) {
-              best = v;
-              best_at = yy * g.w + xx;
-            }
+            // Selects instead of branching: after a ReLU, "is this tap larger" is a coin toss per tap.
+            const bool take = (best_at < 0) | (v > best) | ((v != v) & (best == best));
+            best = take ? v : best;
+            best_at = take ? yy * g.w + xx : best_at;
           }
         }
-        int64_t o = plane * g.oh * g.ow + oy * g.ow + ox;
+        const int64_t o = plane * g.oh * g.ow + oy * g.ow + ox;
         if (argmax) {
           y[o] = E::store(best);
           argmax[o] = best_at;
@@ -129,6 +151,7 @@ void pool_forward(const Geometry g, kestrel_pool_mode mode, const kestrel_op& op
           y[o] = E::store(sum / window_size);  // padding counts, as torch's count_include_pad=True
         }
       }
+    }
   });
 }
 
@@ -146,31 +169,34 @@ void pool_backward(const Geometry g, kestrel_pool_mode mode, const kestrel_op& o
   S* dx = static_cast<S*>(op.outputs[0].buffer->data) + op.outputs[0].offset;
   const C window_size = C(g.kh * g.kw);
   const S zero = E::store(0);
+  const std::vector<Span> rows = tap_spans(g.oh, g.kh, g.dh, g.h, g.sh, g.ph);
+  const std::vector<Span> cols = tap_spans(g.ow, g.kw, g.dw, g.w, g.sw, g.pw);
+  const Span *row_taps = rows.data(), *col_taps = cols.data();
   Kokkos::parallel_for("kestrel::pool2d_backward", Range(0, g.n * g.c), [=](int64_t plane) {
-    int64_t n = plane / g.c, c = plane % g.c;
+    const int64_t n = plane / g.c, c = plane % g.c;
     S* plane_dx = dx + plane * g.h * g.w;
-    for (int64_t i = 0; i < g.h * g.w; ++i) plane_dx[i] = zero;
-    for (int64_t oy = 0; oy < g.oh; ++oy)
+    std::fill(plane_dx, plane_dx + g.h * g.w, zero);
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      const Span taps_y = row_taps[oy];
       for (int64_t ox = 0; ox < g.ow; ++ox) {
-        C grad = E::load(dy[dyi.at(n, c, oy, ox)]);
+        const C grad = E::load(dy[dyi.at(n, c, oy, ox)]);
         if (argmax) {
-          int64_t at = argmax[ai.at(n, c, oy, ox)];
+          const int64_t at = argmax[ai.at(n, c, oy, ox)];
           if (at >= 0 && at < g.h * g.w) plane_dx[at] = E::store(E::load(plane_dx[at]) + grad);
           continue;
         }
-        for (int ky = 0; ky < g.kh; ++ky) {
-          int64_t yy = g.h_at(oy, ky);
-          if (yy < 0 || yy >= g.h) continue;
-          for (int kx = 0; kx < g.kw; ++kx) {
-            int64_t xx = g.w_at(ox, kx);
-            if (xx < 0 || xx >= g.w) continue;
-            plane_dx[yy * g.w + xx] = E::store(E::load(plane_dx[yy * g.w + xx]) + grad / window_size);
+        const Span taps_x = col_taps[ox];
+        for (int64_t ky = taps_y.lo; ky < taps_y.hi; ++ky) {
+          S* dx_row = plane_dx + g.h_at(oy, int(ky)) * g.w;
+          for (int64_t kx = taps_x.lo; kx < taps_x.hi; ++kx) {
+            S& target = dx_row[g.w_at(ox, int(kx))];
+            target = E::store(E::load(target) + grad / window_size);
           }
         }
       }
+    }
   });
 }
-
 
 }  // namespace
 

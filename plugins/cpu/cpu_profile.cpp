@@ -1,0 +1,81 @@
+// KESTREL_CPU_PROFILE=1: host time per kind of op, printed to stderr when the process exits. Every op
+// runs to completion inside its launch on this backend, so a clock around the launch times the work
+// itself. GEMMs and linear ops are keyed by their sizes (m x n x k): they are what a step is made of.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "cpu_context.hpp"
+
+namespace kestrel_cpu {
+
+namespace {
+
+const char* family_name(kestrel_op_kind kind) {
+  static const char* const names[] = {"fill",   "copy",   "unary",  "binary", "reduce",  "gemm",
+                                      "gather", "scatter_add", "random", "window", "linear", "softmax",
+                                      "softmax_cross_entropy", "optimizer"};
+  const auto family = size_t(kestrel::plugin_shapes::op_family(kind));
+  return family < std::size(names) ? names[family] : "unknown";
+}
+
+std::string key_of(const kestrel_op& op) {
+  std::string key = op.kind == KESTREL_OP_IM2COL            ? "im2col"
+                    : op.kind == KESTREL_OP_COL2IM          ? "col2im"
+                    : op.kind == KESTREL_OP_POOL2D          ? "pool2d"
+                    : op.kind == KESTREL_OP_POOL2D_BACKWARD ? "pool2d_backward"
+                                                            : family_name(op.kind);
+  if ((op.kind == KESTREL_OP_GEMM || op.kind == KESTREL_OP_LINEAR) && op.num_inputs >= 2 && op.num_outputs >= 1) {
+    const kestrel_tensor &a = op.inputs[0], &c = op.outputs[0];
+    if (a.rank >= 2 && c.rank >= 2)
+      key += " " + std::to_string(c.shape[c.rank - 2]) + "x" + std::to_string(c.shape[c.rank - 1]) + "x" +
+             std::to_string(a.shape[a.rank - 1]);
+  }
+  return key;
+}
+
+struct Total {
+  double seconds = 0;
+  uint64_t launches = 0;
+};
+
+struct Profile {
+  std::mutex mutex;
+  std::map<std::string, Total> totals;
+  ~Profile() {
+    double all = 0;
+    for (const auto& [key, total] : totals) all += total.seconds;
+    std::fprintf(stderr, "kestrel cpu profile (host time inside launches, %.3f s in all):\n", all);
+    for (const auto& [key, total] : totals)
+      std::fprintf(stderr, "  %-32s %8llu launches %10.3f ms %6.1f%%\n", key.c_str(),
+                   static_cast<unsigned long long>(total.launches), total.seconds * 1e3,
+                   all > 0 ? 100.0 * total.seconds / all : 0.0);
+  }
+};
+
+}  // namespace
+
+bool profiling() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("KESTREL_CPU_PROFILE");
+    return value && std::strcmp(value, "1") == 0;
+  }();
+  return enabled;
+}
+
+void run_profiled(const kestrel_op& op, void (*launch)(const kestrel_op&)) {
+  static Profile profile;  // destroyed, and printed, at exit
+  const auto start = std::chrono::steady_clock::now();
+  launch(op);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(profile.mutex);
+  Total& total = profile.totals[key_of(op)];
+  total.seconds += seconds;
+  total.launches += 1;
+}
+
+}  // namespace kestrel_cpu
