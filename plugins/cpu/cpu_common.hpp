@@ -9,6 +9,7 @@
 
 #include "kestrel/half.h"
 #include "kestrel/plugin.h"
+#include "kestrel/plugin_errors.hpp"
 #include "kestrel/plugin_shapes.hpp"
 
 namespace kestrel_cpu {
@@ -29,14 +30,9 @@ struct kestrel_buffer {
 
 namespace kestrel_cpu {
 
-// Thrown inside the plugin, turned into a status + last_error at the ABI boundary (cpu_plugin.cpp).
-struct Failure : std::runtime_error {
-  kestrel_status status;
-  Failure(kestrel_status s, const std::string& message) : std::runtime_error(message), status(s) {}
-};
-[[noreturn]] inline void fail(const std::string& message, kestrel_status status = KESTREL_STATUS_INVALID_ARGUMENT) {
-  throw Failure(status, message);
-}
+// Thrown inside the plugin, turned into a status + last_error at the ABI boundary (guarded, cpu_plugin.cpp).
+using kestrel::plugin_errors::fail;
+using kestrel::plugin_errors::Failure;
 
 // ---- element types: storage type, compute type, and conversions between them ----
 template <class S, class C>

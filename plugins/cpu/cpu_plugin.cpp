@@ -41,19 +41,7 @@ thread_local std::string last_error_message;
 // errors cross into the C ABI.
 template <class Body>
 kestrel_status guarded(Body&& body) {
-  try {
-    body();
-    return KESTREL_STATUS_OK;
-  } catch (const Failure& f) {
-    last_error_message = f.what();
-    return f.status;
-  } catch (const std::bad_alloc&) {
-    last_error_message = "out of host memory";
-    return KESTREL_STATUS_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    last_error_message = std::string("internal error: ") + e.what();
-    return KESTREL_STATUS_INTERNAL;
-  }
+  return kestrel::plugin_errors::guarded(last_error_message, "cpu", body);
 }
 
 std::string cpuinfo_field(const std::string& key) {

@@ -123,32 +123,36 @@ void pool_forward(const Geometry g, kestrel_pool_mode mode, const kestrel_op& op
   const std::vector<Span> cols = tap_spans(g.ow, g.kw, g.dw, g.w, g.sw, g.pw);
   const Span *row_taps = rows.data(), *col_taps = cols.data();
   Kokkos::parallel_for("kestrel::pool2d", Range(0, g.n * g.c), [=](int64_t plane) {
-    const int64_t n = plane / g.c, c = plane % g.c;
-    const S* image = x + xi.at(n, c, 0, 0);
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
+    // Locals, not the captured structs: the int64 argmax stores could alias those, forcing a reload of
+    // every geometry field after each store.
+    const int64_t oh = g.oh, ow = g.ow, width = g.w, row_stride = xi.s[2], col_stride = xi.s[3];
+    const int64_t sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw, dh = g.dh, dw = g.dw;
+    const S* image = x + xi.at(plane / g.c, plane % g.c, 0, 0);
+    S* out = y + plane * oh * ow;
+    int64_t* out_at = argmax ? argmax + plane * oh * ow : nullptr;
+    for (int64_t oy = 0; oy < oh; ++oy) {
       const Span taps_y = row_taps[oy];
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
+      for (int64_t ox = 0; ox < ow; ++ox) {
         const Span taps_x = col_taps[ox];
         C best = -std::numeric_limits<C>::infinity(), sum = 0;
         int64_t best_at = -1;
         for (int64_t ky = taps_y.lo; ky < taps_y.hi; ++ky) {
-          const int64_t yy = g.h_at(oy, int(ky));
+          const int64_t yy = oy * sh - ph + ky * dh;
           for (int64_t kx = taps_x.lo; kx < taps_x.hi; ++kx) {
-            const int64_t xx = g.w_at(ox, int(kx));
-            const C v = E::load(image[yy * xi.s[2] + xx * xi.s[3]]);
+            const int64_t xx = ox * sw - pw + kx * dw;
+            const C v = E::load(image[yy * row_stride + xx * col_stride]);
             sum += v;
-            // Selects instead of branching: after a ReLU, "is this tap larger" is a coin toss per tap.
-            const bool take = (best_at < 0) | (v > best) | ((v != v) & (best == best));
-            best = take ? v : best;
-            best_at = take ? yy * g.w + xx : best_at;
+            if (best_at < 0 || v > best || (v != v && best == best)) {
+              best = v;
+              best_at = yy * width + xx;
+            }
           }
         }
-        const int64_t o = plane * g.oh * g.ow + oy * g.ow + ox;
-        if (argmax) {
-          y[o] = E::store(best);
-          argmax[o] = best_at;
+        if (out_at) {
+          out[oy * ow + ox] = E::store(best);
+          out_at[oy * ow + ox] = best_at;
         } else {
-          y[o] = E::store(sum / window_size);  // padding counts, as torch's count_include_pad=True
+          out[oy * ow + ox] = E::store(sum / window_size);  // padding counts, as torch's count_include_pad=True
         }
       }
     }

@@ -13,18 +13,14 @@
 #include <vector>
 
 #include "kestrel/plugin.h"
+#include "kestrel/plugin_errors.hpp"
 #include "kestrel/plugin_shapes.hpp"
 
 namespace kestrel_cuda {
 
-// Thrown inside the plugin and turned into a status + last_error at the ABI boundary (guarded below).
-struct Failure : std::runtime_error {
-  kestrel_status status;
-  Failure(kestrel_status s, const std::string& message) : std::runtime_error(message), status(s) {}
-};
-[[noreturn]] inline void fail(const std::string& message, kestrel_status status = KESTREL_STATUS_INVALID_ARGUMENT) {
-  throw Failure(status, message);
-}
+// Thrown inside the plugin, turned into a status + last_error at the ABI boundary (guarded, below).
+using kestrel::plugin_errors::fail;
+using kestrel::plugin_errors::Failure;
 
 // A CUDA error that is not the caller's fault. Errors that poison the CUDA context (illegal address,
 // launch failure) cannot be recovered from in this process, so the message says so.
@@ -34,25 +30,13 @@ inline void check_cuda(cudaError_t err, const char* what) {
 }
 void check_cublas(cublasStatus_t status, const char* what);
 
-void set_last_error(const std::string& message);  // per thread; cuda_plugin.cpp
+std::string& last_error_message();  // this thread's; cuda_plugin.cpp
 
 // Runs `body` and converts what it throws into a status and last_error: the one place where C++
 // errors cross into the C ABI.
 template <class Body>
 kestrel_status guarded(Body&& body) {
-  try {
-    body();
-    return KESTREL_STATUS_OK;
-  } catch (const Failure& f) {
-    set_last_error(f.what());
-    return f.status;
-  } catch (const std::bad_alloc&) {
-    set_last_error("out of host memory");
-    return KESTREL_STATUS_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    set_last_error(std::string("internal error in the cuda plugin: ") + e.what());
-    return KESTREL_STATUS_INTERNAL;
-  }
+  return kestrel::plugin_errors::guarded(last_error_message(), "cuda", body);
 }
 
 // Errors kernels find in the data (an index out of range) cannot be returned from an asynchronous

@@ -15,11 +15,10 @@ namespace kestrel_cuda {
 
 namespace {
 
-thread_local std::string last_error_message;
 
 constexpr size_t kBlasWorkspaceBytes = 32u << 20;  // what NVIDIA recommends for Hopper
 
-const char* last_error() { return last_error_message.c_str(); }
+const char* last_error() { return last_error_message().c_str(); }
 
 kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
   return guarded([&] {
@@ -275,7 +274,10 @@ void graph_destroy(kestrel_graph* graph) {
 
 }  // namespace
 
-void set_last_error(const std::string& message) { last_error_message = message; }
+std::string& last_error_message() {
+  thread_local std::string message;
+  return message;
+}
 
 bool valid_tensors(const kestrel_op& op) {
   if (op.num_inputs < 0 || op.num_inputs > KESTREL_MAX_OP_TENSORS || op.num_outputs < 0 ||

@@ -38,15 +38,13 @@
 #include <vector>
 
 #include "kestrel/plugin.h"
+#include "kestrel/plugin_errors.hpp"
 
 namespace kestrel_vk {
 
-// Thrown inside the plugin, turned into a status + last_error at the ABI boundary (vk_plugin.cpp).
-struct Failure : std::runtime_error {
-  kestrel_status status;
-  Failure(kestrel_status s, const std::string& message) : std::runtime_error(message), status(s) {}
-};
-[[noreturn]] void fail(const std::string& message, kestrel_status status = KESTREL_STATUS_INVALID_ARGUMENT);
+// Thrown inside the plugin, turned into a status + last_error at the ABI boundary (guarded, vk_plugin.cpp).
+using kestrel::plugin_errors::fail;
+using kestrel::plugin_errors::Failure;
 const char* result_name(VkResult result);
 // Throws a Failure naming `what` when `result` is an error (out-of-memory results map to OUT_OF_MEMORY,
 // a lost device to UNAVAILABLE).

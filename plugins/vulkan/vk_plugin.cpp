@@ -10,8 +10,6 @@
 
 namespace kestrel_vk {
 
-[[noreturn]] void fail(const std::string& message, kestrel_status status) { throw Failure(status, message); }
-
 const char* result_name(VkResult result) {
   switch (result) {
     case VK_SUCCESS: return "VK_SUCCESS";
@@ -48,21 +46,11 @@ namespace {
 
 thread_local std::string last_error_message;
 
+// Runs `body` and converts what it throws into a status and last_error: the one place where C++
+// errors cross into the C ABI.
 template <class Body>
 kestrel_status guarded(Body&& body) {
-  try {
-    body();
-    return KESTREL_STATUS_OK;
-  } catch (const Failure& f) {
-    last_error_message = f.what();
-    return f.status;
-  } catch (const std::bad_alloc&) {
-    last_error_message = "out of host memory";
-    return KESTREL_STATUS_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    last_error_message = std::string("internal error: ") + e.what();
-    return KESTREL_STATUS_INTERNAL;
-  }
+  return kestrel::plugin_errors::guarded(last_error_message, "vulkan", body);
 }
 
 void check_range(const kestrel_buffer* buffer, uint64_t offset, uint64_t bytes, const char* what) {
