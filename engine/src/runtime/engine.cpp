@@ -34,7 +34,7 @@ Engine& Engine::global() {
 }
 
 void Engine::discover(const EngineOptions& options) {
-  choose_openblas_core_type();
+  choose_openblas_settings();
   for (const PluginCandidate& candidate : plugin_candidates(options)) {
     LoadOutcome outcome = LoadedPlugin::load(candidate.path);
     PluginInfo info;
