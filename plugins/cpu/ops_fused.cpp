@@ -2,6 +2,7 @@
 // Each is what the engine would otherwise compose from several primitive launches.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -111,11 +112,16 @@ constexpr int64_t kSplitMinimum = int64_t(1) << 18;
 // Threads for an update. An update is a pass over parameters, gradients and both moments — tens of
 // megabytes that no cache keeps between steps — and one core cannot draw the memory bandwidth that two
 // can (seeds' MLP, 3.15M parameters, caches cold: 3.8 ms on one thread, 2.3 ms on two). Kokkos spreads
-// the blocks itself when it has threads; Debian's Kokkos is Serial-only, so then host threads do.
-// (OpenBLAS's idle workers must not hold those cores: see OPENBLAS_THREAD_TIMEOUT in the engine.)
+// the blocks itself when it has threads; Debian's Kokkos is Serial-only, so then host threads do. Inside
+// a training step the gain is smaller, since OpenBLAS's idle workers spin on the other cores for a while
+// after each GEMM. KESTREL_CPU_UPDATE_THREADS=N sets the number (1: no helper threads).
 int update_threads() {
-  static const int threads =
-      Exec().concurrency() > 1 ? 1 : int(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  static const int threads = [] {
+    if (Exec().concurrency() > 1) return 1;
+    const char* asked = std::getenv("KESTREL_CPU_UPDATE_THREADS");
+    const long n = asked ? std::strtol(asked, nullptr, 10) : long(std::thread::hardware_concurrency());
+    return int(std::clamp(n, 1L, 64L));
+  }();
   return threads;
 }
 

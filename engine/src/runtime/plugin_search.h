@@ -17,9 +17,8 @@ struct PluginCandidate {
 // files, sorted; each file appears once (the first time it is reached).
 std::vector<PluginCandidate> plugin_candidates(const EngineOptions& options);
 
-// Sets OPENBLAS_CORETYPE from the CPU's instruction sets and a short OPENBLAS_THREAD_TIMEOUT unless the
-// user set them (openblas_settings.cpp): call before loading plugins, since OpenBLAS reads them when it
-// is loaded.
+// Sets OPENBLAS_CORETYPE from the CPU's instruction sets unless the user did (openblas_settings.cpp):
+// call before loading plugins, since OpenBLAS reads it when it is loaded.
 void choose_openblas_settings();
 
 }  // namespace kestrel
