@@ -1,19 +1,14 @@
 // Optional fused ops: softmax, softmax + cross-entropy, and the Adam/AdamW/SGD parameter updates.
 // Each is what the engine would otherwise compose from several primitive launches.
-#ifdef __linux__
-#include <pthread.h>
-#include <sched.h>
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "cpu_ops.hpp"
+#include "cpu_parallel.hpp"
 
 namespace kestrel_cpu {
 
@@ -109,68 +104,18 @@ bool supports_optimizer(const kestrel_op& op) {
 namespace {
 
 // The updates run over blocks of kBlock elements: inside a block the loop has no aliasing and no calls,
-// so the compiler vectorises it.
+// so the compiler vectorises it. An update is a pass over parameters, gradients and both moments — tens
+// of megabytes that no cache keeps between steps — and two cores draw more memory bandwidth than one
+// (seeds' MLP, 3.15M parameters, caches cold: 3.8 ms on one thread, 2.3 ms on two), so large updates
+// are split over host threads where Kokkos has none (cpu_parallel.hpp).
 constexpr int64_t kBlock = 4096;
-// Below this many elements a split over host threads costs more than it saves.
-constexpr int64_t kSplitMinimum = int64_t(1) << 18;
-
-// Threads for an update. An update is a pass over parameters, gradients and both moments — tens of
-// megabytes that no cache keeps between steps — and one core cannot draw the memory bandwidth that two
-// can (seeds' MLP, 3.15M parameters, caches cold: 3.8 ms on one thread, 2.3 ms on two). Kokkos spreads
-// the blocks itself when it has threads; Debian's Kokkos is Serial-only, so then host threads do. Inside
-// a training step the helpers share the other cores with OpenBLAS's idle workers, which spin (yielding)
-// for a while after each GEMM. KESTREL_CPU_UPDATE_THREADS=N sets the number (1: no helper threads).
-int update_threads() {
-  static const int threads = [] {
-    if (Exec().concurrency() > 1) return 1;
-    const char* asked = std::getenv("KESTREL_CPU_UPDATE_THREADS");
-    const long n = asked ? std::strtol(asked, nullptr, 10) : long(std::thread::hardware_concurrency());
-    return int(std::clamp(n, 1L, 64L));
-  }();
-  return threads;
-}
-
-// Keeps a helper thread off the calling thread's core. A new thread starts on its creator's core, and an
-// update of a few milliseconds ends before the scheduler moves it, while the other cores may be running
-// nothing but OpenBLAS's idle worker, which yields. Measured in a seeds'-MLP step: the update took
-// 3.1-3.6 ms with the helper left alone, 1.8-2.2 ms kept off the caller's core. The process's own
-// affinity (taskset, cgroups) is respected.
-void keep_off_this_core(std::thread& helper) {
-#ifdef __linux__
-  cpu_set_t allowed;
-  if (pthread_getaffinity_np(pthread_self(), sizeof(allowed), &allowed) != 0) return;
-  const int here = sched_getcpu();
-  if (here < 0 || !CPU_ISSET(here, &allowed) || CPU_COUNT(&allowed) < 2) return;
-  CPU_CLR(here, &allowed);
-  pthread_setaffinity_np(helper.native_handle(), sizeof(allowed), &allowed);  // a hint: failing is harmless
-#else
-  (void)helper;
-#endif
-}
 
 template <class Body>
 void for_blocks(const char* label, int64_t n, Body body) {
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  auto run_block = [=](int64_t block) {
+  parallel_for_split(label, (n + kBlock - 1) / kBlock, n, [=](int64_t block) {
     const int64_t begin = block * kBlock;
     body(begin, std::min(n, begin + kBlock));
-  };
-  const int threads = n >= kSplitMinimum ? update_threads() : 1;
-  if (threads == 1) {
-    Kokkos::parallel_for(label, Range(0, blocks), run_block);
-    return;
-  }
-  const int64_t per_thread = (blocks + threads - 1) / threads;
-  auto run_share = [=](int64_t first) {
-    for (int64_t block = first; block < std::min(blocks, first + per_thread); ++block) run_block(block);
-  };
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < threads; ++t) {
-    helpers.emplace_back(run_share, t * per_thread);
-    keep_off_this_core(helpers.back());
-  }
-  run_share(0);
-  for (std::thread& helper : helpers) helper.join();
+  });
 }
 
 // The block loops are built once per x86 vector width and the widest the CPU runs is picked when the
