@@ -16,13 +16,7 @@ namespace kestrel_cpu {
 // blocks to the OS each time costs page faults (torch's CPU caching does the same).
 using BlockCache = std::unordered_map<uint64_t, std::vector<void*>>;
 
-// Blocks of 2 MiB or more come in whole huge pages (see allocate_block in cpu_plugin.cpp), the rest in
-// 64-byte cache lines; statistics count what is really held.
-constexpr uint64_t kHugePage = uint64_t(2) << 20;
-inline uint64_t rounded_size(uint64_t bytes) {
-  const uint64_t unit = bytes >= kHugePage ? kHugePage : 64;
-  return (std::max<uint64_t>(bytes, 1) + unit - 1) / unit * unit;
-}
+inline uint64_t rounded_size(uint64_t bytes) { return (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64; }
 
 struct Context {
   std::mutex mutex;

@@ -4,7 +4,6 @@
 // Everything runs synchronously on the calling thread's launch: streams are ordered trivially and
 // events are not needed (the table leaves them NULL, which the ABI defines as exactly that).
 #include <dlfcn.h>
-#include <sys/mman.h>
 #include <sys/sysinfo.h>
 
 #include <atomic>
@@ -184,18 +183,6 @@ kestrel_status stream_synchronize(kestrel_stream* stream) {
   return KESTREL_STATUS_OK;
 }
 
-// Blocks of 2 MiB or more are 2 MiB aligned and advised for transparent huge pages (Linux's default THP
-// mode is "madvise"): a training step streams tens of megabytes of parameters, gradients and optimizer
-// moments, and with 4 KiB pages it pays a TLB miss every 4 KiB of each stream.
-void* allocate_block(uint64_t rounded) {
-  if (rounded < kHugePage) return std::aligned_alloc(64, rounded);
-  void* data = std::aligned_alloc(kHugePage, rounded);  // rounded_size made it a multiple of the page
-#ifdef MADV_HUGEPAGE
-  if (data) madvise(data, rounded, MADV_HUGEPAGE);  // advice: without THP it changes nothing
-#endif
-  return data;
-}
-
 kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_buffer** buffer) {
   return guarded([&] {
     const uint64_t rounded = rounded_size(bytes);
@@ -210,10 +197,10 @@ kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_bu
       cached->second.pop_back();
       context->cached -= rounded;
     } else {
-      data = allocate_block(rounded);
+      data = std::aligned_alloc(64, rounded);
       if (!data && context->cached) {  // give the cache back and try once more
         context->trim();
-        data = allocate_block(rounded);
+        data = std::aligned_alloc(64, rounded);
       }
       if (!data)
         fail("out of host memory allocating " + std::to_string(bytes) + " bytes", KESTREL_STATUS_OUT_OF_MEMORY);
