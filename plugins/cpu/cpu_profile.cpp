@@ -15,20 +15,8 @@ namespace kestrel_cpu {
 
 namespace {
 
-const char* family_name(kestrel_op_kind kind) {
-  static const char* const names[] = {"fill",   "copy",   "unary",  "binary", "reduce",  "gemm",
-                                      "gather", "scatter_add", "random", "window", "linear", "softmax",
-                                      "softmax_cross_entropy", "optimizer"};
-  const auto family = size_t(kestrel::plugin_shapes::op_family(kind));
-  return family < std::size(names) ? names[family] : "unknown";
-}
-
 std::string key_of(const kestrel_op& op) {
-  std::string key = op.kind == KESTREL_OP_IM2COL            ? "im2col"
-                    : op.kind == KESTREL_OP_COL2IM          ? "col2im"
-                    : op.kind == KESTREL_OP_POOL2D          ? "pool2d"
-                    : op.kind == KESTREL_OP_POOL2D_BACKWARD ? "pool2d_backward"
-                                                            : family_name(op.kind);
+  std::string key = kestrel::plugin_shapes::op_kind_name(op.kind);
   if ((op.kind == KESTREL_OP_GEMM || op.kind == KESTREL_OP_LINEAR) && op.num_inputs >= 2 && op.num_outputs >= 1) {
     const kestrel_tensor &a = op.inputs[0], &c = op.outputs[0];
     if (a.rank >= 2 && c.rank >= 2)

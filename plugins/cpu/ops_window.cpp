@@ -3,6 +3,7 @@
 // write the same element.
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kestrel/plugin_shapes.hpp"
@@ -80,8 +81,9 @@ void im2col(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& ou
   });
 }
 
-// Each (n, c) plane gathers its columns' contributions tap by tap into an accumulator of the compute type
-// (so f16/bf16 sums do not round at every step); every pixel adds its taps in (ky, kx) order.
+// Each (n, c) plane gathers its columns' contributions tap by tap; every pixel adds its taps in (ky, kx)
+// order. f32/f64 sum straight into the output plane; f16/bf16 into a plane of the compute type, so their
+// sums do not round at every step.
 template <class E>
 void col2im(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& out) {
   using S = typename E::storage;
@@ -91,20 +93,24 @@ void col2im(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& ou
   const int64_t cs0 = in.strides[0], cs1 = in.strides[1], cs2 = in.strides[2];
   Kokkos::parallel_for("kestrel::col2im", Range(0, g.n * g.c), [=](int64_t plane) {
     const int64_t n = plane / g.c, c = plane % g.c;
-    std::vector<C> sum(size_t(g.h * g.w), C(0));
+    S* dst = x + plane * g.h * g.w;
+    constexpr bool in_place = std::is_same_v<S, C>;
+    std::vector<C> scratch(in_place ? 0 : size_t(g.h * g.w));
+    C* sum = in_place ? reinterpret_cast<C*>(dst) : scratch.data();
+    std::fill(sum, sum + g.h * g.w, C(0));
     for (int ky = 0; ky < g.kh; ++ky) {
       const Span down = inside(g.oh, g.sh, g.h_at(0, ky), g.h);
       for (int kx = 0; kx < g.kw; ++kx) {
         const Span across = inside(g.ow, g.sw, g.w_at(0, kx), g.w);
         const S* src = cols + n * cs0 + ((c * g.kh + ky) * g.kw + kx) * cs1;
         for (int64_t oy = down.lo; oy < down.hi; ++oy) {
-          C* row = sum.data() + g.h_at(oy, ky) * g.w;
+          C* row = sum + g.h_at(oy, ky) * g.w;
           for (int64_t ox = across.lo; ox < across.hi; ++ox) row[g.w_at(ox, kx)] += E::load(src[(oy * g.ow + ox) * cs2]);
         }
       }
     }
-    S* dst = x + plane * g.h * g.w;
-    for (int64_t i = 0; i < g.h * g.w; ++i) dst[i] = E::store(sum[size_t(i)]);
+    if constexpr (!in_place)
+      for (int64_t i = 0; i < g.h * g.w; ++i) dst[i] = E::store(sum[i]);
   });
 }
 

@@ -155,21 +155,9 @@ struct Family {
   void (*launch)(kestrel_stream&, const kestrel_op&);
 };
 
-// One entry per kestrel::plugin_shapes::OpFamily, in its order.
 const Family* family_of(kestrel_op_kind kind) {
-  static const Family families[] = {
-      {supports_fill, launch_fill},       {supports_copy, launch_copy},
-      {supports_unary, launch_unary},     {supports_binary, launch_binary},
-      {supports_reduce, launch_reduce},   {supports_gemm, launch_gemm},
-      {supports_gather, launch_gather},   {supports_scatter_add, launch_scatter_add},
-      {supports_random, launch_random},   {supports_window, launch_window},
-      {supports_linear, launch_linear},   {supports_softmax, launch_softmax},
-      {supports_softmax_cross_entropy, launch_softmax_cross_entropy},
-      {supports_optimizer, launch_optimizer}};
-  using kestrel::plugin_shapes::OpFamily;
-  static_assert(std::size(families) == size_t(OpFamily::count), "one entry per op family");
-  const OpFamily family = kestrel::plugin_shapes::op_family(kind);
-  return family == OpFamily::count ? nullptr : &families[size_t(family)];
+  static const Family families[] = {KESTREL_OP_FAMILY_TABLE};
+  return kestrel::plugin_shapes::family_entry(families, kind);
 }
 
 int32_t supports_op(kestrel_context*, const kestrel_op* op) {

@@ -1,11 +1,12 @@
 // Header-only helpers for plugin authors (C++): whether an op's descriptors are consistent with each
 // other as plugin.h defines them — ranks, extents, index dtypes. They say nothing about what a backend
 // can run (dtypes, strides, size limits): each plugin adds those checks itself. It also names the op
-// family of each op kind, which the plugins' dispatch tables are indexed by. Like philox.h and
+// family and the name of each op kind; the plugins' dispatch tables are indexed by family. Like philox.h and
 // half.h this depends on plugin.h alone, so every backend answers these questions the same way.
 #ifndef KESTREL_PLUGIN_SHAPES_HPP
 #define KESTREL_PLUGIN_SHAPES_HPP
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kestrel/plugin.h"
@@ -110,6 +111,50 @@ inline OpFamily op_family(kestrel_op_kind kind) {
     case KESTREL_OP_ADAM_UPDATE: case KESTREL_OP_SGD_UPDATE: return OpFamily::optimizer;
   }
   return OpFamily::count;
+}
+
+// A plugin's dispatch table has one entry per OpFamily, in its order. A plugin that names its functions
+// supports_<family> and launch_<family> writes it as
+//   static const Entry table[] = {KESTREL_OP_FAMILY_TABLE};
+// and family_entry() finds the entry for an op kind (nullptr for a kind this header does not know).
+#define KESTREL_OP_FAMILY_TABLE                                                                          \
+  {supports_fill, launch_fill}, {supports_copy, launch_copy}, {supports_unary, launch_unary},            \
+      {supports_binary, launch_binary}, {supports_reduce, launch_reduce}, {supports_gemm, launch_gemm},  \
+      {supports_gather, launch_gather}, {supports_scatter_add, launch_scatter_add},                      \
+      {supports_random, launch_random}, {supports_window, launch_window},                                \
+      {supports_linear, launch_linear}, {supports_softmax, launch_softmax},                              \
+      {supports_softmax_cross_entropy, launch_softmax_cross_entropy}, {supports_optimizer, launch_optimizer}
+
+template <class Entry, size_t N>
+const Entry* family_entry(const Entry (&table)[N], kestrel_op_kind kind) {
+  static_assert(N == size_t(OpFamily::count), "one entry per op family");
+  const OpFamily family = op_family(kind);
+  return family == OpFamily::count ? nullptr : &table[size_t(family)];
+}
+
+// The op kind's name as tools and messages show it (the engine's kestrel::op_kind_name returns this).
+inline const char* op_kind_name(kestrel_op_kind kind) {
+  switch (kind) {
+    case KESTREL_OP_FILL: return "fill";
+    case KESTREL_OP_COPY: return "copy";
+    case KESTREL_OP_UNARY: return "unary";
+    case KESTREL_OP_BINARY: return "binary";
+    case KESTREL_OP_REDUCE: return "reduce";
+    case KESTREL_OP_GEMM: return "gemm";
+    case KESTREL_OP_GATHER: return "gather";
+    case KESTREL_OP_SCATTER_ADD: return "scatter_add";
+    case KESTREL_OP_RANDOM: return "random";
+    case KESTREL_OP_IM2COL: return "im2col";
+    case KESTREL_OP_COL2IM: return "col2im";
+    case KESTREL_OP_POOL2D: return "pool2d";
+    case KESTREL_OP_POOL2D_BACKWARD: return "pool2d_backward";
+    case KESTREL_OP_LINEAR: return "linear";
+    case KESTREL_OP_SOFTMAX: return "softmax";
+    case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: return "softmax_cross_entropy";
+    case KESTREL_OP_ADAM_UPDATE: return "adam_update";
+    case KESTREL_OP_SGD_UPDATE: return "sgd_update";
+  }
+  return "unknown-op";
 }
 
 // ---- random draws ----

@@ -1,30 +1,9 @@
 #include "kestrel/ops.h"
+#include "kestrel/plugin_shapes.hpp"
 
 namespace kestrel {
 
-const char* op_kind_name(kestrel_op_kind kind) {
-  switch (kind) {
-    case KESTREL_OP_FILL: return "fill";
-    case KESTREL_OP_COPY: return "copy";
-    case KESTREL_OP_UNARY: return "unary";
-    case KESTREL_OP_BINARY: return "binary";
-    case KESTREL_OP_REDUCE: return "reduce";
-    case KESTREL_OP_GEMM: return "gemm";
-    case KESTREL_OP_GATHER: return "gather";
-    case KESTREL_OP_SCATTER_ADD: return "scatter_add";
-    case KESTREL_OP_RANDOM: return "random";
-    case KESTREL_OP_IM2COL: return "im2col";
-    case KESTREL_OP_COL2IM: return "col2im";
-    case KESTREL_OP_POOL2D: return "pool2d";
-    case KESTREL_OP_POOL2D_BACKWARD: return "pool2d_backward";
-    case KESTREL_OP_LINEAR: return "linear";
-    case KESTREL_OP_SOFTMAX: return "softmax";
-    case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: return "softmax_cross_entropy";
-    case KESTREL_OP_ADAM_UPDATE: return "adam_update";
-    case KESTREL_OP_SGD_UPDATE: return "sgd_update";
-  }
-  return "unknown-op";
-}
+const char* op_kind_name(kestrel_op_kind kind) { return plugin_shapes::op_kind_name(kind); }
 
 const char* unary_fn_name(kestrel_unary_fn fn) {
   static const char* names[] = {"neg",  "abs",       "exp",  "log",    "sqrt",       "rsqrt", "tanh",   "sigmoid", "relu",
