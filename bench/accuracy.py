@@ -48,9 +48,15 @@ def schedule_of(config):
     return schedule.get("type", "constant")
 
 
+def reference_device(args):
+    """PyTorch runs on the GPU when Kestrel is asked for CUDA, else on the CPU."""
+    return "cuda" if args.backend.startswith("cuda") else "cpu"
+
+
 def pytorch_runs(args, config, model_file):
     command = [args.pytorch, "bench/pytorch/train_reference.py", model_file, "--seeds", *map(str, args.seeds),
-               "--schedule", schedule_of(config)]
+               "--schedule", schedule_of(config),
+               "--device", reference_device(args)]
     lines = subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True).stdout.splitlines()
     runs = [json.loads(line) for line in lines if '"seed"' in line]
     return {run["seed"]: run for run in runs}, " ".join(["python3", *command[1:]])
@@ -97,7 +103,7 @@ def main():
         ]
         if torch_mean is not None:
             lines += ["", f"PyTorch mean over the same seeds: {torch_mean * 100:.2f}% "
-                          f"(torch {next(iter(reference.values()))['torch']}, CPU; `{reference_command}`). "
+                          f"(torch {next(iter(reference.values()))['torch']}, {reference_device(args)}; `{reference_command}`). "
                           "Seeds do not give the two frameworks the same initial weights or sample order: "
                           "compare the means and spreads, not the rows."]
         lines.append("")

@@ -2,6 +2,7 @@
 // and `launch_*` (runs it; called only after supports_* said yes; throws Failure on bad data).
 #pragma once
 #include "cpu_common.hpp"
+#include "cpu_parallel.hpp"
 
 namespace kestrel_cpu {
 
@@ -76,13 +77,15 @@ void map_unary(const kestrel_tensor& in, const kestrel_tensor& out, F f, const c
   using S = typename E::storage;
   View<S> x = view_of<S>(in), y = view_of<S>(out);
   if (x.contiguous && y.contiguous) {
-    Kokkos::parallel_for(label, Range(0, y.numel), [=](int64_t i) { y.base[i] = E::store(f(E::load(x.base[i]))); });
+    parallel_chunks(label, y.numel, y.numel, [=](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) y.base[i] = E::store(f(E::load(x.base[i])));
+    });
     return;
   }
   coalesce(y, x);
   const int64_t inner = inner_extent(y.rank, y.shape), rows = inner ? y.numel / inner : 0;
   const int64_t xs = inner_stride(x.rank, x.strides), ys = inner_stride(y.rank, y.strides);
-  Kokkos::parallel_for(label, Range(0, rows), [=](int64_t r) {
+  parallel_for_split(label, rows, y.numel, [=](int64_t r) {
     const S* xr = x.base + x.at(r * inner);
     S* yr = y.base + y.at(r * inner);
     for (int64_t j = 0; j < inner; ++j) yr[j * ys] = E::store(f(E::load(xr[j * xs])));
@@ -95,15 +98,16 @@ void map_binary(const kestrel_tensor& in0, const kestrel_tensor& in1, const kest
   using S = typename E::storage;
   View<S> a = view_of<S>(in0), b = view_of<S>(in1), y = view_of<S>(out);
   if (a.contiguous && b.contiguous && y.contiguous) {
-    Kokkos::parallel_for(label, Range(0, y.numel),
-                         [=](int64_t i) { y.base[i] = E::store(f(E::load(a.base[i]), E::load(b.base[i]))); });
+    parallel_chunks(label, y.numel, y.numel, [=](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) y.base[i] = E::store(f(E::load(a.base[i]), E::load(b.base[i])));
+    });
     return;
   }
   coalesce(y, a, b);
   const int64_t inner = inner_extent(y.rank, y.shape), rows = inner ? y.numel / inner : 0;
   const int64_t as = inner_stride(a.rank, a.strides), bs = inner_stride(b.rank, b.strides);
   const int64_t ys = inner_stride(y.rank, y.strides);
-  Kokkos::parallel_for(label, Range(0, rows), [=](int64_t r) {
+  parallel_for_split(label, rows, y.numel, [=](int64_t r) {
     const S* ar = a.base + a.at(r * inner);
     const S* br = b.base + b.at(r * inner);
     S* yr = y.base + y.at(r * inner);

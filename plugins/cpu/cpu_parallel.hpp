@@ -1,47 +1,71 @@
-// Host threads for large memory-bound loops while Kokkos has none. Kokkos spreads a parallel_for over
-// its execution space's threads, but Debian's Kokkos is Serial-only. The optimizer updates use this: an
-// update is a pass over parameters, gradients and both moments — tens of megabytes that no cache keeps
-// between steps — and two cores draw more memory bandwidth than one. (Tried on the element-wise and
-// window kernels of a ConvNet step as well: no gain there, so they stay on Kokkos alone.)
-// Every chunk writes its own outputs, so results do not depend on the thread count.
+// Host threads for large loops while Kokkos has none. Kokkos spreads a parallel_for over its execution
+// space's threads, but Debian's Kokkos is Serial-only, so on its own the plugin would run every
+// element-wise op, reduction and optimizer update on one core while OpenBLAS uses all of them for the
+// GEMMs. Large loops are therefore spread over a small pool of host threads kept by the plugin (threads
+// started once and parked between ops: starting threads per op costs tens of microseconds each).
+// Every piece writes its own outputs and computes them as the serial loop would, so results do not
+// depend on the thread count.
 #pragma once
 #include <algorithm>
-#include <thread>
-#include <vector>
+#include <cstdint>
 
 #include "cpu_common.hpp"
 
 namespace kestrel_cpu {
 
-// Below this many elements touched, starting a thread costs more than it saves.
-constexpr int64_t kSplitMinimum = int64_t(1) << 18;
+// One thread per this many elements touched: below it a thread costs more to wake than it saves.
+constexpr int64_t kGrain = int64_t(1) << 15;
 
-// 1 when Kokkos has threads of its own; otherwise KESTREL_CPU_UPDATE_THREADS, or every core.
+// 1 when Kokkos has threads of its own; otherwise KESTREL_CPU_THREADS (KESTREL_CPU_UPDATE_THREADS, its
+// earlier name, is read too), or every core the process may use.
 int host_threads();
-// Keeps a helper thread off the calling thread's core (cpu_parallel.cpp explains why).
-void keep_off_this_core(std::thread& helper);
 
-// Runs body(i) for i in [0, count) like Kokkos::parallel_for over Range(0, count); `elements` is how many
-// elements the whole loop reads or writes. The body must not throw (it would end the process on a
-// helper thread): kernels check their inputs before the loop.
+// How many threads a loop of `count` indices touching `elements` elements in all gets.
+inline int threads_for(int64_t count, int64_t elements) {
+  return int(std::clamp<int64_t>(std::min<int64_t>(elements / kGrain, count), 1, host_threads()));
+}
+
+// A type-erased reference to chunk(begin, end), valid while the lambda lives.
+struct ChunkRef {
+  void (*call)(const void* self, int64_t begin, int64_t end);
+  const void* self;
+};
+
+// Runs chunk over [0, count) in pieces on `threads` threads: the caller and pooled helpers. Pieces are
+// handed out one at a time rather than in equal shares: a helper's core may be busy for a while
+// (OpenBLAS's worker yielding between GEMMs, another process, a virtual CPU the hypervisor has paused),
+// and with equal shares the whole loop would wait for the slowest thread. Called while another thread's
+// loop is on the pool, it runs on the calling thread alone.
+void run_pieces(int threads, int64_t count, ChunkRef chunk);
+
+// chunk(begin, end) over [0, count), like Kokkos::parallel_for over Range(0, count) with the loop inside
+// the body; `elements` is how many elements the whole loop reads or writes. The body must not throw (it
+// would end the process on a helper thread): kernels check their inputs before the loop.
+template <class Chunk>
+void parallel_chunks(const char* label, int64_t count, int64_t elements, const Chunk& chunk) {
+  const int threads = threads_for(count, elements);
+  if (threads <= 1) {  // Kokkos's own threads, if it has any, take one piece each
+    const int64_t pieces = std::clamp<int64_t>(Exec().concurrency(), 1, std::max<int64_t>(count, 1));
+    Kokkos::parallel_for(label, Range(0, pieces),
+                         [&](int64_t p) { chunk(p * count / pieces, (p + 1) * count / pieces); });
+    return;
+  }
+  run_pieces(threads, count, ChunkRef{[](const void* self, int64_t begin, int64_t end) {
+                                        (*static_cast<const Chunk*>(self))(begin, end);
+                                      },
+                                      &chunk});
+}
+
+// body(i) for i in [0, count), like Kokkos::parallel_for over Range(0, count).
 template <class Body>
 void parallel_for_split(const char* label, int64_t count, int64_t elements, Body body) {
-  const int threads = elements >= kSplitMinimum ? int(std::min<int64_t>(host_threads(), count)) : 1;
-  if (threads <= 1) {
+  if (threads_for(count, elements) <= 1) {
     Kokkos::parallel_for(label, Range(0, count), body);
     return;
   }
-  const int64_t chunk = (count + threads - 1) / threads;
-  auto run_chunk = [=](int64_t first) {
-    for (int64_t i = first; i < std::min(count, first + chunk); ++i) body(i);
-  };
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < threads; ++t) {
-    helpers.emplace_back(run_chunk, t * chunk);
-    keep_off_this_core(helpers.back());
-  }
-  run_chunk(0);
-  for (std::thread& helper : helpers) helper.join();
+  parallel_chunks(label, count, elements, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) body(i);
+  });
 }
 
 }  // namespace kestrel_cpu

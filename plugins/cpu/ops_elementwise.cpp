@@ -18,7 +18,12 @@ void launch_fill(const kestrel_op& op) {
     using C = typename E::compute;
     const S stored = E::store(static_cast<C>(value));
     View<S> y = view_of<S>(out);
-    Kokkos::parallel_for("kestrel::fill", Range(0, y.numel), [=](int64_t i) { y.base[y.at(i)] = stored; });
+    if (y.contiguous)
+      parallel_chunks("kestrel::fill", y.numel, y.numel, [=](int64_t begin, int64_t end) {
+        std::fill(y.base + begin, y.base + end, stored);
+      });
+    else
+      Kokkos::parallel_for("kestrel::fill", Range(0, y.numel), [=](int64_t i) { y.base[y.at(i)] = stored; });
   });
 }
 
@@ -36,7 +41,7 @@ void launch_copy(const kestrel_op& op) {
       coalesce(y, x);
       const int64_t inner = inner_extent(y.rank, y.shape), rows = inner ? y.numel / inner : 0;
       const int64_t xs = inner_stride(x.rank, x.strides), ys = inner_stride(y.rank, y.strides);
-      Kokkos::parallel_for("kestrel::copy", Range(0, rows), [=](int64_t r) {
+      parallel_for_split("kestrel::copy", rows, y.numel, [=](int64_t r) {
         const auto* xr = x.base + x.at(r * inner);
         auto* yr = y.base + y.at(r * inner);
         for (int64_t j = 0; j < inner; ++j)

@@ -159,7 +159,9 @@ namespace {
 template <class T>
 void activate_all(kestrel_activation act, const T* pre, T* y, int64_t count) {
   auto map = [=](auto f) {
-    Kokkos::parallel_for("kestrel::linear_activation", Range(0, count), [=](int64_t i) { y[i] = f(pre[i]); });
+    parallel_chunks("kestrel::linear_activation", count, count, [=](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) y[i] = f(pre[i]);
+    });
   };
   switch (act) {
     case KESTREL_ACTIVATION_RELU: return map([](T x) { return activate(KESTREL_ACTIVATION_RELU, x); });
@@ -187,7 +189,7 @@ void launch_linear(const kestrel_op& op) {
         // blocks, the bias now joins the sum first rather than last: the last bits may differ.
         const T* bias = static_cast<const T*>(op.inputs[2].buffer->data) + op.inputs[2].offset;
         const int64_t stride = op.inputs[2].strides[0];
-        Kokkos::parallel_for("kestrel::linear_bias", Range(0, rows), [=](int64_t r) {
+        parallel_for_split("kestrel::linear_bias", rows, rows * n, [=](int64_t r) {
           for (int64_t j = 0; j < n; ++j) pre[r * n + j] = bias[j * stride];
         });
       }

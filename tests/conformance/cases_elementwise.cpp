@@ -21,7 +21,9 @@ struct ShapeLayout {
 const std::vector<ShapeLayout>& elementwise_shapes() {
   static const std::vector<ShapeLayout> shapes = {
       {{7, 13}, Layout::contiguous}, {{7, 13}, Layout::strided}, {{5, 4}, Layout::transposed},
-      {{0, 3}, Layout::contiguous},  {{}, Layout::contiguous},    {{1000}, Layout::contiguous}};
+      {{0, 3}, Layout::contiguous},  {{}, Layout::contiguous},    {{1000}, Layout::contiguous},
+      // large enough for a backend to split over threads or workgroups (the CPU plugin's pool)
+      {{600, 501}, Layout::contiguous}, {{300, 1001}, Layout::strided}};
   return shapes;
 }
 
@@ -116,6 +118,7 @@ void copy_cases(Runner& r) {
                                             {{6, 7}, Layout::strided},
                                             {{6, 7}, Layout::transposed},
                                             {{2, 3, 5}, Layout::transposed},
+                                            {{600, 501}, Layout::transposed},
                                             {{0, 5}, Layout::contiguous}};
   for (DType from : all_dtypes)
     for (DType to : all_dtypes)
@@ -170,7 +173,8 @@ void binary_cases(Runner& r) {
   const std::vector<Pair> pairs = {{{4, 5}, {4, 5}, Layout::contiguous}, {{4, 5}, {4, 5}, Layout::strided},
                                    {{6, 3}, {6, 3}, Layout::transposed}, {{4, 1}, {1, 5}, Layout::contiguous},
                                    {{3, 1, 6}, {6}, Layout::contiguous}, {{}, {2, 3}, Layout::contiguous},
-                                   {{0, 3}, {1, 3}, Layout::contiguous}};
+                                   {{0, 3}, {1, 3}, Layout::contiguous},   {{600, 501}, {600, 501}, Layout::contiguous},
+                                   {{600, 501}, {501}, Layout::strided}};
   for (int f = KESTREL_BINARY_ADD; f <= KESTREL_BINARY_GE; ++f) {
     auto fn = static_cast<kestrel_binary_fn>(f);
     bool float_only = fn == KESTREL_BINARY_DIV || fn == KESTREL_BINARY_POW;

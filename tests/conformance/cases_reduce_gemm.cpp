@@ -68,7 +68,9 @@ void reduce_cases(Runner& r) {
       {{5, 7}, {1}, Layout::transposed},    {{3, 4, 5}, {0, 2}, Layout::contiguous}, {{3, 4, 5}, {1}, Layout::strided},
       {{3, 4, 5}, {2}, Layout::contiguous}, {{1000}, {0}, Layout::contiguous},    {{0, 3}, {0}, Layout::contiguous},
       // long axes: a backend must not walk them in one thread of limited loop length
-      {{70000}, {0}, Layout::contiguous},   {{3, 40000}, {1}, Layout::strided}};
+      {{70000}, {0}, Layout::contiguous},   {{3, 40000}, {1}, Layout::strided},
+      // column sums large enough to be split over threads (bias gradients)
+      {{300, 700}, {0}, Layout::contiguous}};
   for (int f = KESTREL_REDUCE_SUM; f <= KESTREL_REDUCE_ARGMAX; ++f) {
     auto fn = static_cast<kestrel_reduce_fn>(f);
     for (DType dtype : all_dtypes) {

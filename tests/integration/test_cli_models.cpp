@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include "kestrel/engine.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -144,11 +146,14 @@ TEST(CliModels, BadRunConfigsAndFlagsGetClearErrors) {
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("no 'nosuchbackend' backend plugin was found"), std::string::npos) << r.output;
 
-  // "auto" picks the highest-priority backend: the CPU here, never the software Vulkan device.
+  // "auto" picks the highest-priority backend: the engine's best device (the CPU without a GPU, never
+  // the software Vulkan device; cuda:0 on an NVIDIA machine).
   r = run("train " + (models / "seeds_mlp.train.json").string() + " --backend auto --max-steps 1 --train-subset 128 "
           "--test-subset 64 --quiet --out " + (fs::temp_directory_path() / "kestrel_cli_auto").string());
   EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("on cpu:0"), std::string::npos) << r.output;
+  const std::string best = kestrel::Engine().best_device().str();
+  EXPECT_NE(r.output.find("on " + best), std::string::npos) << r.output;
+  if (best.rfind("vulkan", 0) == 0) ADD_FAILURE() << "auto preferred Vulkan over the CPU";
 
   r = run("train " + (models / "seeds_mlp.train.json").string() + " --epochs -3");
   EXPECT_NE(r.status, 0) << r.output;

@@ -47,9 +47,15 @@ TEST(PluginFaults, TheEngineKeepsWorkingWithTheOtherPlugins) {
   const kestrel::PluginInfo* cpu = find(engine, "cpu");
   ASSERT_NE(cpu, nullptr);
   EXPECT_TRUE(cpu->loaded) << cpu->reason;
+  // The best device comes from the highest-priority plugin that loaded (cpu here, cuda on a GPU
+  // machine), never from one of the broken ones.
+  const kestrel::PluginInfo* best = nullptr;
+  for (const auto& plugin : engine.plugins())
+    if (plugin.loaded && !plugin.devices.empty() && (!best || plugin.priority > best->priority)) best = &plugin;
+  ASSERT_NE(best, nullptr);
   kestrel::Device device = engine.best_device();
-  EXPECT_EQ(device.backend(), "cpu");
-  EXPECT_EQ(engine.best_device({"auto"}).backend(), "cpu");
+  EXPECT_EQ(device.backend(), best->name);
+  EXPECT_EQ(engine.best_device({"auto"}).backend(), best->name);
   auto x = kestrel::Tensor::from_vector<float>({1, -2, 3}, {3}, device);
   EXPECT_EQ(kestrel::ops::unary(KESTREL_UNARY_RELU, x).to_vector<float>(), (std::vector<float>{1, 0, 3}));
 }
@@ -62,7 +68,8 @@ TEST(PluginFaults, AskingForASkippedBackendGivesItsReason) {
   } catch (const kestrel::BackendUnavailable& e) {
     std::string message = e.what();
     EXPECT_NE(message.find("no Widget accelerator found"), std::string::npos) << message;
-    EXPECT_NE(message.find("Available: cpu"), std::string::npos) << message;
+    EXPECT_NE(message.find("Available: "), std::string::npos) << message;
+    EXPECT_NE(message.find("cpu", message.find("Available: ")), std::string::npos) << message;
   }
   EXPECT_THROW(engine.device("init_fails:0"), kestrel::BackendUnavailable);
   EXPECT_THROW(engine.device("nosuchbackend"), kestrel::BackendUnavailable);

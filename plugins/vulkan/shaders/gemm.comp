@@ -35,7 +35,7 @@ layout(std430, set = 0, binding = 3) buffer C { STORE_T data[]; } c_buf;
 layout(std430, set = 0, binding = 4) readonly buffer Bias { STORE_T data[]; } bias_buf;
 
 float activate(int activation, float v) {
-  if (activation == 1) return v < 0.0 ? 0.0 : v;  // relu, NaN stays NaN
+  if (activation == 1) return isnan(v) ? v : max(v, 0.0);  // relu keeping NaN (see unary.comp)
   if (activation == 2) return 0.5 * v * (1.0 + c_erf(v * 0.70710678118654752));  // exact gelu
   return v;
 }

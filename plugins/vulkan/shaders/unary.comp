@@ -20,7 +20,12 @@ T apply(int fn, T x) {
   switch (fn) {
     case 0: return -x;
     case 1: return x < T(0) ? -x : x;
-    case 8: return x < T(0) ? T(0) : x;  // keeps NaN
+#ifdef IS_FLOAT
+    // NVIDIA's shader compiler turns `x < 0 ? 0 : x` into a max() that drops NaN: ask for NaN explicitly.
+    case 8: return isnan(x) ? x : max(x, T(0));
+#else
+    case 8: return x < T(0) ? T(0) : x;
+#endif
     case 11: return x > T(0) ? T(1) : T(0);
     case 12: return x * x;
 #ifdef IS_FLOAT

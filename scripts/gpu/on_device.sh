@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs the GPU checks on a machine with the bundle of scripts/gpu/bundle.sh (see there). The build's
+# absolute paths (CTest, compiled-in source folder) are made valid with symbolic links.
+set -uo pipefail
+tar xzf gpu-bundle/kb.tgz -C /tmp
+if [ "$PWD" != /work/main ]; then mkdir -p /work; rm -rf /work/main; ln -s "$PWD" /work/main; fi
+rm -rf build; ln -s /tmp/kb/build build
+. /tmp/kb/env.sh
+mkdir -p /usr/share/datasets; ln -sfn /tmp/kb/fashion-mnist /usr/share/datasets/fashion-mnist
+# CTest names the Python it was configured with; the one with torch stands in for it there.
+python=$(grep -ho '/[^ "]*python3' build/CTestTestfile.cmake build/*/CTestTestfile.cmake 2>/dev/null | head -1)
+[ -n "$python" ] && [ ! -e "$python" ] && mkdir -p "$(dirname "$python")" && ln -s "$(command -v python3)" "$python"
+export PYTHONUNBUFFERED=1
+cd /work/main
+for step in "${@:-ctest conformance accuracy speedup}"; do
+  for s in $step; do
+    echo "=== $s ($(date +%T))"
+    case $s in
+      ctest) ctest --test-dir build --output-on-failure -j8 -E model_schema ;;  # jsonschema is not there
+      conformance) build/bin/kestrel devices && build/bin/kestrel conformance --backend cuda ;;
+      memcheck) compute-sanitizer --tool memcheck --print-limit 20 build/bin/kestrel conformance --backend cuda ;;
+      accuracy) python3 bench/accuracy.py --backend cuda --only mlp --seeds 42 43 7 --pytorch python3 --suffix -cuda &&
+                python3 bench/accuracy.py --backend cuda --only convnet --seeds 42 --pytorch python3 --suffix -cuda ;;
+      speedup) python3 bench/speedup.py ;;
+      cpustep) python3 bench/cpu_step_overhead.py --rounds "${ROUNDS:-11}" --pytorch python3 ;;
+      vulkan) # NVIDIA's Vulkan driver needs the GL vendor-neutral libraries, which the image lacks: carry
+              # Debian's .debs in .gl/ (apt-get download libvulkan1 libglvnd0 libgl1 libglx0 libegl1 ...)
+              for deb in .gl/*.deb; do [ -e "$deb" ] && dpkg -x "$deb" /; done; ldconfig
+              build/bin/kestrel devices && build/bin/kestrel conformance --backend vulkan &&
+              build/bin/kestrel train models/fashion_mlp.train.json --backend vulkan --no-progress --out /tmp/runs/vk &&
+              build/bin/bench_train --benchmark_filter='vulkan|cuda' --benchmark_repetitions=3 \
+                                    --benchmark_report_aggregates_only=true ;;
+      *) echo "unknown step $s"; exit 2 ;;
+    esac
+  done
+done
