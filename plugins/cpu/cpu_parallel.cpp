@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -14,12 +15,25 @@
 
 namespace kestrel_cpu {
 
+namespace {
+
+// CPUs in the process's affinity mask (taskset, cpusets): hardware_concurrency() counts every online CPU.
+int usable_cpus() {
+#ifdef __linux__
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) return CPU_COUNT(&allowed);
+#endif
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
 int host_threads() {
   static const int threads = [] {
     if (Exec().concurrency() > 1) return 1;
     const char* asked = std::getenv("KESTREL_CPU_THREADS");
     if (!asked) asked = std::getenv("KESTREL_CPU_UPDATE_THREADS");
-    const long n = asked ? std::strtol(asked, nullptr, 10) : long(std::thread::hardware_concurrency());
+    const long n = asked ? std::strtol(asked, nullptr, 10) : long(usable_cpus());
     return int(std::clamp(n, 1L, 256L));
   }();
   return threads;
@@ -27,11 +41,11 @@ int host_threads() {
 
 namespace {
 
-// A new thread starts on its creator's core, and the cores beside it are rarely idle during training:
-// OpenBLAS's workers keep spinning (and yielding) for a while after each GEMM, so the scheduler sees no
-// idle core to move a helper to. Measured in a seeds'-MLP step on 2 cores: the Adam update took 3.1-3.6 ms
-// with its helper left where it started, 1.8-2.2 ms with the helper kept off the creator's core. The
-// process's own affinity (taskset, cgroups) is respected.
+// A new thread usually starts on its creator's core, and the cores beside it are rarely idle during
+// training: OpenBLAS's workers keep spinning (and yielding) for a while after each GEMM, so the scheduler
+// sees no idle core to move a helper to. Measured in a seeds'-MLP step on 2 cores: the Adam update took
+// 3.1-3.6 ms with its helper left where it started, 1.8-2.2 ms with the helper kept off the creator's
+// core. Helpers may run on every CPU of the creating thread's affinity mask except the one it is on.
 void keep_off_this_core(std::thread& helper) {
 #ifdef __linux__
   cpu_set_t allowed;
@@ -39,7 +53,7 @@ void keep_off_this_core(std::thread& helper) {
   const int here = sched_getcpu();
   if (here < 0 || !CPU_ISSET(here, &allowed) || CPU_COUNT(&allowed) < 2) return;
   CPU_CLR(here, &allowed);
-  pthread_setaffinity_np(helper.native_handle(), sizeof(allowed), &allowed);  // a hint: failing is harmless
+  pthread_setaffinity_np(helper.native_handle(), sizeof(allowed), &allowed);  // failing is harmless
 #else
   (void)helper;
 #endif
@@ -62,20 +76,16 @@ struct Loop {
 // after the loop has closed finds nothing and sleeps again), so the loop's state may live on its stack.
 class Pool {
  public:
+  // Keeps the helpers that started if the system refuses more threads (a pids cgroup, RLIMIT_NPROC).
   explicit Pool(int helpers) {
     for (int i = 0; i < helpers; ++i) {
-      workers_.emplace_back([this] { serve(); });
+      try {
+        workers_.emplace_back([this] { serve(); });
+      } catch (const std::system_error&) {
+        break;
+      }
       keep_off_this_core(workers_.back());
     }
-  }
-
-  ~Pool() {  // also on dlclose of the plugin: no thread may outlive the code it runs
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (std::thread& worker : workers_) worker.join();
   }
 
   void run(Loop& loop, int helpers) {
@@ -98,8 +108,7 @@ class Pool {
   void serve() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      wake_.wait(lock, [&] { return stopping_ || (loop_ != nullptr && wanted_ > 0); });
-      if (stopping_) return;
+      wake_.wait(lock, [&] { return loop_ != nullptr && wanted_ > 0; });
       --wanted_;
       ++running_;
       Loop* loop = loop_;
@@ -114,7 +123,6 @@ class Pool {
   std::condition_variable wake_, done_;
   Loop* loop_ = nullptr;
   int wanted_ = 0, running_ = 0;
-  bool stopping_ = false;
   std::vector<std::thread> workers_;
 };
 
@@ -127,7 +135,10 @@ void run_pieces(int threads, int64_t count, ChunkRef chunk) {
     chunk.call(chunk.self, 0, count);
     return;
   }
-  static Pool pool(host_threads() - 1);  // started on first use, by the first large loop
+  // Started by the first large loop and never destroyed: the engine keeps the plugin loaded for the life
+  // of the process (RTLD_NODELETE), and a pool torn down at exit could still be reached by a loop of
+  // another thread or of a static engine being destroyed. The parked helpers end with the process.
+  static Pool& pool = *new Pool(host_threads() - 1);
   const int helpers = std::min(threads - 1, pool.helpers());
   // A few pieces per thread, so that threads that run take over the work of one that is held up.
   Loop loop{chunk, count, std::max<int64_t>(1, count / (int64_t(helpers + 1) * 4))};

@@ -1,8 +1,9 @@
 // Host threads for large loops while Kokkos has none. Kokkos spreads a parallel_for over its execution
 // space's threads, but Debian's Kokkos is Serial-only, so on its own the plugin would run every
-// element-wise op, reduction and optimizer update on one core while OpenBLAS uses all of them for the
-// GEMMs. Large loops are therefore spread over a small pool of host threads kept by the plugin (threads
-// started once and parked between ops: starting threads per op costs tens of microseconds each).
+// element-wise op and optimizer update on one core while OpenBLAS uses all of them for the GEMMs. Large
+// loops are therefore spread over a small pool of host threads kept by the plugin (threads started once
+// and parked between ops: starting threads per op costs tens of microseconds each). Reductions stay on
+// one thread: their column sums were slower on the pool.
 // Every piece writes its own outputs and computes them as the serial loop would, so results do not
 // depend on the thread count.
 #pragma once
@@ -17,7 +18,7 @@ namespace kestrel_cpu {
 constexpr int64_t kGrain = int64_t(1) << 15;
 
 // 1 when Kokkos has threads of its own; otherwise KESTREL_CPU_THREADS (KESTREL_CPU_UPDATE_THREADS, its
-// earlier name, is read too), or every core the process may use.
+// earlier name, is read too), or the number of CPUs the process may run on (its affinity mask).
 int host_threads();
 
 // How many threads a loop of `count` indices touching `elements` elements in all gets.
@@ -35,12 +36,13 @@ struct ChunkRef {
 // handed out one at a time rather than in equal shares: a helper's core may be busy for a while
 // (OpenBLAS's worker yielding between GEMMs, another process, a virtual CPU the hypervisor has paused),
 // and with equal shares the whole loop would wait for the slowest thread. Called while another thread's
-// loop is on the pool, it runs on the calling thread alone.
+// loop is on the pool, it runs on the calling thread alone. A chunk must not call it again (no nesting).
 void run_pieces(int threads, int64_t count, ChunkRef chunk);
 
 // chunk(begin, end) over [0, count), like Kokkos::parallel_for over Range(0, count) with the loop inside
-// the body; `elements` is how many elements the whole loop reads or writes. The body must not throw (it
-// would end the process on a helper thread): kernels check their inputs before the loop.
+// the body; `elements` is how many elements the whole loop reads or writes. The body must not throw:
+// kernels check their inputs before the loop, and an exception escaping a piece ends the process
+// (noexcept below) rather than unwinding while helpers still use the loop's state.
 template <class Chunk>
 void parallel_chunks(const char* label, int64_t count, int64_t elements, const Chunk& chunk) {
   const int threads = threads_for(count, elements);
@@ -50,7 +52,7 @@ void parallel_chunks(const char* label, int64_t count, int64_t elements, const C
                          [&](int64_t p) { chunk(p * count / pieces, (p + 1) * count / pieces); });
     return;
   }
-  run_pieces(threads, count, ChunkRef{[](const void* self, int64_t begin, int64_t end) {
+  run_pieces(threads, count, ChunkRef{[](const void* self, int64_t begin, int64_t end) noexcept {
                                         (*static_cast<const Chunk*>(self))(begin, end);
                                       },
                                       &chunk});
