@@ -99,7 +99,7 @@ typedef struct kestrel_comm kestrel_comm;       /* a collective-communication gr
 typedef struct kestrel_probe_result {
   size_t struct_size;
   int32_t usable;    /* 0: the plugin cannot run on this machine; `reason` says why */
-  int32_t priority;  /* higher is preferred when the user names no backend (cpu: 10, gpu: 100) */
+  int32_t priority;  /* higher is preferred when the user names no backend (cpu: 10, vulkan gpu: 90, cuda: 100) */
   char reason[256];  /* NUL-terminated; for usable plugins an optional remark */
 } kestrel_probe_result;
 
