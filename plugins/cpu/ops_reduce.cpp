@@ -108,6 +108,32 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
     });
     return;
   }
+  const int64_t run = plan.reduced_rank ? plan.reduced_shape[plan.reduced_rank - 1] : 0;
+  if (sum && plan.reduced_rank >= 1 && plan.reduced_strides[plan.reduced_rank - 1] == 1 && run >= 64) {
+    // Sums whose innermost reduced axis is contiguous, such as a convolution's bias gradient (over N and
+    // H*W): each run is added in four interleaved partial sums (in double) and the runs in order.
+    ReducePlan outer = plan;  // the reduced axes but the last: one visit per run
+    outer.reduced_rank -= 1;
+    outer.reduced_count = count / run;
+    parallel_for_split("kestrel::reduce_runs", outputs, outputs * count, [=](int64_t o) {
+      int64_t base, out_at;
+      outer.kept_offsets(o, base, out_at);
+      Acc acc = 0;
+      outer.walk_reduced([&](int64_t, int64_t offset) {
+        const S* v = x + base + offset;
+        Acc part[4] = {0, 0, 0, 0};
+        int64_t i = 0;
+        for (; i + 4 <= run; i += 4)
+          for (int k = 0; k < 4; ++k) part[k] += Acc(E::load(v[i + k]));
+        for (; i < run; ++i) part[0] += Acc(E::load(v[i]));
+        acc += (part[0] + part[1]) + (part[2] + part[3]);
+        return true;
+      });
+      if (fn == KESTREL_REDUCE_MEAN) acc = acc / Acc(count);
+      y[out_at] = E::store(static_cast<C>(acc));
+    });
+    return;
+  }
   Kokkos::parallel_for("kestrel::reduce", Range(0, outputs), [=](int64_t o) {
     int64_t base, out_at;
     plan.kept_offsets(o, base, out_at);

@@ -70,7 +70,9 @@ void reduce_cases(Runner& r) {
       // long axes: a backend must not walk them in one thread of limited loop length
       {{70000}, {0}, Layout::contiguous},   {{3, 40000}, {1}, Layout::strided},
       // column sums large enough to be split over threads (bias gradients)
-      {{300, 700}, {0}, Layout::contiguous}};
+      {{300, 700}, {0}, Layout::contiguous},
+      // a convolution's bias gradient: over N and the contiguous H*W, channels kept
+      {{6, 4, 131}, {0, 2}, Layout::contiguous}};
   for (int f = KESTREL_REDUCE_SUM; f <= KESTREL_REDUCE_ARGMAX; ++f) {
     auto fn = static_cast<kestrel_reduce_fn>(f);
     for (DType dtype : all_dtypes) {

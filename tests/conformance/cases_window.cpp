@@ -122,16 +122,19 @@ void window_cases(Runner& r) {
                   out[o] = mode == KESTREL_POOL_MAX ? best : sum / (kh * kw);
                 }
         };
-        r.run(case_name({"pool2d", mode_name, dt, g.str()}), required, [&] {
-          auto x = r.values(g.n * g.c * g.h * g.w, -2, 2, dtype);
-          x[3] = std::numeric_limits<double>::quiet_NaN();  // a NaN must win its max windows
-          auto result = ops::pool2d(r.upload({g.n, g.c, g.h, g.w}, x, dtype, Layout::strided), g.win, mode);
-          std::vector<double> want, where;
-          forward(x, want, where);
-          for (double& w : want) w = round_to(dtype, w);
-          r.expect_close(result.out, want, tolerance_for(dtype, 2), "values");
-          if (mode == KESTREL_POOL_MAX) r.expect_close(result.indices, where, Tolerance{0, 0}, "indices");
-        });
+        // Strided rows and contiguous ones (backends may have a fast path for the latter).
+        for (Layout layout : {Layout::strided, Layout::contiguous})
+          r.run(case_name({"pool2d", mode_name, dt, g.str(), layout_name(layout)}), required, [&] {
+            auto x = r.values(g.n * g.c * g.h * g.w, -2, 2, dtype);
+            x[3] = std::numeric_limits<double>::quiet_NaN();  // a NaN must win its max windows
+            x[17] = x[16];                                    // a tie: the first tap wins
+            auto result = ops::pool2d(r.upload({g.n, g.c, g.h, g.w}, x, dtype, layout), g.win, mode);
+            std::vector<double> want, where;
+            forward(x, want, where);
+            for (double& w : want) w = round_to(dtype, w);
+            r.expect_close(result.out, want, tolerance_for(dtype, 2), "values");
+            if (mode == KESTREL_POOL_MAX) r.expect_close(result.indices, where, Tolerance{0, 0}, "indices");
+          });
         r.run(case_name({"pool2d_backward", mode_name, dt, g.str()}), required, [&] {
           auto x = r.values(g.n * g.c * g.h * g.w, -2, 2, dtype);
           auto dy = r.values(outputs, -1, 1, dtype);
