@@ -3,13 +3,12 @@
 // itself. GEMMs and linear ops are keyed by their sizes (m x n x k): they are what a step is made of.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
 
 #include "cpu_context.hpp"
+#include "kestrel/plugin_env.hpp"
 
 namespace kestrel_cpu {
 
@@ -48,10 +47,7 @@ struct Profile {
 }  // namespace
 
 bool profiling() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("KESTREL_CPU_PROFILE");
-    return value && std::strcmp(value, "1") == 0;
-  }();
+  static const bool enabled = kestrel::plugin_env::flag("KESTREL_CPU_PROFILE");
   return enabled;
 }
 

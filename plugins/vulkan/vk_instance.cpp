@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include "kestrel/plugin_env.hpp"
 #include "vk_common.hpp"
 
 namespace kestrel_vk {
@@ -14,11 +15,6 @@ namespace {
 // static destructors, after this library's have run (a unique_ptr would then hold a dangling handle).
 std::mutex& instance_mutex = *new std::mutex;
 Instance* the_instance = nullptr;
-
-bool env_flag(const char* name) {
-  const char* value = std::getenv(name);
-  return value && std::strcmp(value, "1") == 0;
-}
 
 bool has_extension(const std::vector<VkExtensionProperties>& extensions, const char* name) {
   for (const auto& e : extensions)
@@ -64,7 +60,7 @@ PhysicalDevice describe(VkPhysicalDevice handle, uint32_t instance_version) {
     VkPhysicalDeviceFeatures2 features2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     features2.pNext = &storage16;
     vkGetPhysicalDeviceFeatures2(handle, &features2);
-    d.has_16bit_storage = storage16.storageBuffer16BitAccess == VK_TRUE && !env_flag("KESTREL_VULKAN_DISABLE_F16");
+    d.has_16bit_storage = storage16.storageBuffer16BitAccess == VK_TRUE && !kestrel::plugin_env::flag("KESTREL_VULKAN_DISABLE_F16");
 
     VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
@@ -112,7 +108,7 @@ std::unique_ptr<Instance> create_instance() {
   VkInstanceCreateInfo info{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
   info.pApplicationInfo = &app;
   const char* validation_layer = "VK_LAYER_KHRONOS_validation";
-  if (env_flag("KESTREL_VULKAN_VALIDATION")) {
+  if (kestrel::plugin_env::flag("KESTREL_VULKAN_VALIDATION")) {
     result->validation = validation_layer_installed();
     result->validation_missing = !result->validation;
     if (result->validation) {

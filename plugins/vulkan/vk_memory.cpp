@@ -16,11 +16,10 @@
 // KESTREL_VULKAN_FORCE_STAGING=1 treats device memory as unmappable, so the bounce-buffer reads are
 // tested on machines where everything is host-visible.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <set>
 #include <tuple>
 
+#include "kestrel/plugin_env.hpp"
 #include "vk_capture.hpp"
 
 namespace kestrel_vk {
@@ -259,8 +258,8 @@ void choose_memory_types(kestrel_context* context) {
       find_memory_type(d, requirements.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, found);
   if (!found) context->device_memory_type = context->staging_memory_type;
   const VkMemoryPropertyFlags flags = d.memory.memoryTypes[context->device_memory_type].propertyFlags;
-  const char* force = std::getenv("KESTREL_VULKAN_FORCE_STAGING");
-  context->device_memory_mapped = (flags & kHostCoherent) == kHostCoherent && !(force && std::strcmp(force, "1") == 0);
+  context->device_memory_mapped =
+      (flags & kHostCoherent) == kHostCoherent && !kestrel::plugin_env::flag("KESTREL_VULKAN_FORCE_STAGING");
   context->max_binding_range = d.properties.limits.maxStorageBufferRange;
   const VkPhysicalDeviceLimits& limits = d.properties.limits;
   context->params_alignment = static_cast<uint32_t>(std::max<VkDeviceSize>(256, limits.minUniformBufferOffsetAlignment));

@@ -3,9 +3,8 @@
 // queries instead, read back when its batch's fence has signalled, and the totals are printed when the
 // context is destroyed. Devices whose compute queue has no timestamps say so and print nothing.
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
+#include "kestrel/plugin_env.hpp"
 #include "vk_common.hpp"
 
 namespace kestrel_vk {
@@ -22,10 +21,7 @@ std::map<std::string, ShaderTime>& profile = *new std::map<std::string, ShaderTi
 }  // namespace
 
 bool profiling() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("KESTREL_VULKAN_PROFILE");
-    return value && std::strcmp(value, "1") == 0;
-  }();
+  static const bool enabled = kestrel::plugin_env::flag("KESTREL_VULKAN_PROFILE");
   return enabled;
 }
 

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 
 #include "../runtime/device_runtime.h"
+#include "kestrel/plugin_env.hpp"
 
 namespace kestrel::ops {
 namespace {
@@ -110,10 +110,7 @@ kestrel_op make_op(kestrel_op_kind kind, const void* params, std::initializer_li
 
 namespace {
 std::atomic<bool>& fused_flag() {
-  static std::atomic<bool> enabled{[] {
-    const char* value = std::getenv("KESTREL_DISABLE_FUSED");
-    return !(value && std::string(value) == "1");
-  }()};
+  static std::atomic<bool> enabled{!plugin_env::flag("KESTREL_DISABLE_FUSED")};
   return enabled;
 }
 }  // namespace
