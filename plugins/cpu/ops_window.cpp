@@ -149,7 +149,8 @@ void pool_forward(const Geometry g, kestrel_pool_mode mode, const kestrel_op& op
         const int64_t row_at = 2 * oy * width;
         // The same rule as the general loop, in the same tap order: a larger value wins, or the first NaN.
         // Written without data-dependent branches (the winning tap as arithmetic on the comparisons):
-        // with branches, mispredictions made this loop ~16 ns an output, ~4.5 ns without.
+        // which tap wins is data, and with branches this loop took ~4.3 ms a launch in the ConvNet step,
+        // ~1.5 ms without (bench/results/2026-11-23-vm-cpu-convnet-before-after.md).
         for (int64_t ox = 0; ox < ow; ++ox) {
           const C a = E::load(top[2 * ox]), b = E::load(top[2 * ox + 1]);
           const C c = E::load(bottom[2 * ox]), d = E::load(bottom[2 * ox + 1]);

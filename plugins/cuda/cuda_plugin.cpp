@@ -15,7 +15,6 @@ namespace kestrel_cuda {
 
 namespace {
 
-
 constexpr size_t kBlasWorkspaceBytes = 32u << 20;  // what NVIDIA recommends for Hopper
 
 const char* last_error() { return last_error_message().c_str(); }

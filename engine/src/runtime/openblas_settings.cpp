@@ -34,9 +34,9 @@ void choose_core_type() {
 
 void choose_openblas_settings() {
   // OPENBLAS_THREAD_TIMEOUT (how long idle workers spin before they sleep) is left at OpenBLAS's
-  // default: shorter timeouts freed the cores for the CPU plugin's update threads but made steps wait
-  // for sleeping workers (measured: seeds' MLP step/GEMMs 1.34 median with 2^18 cycles, with outliers
-  // at 2-3x, against 1.28 at the default).
+  // default: a short one (18) freed the cores for the CPU plugin's update threads but made steps wait
+  // for sleeping workers (seeds' MLP step/GEMMs rounds up to 3.2x; bench/results/
+  // 2026-11-22-vm-cpu-step-overhead.md).
   if (!std::getenv("OPENBLAS_CORETYPE")) choose_core_type();
 }
 
