@@ -41,28 +41,53 @@ int host_threads() {
 
 namespace {
 
-// A new thread usually starts on its creator's core, and the cores beside it are rarely idle during
-// training: OpenBLAS's workers keep spinning (and yielding) for a while after each GEMM, so the scheduler
-// sees no idle core to move a helper to. Measured in a seeds'-MLP step on 2 cores: the Adam update took
-// 3.1-3.6 ms with its helper left where it started, 1.8-2.2 ms with the helper kept off the creator's
-// core. Helpers may run on every CPU of the creating thread's affinity mask except the one it is on.
-void keep_off_this_core(std::thread& helper) {
+// Where helpers run. A new thread usually starts on its creator's core, and the scheduler rarely moves
+// it during training: the other cores are never idle, because OpenBLAS's workers keep spinning (and
+// yielding) for a while after each GEMM. Nor does the calling thread stay put, so a helper pinned once
+// off the creator's core ends up sharing a core with the caller whenever the caller has moved there
+// (seen with `perf sched` on 2 cores: the caller spent 70% of its time on the helper's core). So each
+// time a helper joins a loop it checks that it is not on the caller's core, and if it is, it narrows its
+// affinity to the process's CPUs except that one (a syscall, only then).
+class Placement {
+ public:
+  Placement() {
 #ifdef __linux__
-  cpu_set_t allowed;
-  if (pthread_getaffinity_np(pthread_self(), sizeof(allowed), &allowed) != 0) return;
-  const int here = sched_getcpu();
-  if (here < 0 || !CPU_ISSET(here, &allowed) || CPU_COUNT(&allowed) < 2) return;
-  CPU_CLR(here, &allowed);
-  pthread_setaffinity_np(helper.native_handle(), sizeof(allowed), &allowed);  // failing is harmless
-#else
-  (void)helper;
+    usable_ = pthread_getaffinity_np(pthread_self(), sizeof(allowed_), &allowed_) == 0 && CPU_COUNT(&allowed_) > 1;
 #endif
-}
+  }
+
+  static int this_cpu() {
+#ifdef __linux__
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+  }
+
+  // Called by a helper joining a loop of a caller that was on `caller_cpu` when it started the loop.
+  void step_aside(int caller_cpu) const {
+#ifdef __linux__
+    if (!usable_ || caller_cpu < 0 || !CPU_ISSET(caller_cpu, &allowed_) || this_cpu() != caller_cpu) return;
+    cpu_set_t others = allowed_;
+    CPU_CLR(caller_cpu, &others);
+    pthread_setaffinity_np(pthread_self(), sizeof(others), &others);  // failing is harmless
+#else
+    (void)caller_cpu;
+#endif
+  }
+
+ private:
+#ifdef __linux__
+  cpu_set_t allowed_{};  // the creating thread's affinity mask
+#endif
+  bool usable_ = false;
+};
 
 // One loop on the pool: pieces of [0, count) handed out through a shared counter.
 struct Loop {
   ChunkRef chunk;
   int64_t count, piece;
+  int caller_cpu;
   std::atomic<int64_t> next{0};
 
   void take_pieces() {
@@ -84,7 +109,6 @@ class Pool {
       } catch (const std::system_error&) {
         break;
       }
-      keep_off_this_core(workers_.back());
     }
   }
 
@@ -113,12 +137,14 @@ class Pool {
       ++running_;
       Loop* loop = loop_;
       lock.unlock();
+      placement_.step_aside(loop->caller_cpu);
       loop->take_pieces();
       lock.lock();
       if (--running_ == 0) done_.notify_one();
     }
   }
 
+  const Placement placement_;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   Loop* loop_ = nullptr;
@@ -141,7 +167,7 @@ void run_pieces(int threads, int64_t count, ChunkRef chunk) {
   static Pool& pool = *new Pool(host_threads() - 1);
   const int helpers = std::min(threads - 1, pool.helpers());
   // A few pieces per thread, so that threads that run take over the work of one that is held up.
-  Loop loop{chunk, count, std::max<int64_t>(1, count / (int64_t(helpers + 1) * 4))};
+  Loop loop{chunk, count, std::max<int64_t>(1, count / (int64_t(helpers + 1) * 4)), Placement::this_cpu()};
   pool.run(loop, helpers);
 }
 
