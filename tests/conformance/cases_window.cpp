@@ -55,7 +55,8 @@ const std::vector<Geometry>& conv_geometries() {
   static const std::vector<Geometry> all = {{2, 3, 7, 6, window(3, 3, 1, 1, 1, 1)},
                                             {2, 3, 7, 6, window(3, 2, 2, 1, 1, 0, 1, 2)},
                                             {1, 2, 5, 5, window(1, 1, 1, 1, 0, 0)},
-                                            {1, 2, 7, 6, window(5, 5, 1, 1, 0, 0)}};
+                                            {1, 2, 7, 6, window(5, 5, 1, 1, 0, 0)},
+                                            {1, 2, 7, 6, window(3, 3, 1, 1, 2, 2, 2, 2)}};
   return all;
 }
 
@@ -86,6 +87,19 @@ void window_cases(Runner& r) {
         });
       r.run(case_name({"col2im", dt, g.str()}), required, [&] {
         auto colv = r.values(g.n * rows * cols, -2, 2, dtype);
+        Tensor out = ops::col2im(r.upload({g.n, rows, cols}, colv, dtype), g.win, g.c, g.h, g.w);
+        std::vector<double> want(g.n * g.c * g.h * g.w, 0.0);
+        g.for_each_tap([&](int64_t col, int64_t image) { want[image] += colv[col]; });
+        for (double& w : want) w = round_to(dtype, w);
+        r.expect_close(out, want, tolerance_for(dtype, 4));
+      });
+      // Columns of taps that fall in the padding belong to no pixel: NaN there must not reach the image.
+      r.run(case_name({"col2im", dt, g.str(), "nan-in-padding-columns"}), required, [&] {
+        auto colv = r.values(g.n * rows * cols, -2, 2, dtype);
+        std::vector<bool> used(colv.size(), false);
+        g.for_each_tap([&](int64_t col, int64_t) { used[size_t(col)] = true; });
+        for (size_t i = 0; i < colv.size(); ++i)
+          if (!used[i]) colv[i] = std::numeric_limits<double>::quiet_NaN();
         Tensor out = ops::col2im(r.upload({g.n, rows, cols}, colv, dtype), g.win, g.c, g.h, g.w);
         std::vector<double> want(g.n * g.c * g.h * g.w, 0.0);
         g.for_each_tap([&](int64_t col, int64_t image) { want[image] += colv[col]; });
