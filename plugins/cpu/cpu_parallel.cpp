@@ -1,6 +1,7 @@
 #ifdef __linux__
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 #endif
 
 #include <atomic>
@@ -46,8 +47,9 @@ namespace {
 // yielding) for a while after each GEMM. Nor does the calling thread stay put, so a helper pinned once
 // off the creator's core ends up sharing a core with the caller whenever the caller has moved there
 // (seen with `perf sched` on 2 cores: the caller spent 70% of its time on the helper's core). So each
-// time a helper joins a loop it checks that it is not on the caller's core, and if it is, it narrows its
-// affinity to the process's CPUs except that one (a syscall, only then).
+// time a helper joins a loop it checks that it is not on the caller's CPU, and if it is, it narrows its
+// affinity to the CPUs the pool's creator could use, and the process still may, except that one (a few
+// syscalls, only then). CPUs are logical ones: an SMT sibling of the caller's counts as another CPU.
 class Placement {
  public:
   Placement() {
@@ -68,9 +70,10 @@ class Placement {
   void step_aside(int caller_cpu) const {
 #ifdef __linux__
     if (!usable_ || caller_cpu < 0 || !CPU_ISSET(caller_cpu, &allowed_) || this_cpu() != caller_cpu) return;
-    cpu_set_t others = allowed_;
+    cpu_set_t others = allowed_, now;
+    if (sched_getaffinity(getpid(), sizeof(now), &now) == 0) CPU_AND(&others, &others, &now);  // taskset -p since
     CPU_CLR(caller_cpu, &others);
-    pthread_setaffinity_np(pthread_self(), sizeof(others), &others);  // failing is harmless
+    if (CPU_COUNT(&others) > 0) pthread_setaffinity_np(pthread_self(), sizeof(others), &others);  // failing is harmless
 #else
     (void)caller_cpu;
 #endif

@@ -1,6 +1,6 @@
 // Sliding-window ops on (N, C, H, W) tensors: im2col/col2im (convolution as GEMM) and 2-D pooling.
-// Inputs may have any strides; outputs are contiguous. Work is split by (n, c) plane so no two threads
-// write the same element.
+// Inputs may have any strides; outputs are contiguous. Work is split by (n, c) plane (im2col: by row of
+// the column matrix) so no two threads write the same element.
 #include <algorithm>
 #include <limits>
 #include <type_traits>
@@ -34,7 +34,8 @@ struct Span {
 };
 inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }  // b > 0
 Span inside(int64_t count, int64_t step, int64_t offset, int64_t extent) {
-  const int64_t lo = std::max<int64_t>(0, ceil_div(-offset, step));
+  // Capped at count: a tap wholly in a padding wider than the row reaches none of it.
+  const int64_t lo = std::min<int64_t>(count, std::max<int64_t>(0, ceil_div(-offset, step)));
   const int64_t hi = std::min<int64_t>(count, ceil_div(extent - offset, step));
   return {lo, std::max(lo, hi)};
 }
@@ -88,11 +89,11 @@ void im2col(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& ou
 }
 
 // Each (n, c) plane gathers its columns' contributions tap by tap; every pixel adds its taps in (ky, kx)
-// order. f32/f64 sum straight into the output plane; f16/bf16 into a plane of the compute type, so their
+// order. f32/f64 sum straight into the output plane; f16/bf16 into planes of the compute type, so their
 // sums do not round at every step.
 //
-// Same-size windows at stride 1 (the usual padded 3x3 convolution: ow == w, oh == h or less) take a
-// faster route with the same sums: all of a tap's columns land on the plane at one offset, so each tap
+// Windows that slide one pixel at a time across rows as wide as the image's (ow == w: the usual padded
+// 3x3 convolution, with any dilation or vertical padding) take a faster route with the same sums: all of a tap's columns land on the plane at one offset, so each tap
 // is one pass over the plane instead of a short loop per row (14 elements in the Fashion ConvNet). The
 // columns whose pixel would fall off either end of its row are masked: they add +0.0, which leaves a
 // sum as it was, since sums start at +0.0 and round-to-nearest never turns them into -0.0.
@@ -112,16 +113,19 @@ void col2im(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& ou
     for (int kx = 0; kx < g.kw; ++kx) {
       const Span across = inside(g.ow, g.sw, g.w_at(0, kx), g.w);
       for (int64_t oy = 0; oy < g.oh; ++oy)
-        std::fill(&keep[size_t(kx * spatial + oy * g.ow + across.lo)], &keep[size_t(kx * spatial + oy * g.ow + across.hi)], C(1));
+        std::fill(keep.data() + kx * spatial + oy * g.ow + across.lo, keep.data() + kx * spatial + oy * g.ow + across.hi,
+                  C(1));
     }
   }
   const C* keep_at = keep.data();
+  constexpr bool in_place = std::is_same_v<S, C>;
+  // Allocated here, where a failure reaches the caller, not inside the threads' loop.
+  std::vector<C> sums(in_place ? 0 : size_t(g.n * g.c * g.h * g.w));
+  C* sums_at = sums.data();
   parallel_for_split("kestrel::col2im", g.n * g.c, g.n * g.c * g.kh * g.kw * spatial, [=](int64_t plane) {
     const int64_t n = plane / g.c, c = plane % g.c;
     S* dst = x + plane * g.h * g.w;
-    constexpr bool in_place = std::is_same_v<S, C>;
-    std::vector<C> scratch(in_place ? 0 : size_t(g.h * g.w));
-    C* sum = in_place ? reinterpret_cast<C*>(dst) : scratch.data();
+    C* sum = in_place ? reinterpret_cast<C*>(dst) : sums_at + plane * g.h * g.w;
     std::fill(sum, sum + g.h * g.w, C(0));
     for (int ky = 0; ky < g.kh; ++ky) {
       const Span down = inside(g.oh, g.sh, g.h_at(0, ky), g.h);

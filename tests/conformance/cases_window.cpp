@@ -56,14 +56,25 @@ const std::vector<Geometry>& conv_geometries() {
                                             {2, 3, 7, 6, window(3, 2, 2, 1, 1, 0, 1, 2)},
                                             {1, 2, 5, 5, window(1, 1, 1, 1, 0, 0)},
                                             {1, 2, 7, 6, window(5, 5, 1, 1, 0, 0)},
-                                            {1, 2, 7, 6, window(3, 3, 1, 1, 2, 2, 2, 2)}};
+                                            {1, 2, 7, 6, window(3, 3, 1, 1, 2, 2, 2, 2)},
+                                            // rows cut at both ends, at a vertical stride of 2
+                                            {2, 3, 7, 6, window(3, 3, 2, 1, 1, 1)},
+                                            // full-width rows, fewer of them than the image has
+                                            {2, 3, 7, 6, window(3, 3, 1, 1, 0, 1)},
+                                            // more output rows than image rows (padding wider than the kernel)
+                                            {1, 2, 5, 6, window(3, 3, 1, 1, 3, 1)},
+                                            // taps wholly in a padding wider than the image
+                                            {1, 2, 3, 1, window(5, 5, 1, 1, 2, 2)},
+                                            // large enough to be split over threads
+                                            {4, 8, 28, 28, window(3, 3, 1, 1, 1, 1)}};
   return all;
 }
 
 const std::vector<Geometry>& pool_geometries() {
   static const std::vector<Geometry> all = {{2, 3, 8, 7, window(2, 2, 2, 2, 0, 0)},
                                             {2, 3, 8, 7, window(3, 3, 2, 2, 1, 1)},
-                                            {1, 2, 6, 5, window(3, 2, 1, 1, 1, 0)}};
+                                            {1, 2, 6, 5, window(3, 2, 1, 1, 1, 0)},
+                                            {8, 8, 32, 32, window(2, 2, 2, 2, 0, 0)}};  // split over threads
   return all;
 }
 
@@ -92,6 +103,10 @@ void window_cases(Runner& r) {
         g.for_each_tap([&](int64_t col, int64_t image) { want[image] += colv[col]; });
         for (double& w : want) w = round_to(dtype, w);
         r.expect_close(out, want, tolerance_for(dtype, 4));
+        // Read through strides instead (the engine passes a permuted view): the same sums in the same
+        // order, so the same bits.
+        Tensor strided = ops::col2im(r.upload({g.n, rows, cols}, colv, dtype, Layout::strided), g.win, g.c, g.h, g.w);
+        r.expect_close(strided, out.to_doubles(), Tolerance{0, 0}, "strided columns");
       });
       // Columns of taps that fall in the padding belong to no pixel: NaN there must not reach the image.
       r.run(case_name({"col2im", dt, g.str(), "nan-in-padding-columns"}), required, [&] {
