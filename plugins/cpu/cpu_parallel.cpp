@@ -44,12 +44,14 @@ namespace {
 
 // Where helpers run. A new thread usually starts on its creator's core, and the scheduler rarely moves
 // it during training: the other cores are never idle, because OpenBLAS's workers keep spinning (and
-// yielding) for a while after each GEMM. Nor does the calling thread stay put, so a helper pinned once
-// off the creator's core ends up sharing a core with the caller whenever the caller has moved there
-// (seen with `perf sched` on 2 cores: the caller spent 70% of its time on the helper's core). So each
-// time a helper joins a loop it checks that it is not on the caller's CPU, and if it is, it narrows its
-// affinity to the CPUs the pool's creator could use, and the process still may, except that one (a few
-// syscalls, only then). CPUs are logical ones: an SMT sibling of the caller's counts as another CPU.
+// yielding) for a while after each GEMM. So each helper is moved off its creator's CPU when it starts
+// (the kernel spreads threads so moved over the CPUs they may use). The calling thread does not stay
+// put either, and a helper pinned only then ends up sharing a core with the caller whenever the caller
+// has moved there (seen with `perf sched` on 2 cores: the caller spent 70% of its time on the helper's
+// core). So each time a helper joins a loop it also checks that it is not on the caller's CPU, and if it
+// is, it moves again (a few syscalls, only then). Both moves narrow the helper to the CPUs the pool's
+// creator could use, and the process still may, except the one to avoid. CPUs are logical ones: an SMT
+// sibling of the caller's counts as another CPU.
 class Placement {
  public:
   Placement() {
@@ -69,17 +71,28 @@ class Placement {
   // Called by a helper joining a loop of a caller that was on `caller_cpu` when it started the loop.
   void step_aside(int caller_cpu) const {
 #ifdef __linux__
-    if (!usable_ || caller_cpu < 0 || !CPU_ISSET(caller_cpu, &allowed_) || this_cpu() != caller_cpu) return;
-    cpu_set_t others = allowed_, now;
-    if (sched_getaffinity(getpid(), sizeof(now), &now) == 0) CPU_AND(&others, &others, &now);  // taskset -p since
-    CPU_CLR(caller_cpu, &others);
-    if (CPU_COUNT(&others) > 0) pthread_setaffinity_np(pthread_self(), sizeof(others), &others);  // failing is harmless
+    if (caller_cpu >= 0 && this_cpu() == caller_cpu) keep_off(pthread_self(), caller_cpu);
 #else
     (void)caller_cpu;
 #endif
   }
 
+  // Called by the pool's creator for each helper it starts.
+  void start_apart(std::thread& helper) const { keep_off(helper.native_handle(), this_cpu()); }
+
  private:
+  void keep_off(std::thread::native_handle_type thread, int cpu) const {
+#ifdef __linux__
+    if (!usable_ || cpu < 0 || !CPU_ISSET(cpu, &allowed_)) return;
+    cpu_set_t others = allowed_, now;
+    if (sched_getaffinity(getpid(), sizeof(now), &now) == 0) CPU_AND(&others, &others, &now);  // taskset -p since
+    CPU_CLR(cpu, &others);
+    if (CPU_COUNT(&others) > 0) pthread_setaffinity_np(thread, sizeof(others), &others);  // failing is harmless
+#else
+    (void)thread, (void)cpu;
+#endif
+  }
+
 #ifdef __linux__
   cpu_set_t allowed_{};  // the creating thread's affinity mask
 #endif
@@ -112,6 +125,7 @@ class Pool {
       } catch (const std::system_error&) {
         break;
       }
+      placement_.start_apart(workers_.back());
     }
   }
 
