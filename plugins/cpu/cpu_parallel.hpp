@@ -2,8 +2,8 @@
 // space's threads, but Debian's Kokkos is Serial-only, so on its own the plugin would run every
 // element-wise op and optimizer update on one core while OpenBLAS uses all of them for the GEMMs. Large
 // loops are therefore spread over a small pool of host threads kept by the plugin (threads started once
-// and parked between ops, rather than started for every op). Reductions stay on
-// one thread: their column sums were slower on the pool.
+// and parked between ops, rather than started for every op). Column sums (bias gradients of linear
+// layers) stay on one thread: they were slower on the pool.
 // Every piece writes its own outputs and computes them as the serial loop would, so results do not
 // depend on the thread count.
 #pragma once

@@ -93,10 +93,11 @@ void im2col(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& ou
 // sums do not round at every step.
 //
 // Windows that slide one pixel at a time across rows as wide as the image's (ow == w: the usual padded
-// 3x3 convolution, with any dilation or vertical padding) take a faster route with the same sums: all of a tap's columns land on the plane at one offset, so each tap
-// is one pass over the plane instead of a short loop per row (14 elements in the Fashion ConvNet). The
-// columns whose pixel would fall off either end of its row are masked: they add +0.0, which leaves a
-// sum as it was, since sums start at +0.0 and round-to-nearest never turns them into -0.0.
+// 3x3 convolution, with any dilation or vertical padding) take a faster route with the same sums: all
+// of a tap's columns land on the plane at one offset, so each tap is one pass over the plane instead of
+// a short loop per row (14 elements in the Fashion ConvNet). The columns whose pixel would fall off
+// either end of its row are masked: they add +0.0, which leaves a sum as it was, since sums start at
+// +0.0 and round-to-nearest never turns them into -0.0.
 template <class E>
 void col2im(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& out) {
   using S = typename E::storage;
@@ -105,7 +106,6 @@ void col2im(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& ou
   S* x = static_cast<S*>(out.buffer->data) + out.offset;
   const int64_t cs0 = in.strides[0], cs1 = in.strides[1], cs2 = in.strides[2];
   const int64_t spatial = g.oh * g.ow;
-  const bool unit_steps = g.sw == 1 && g.dw == 1 && cs2 == 1;
   const bool whole_plane = g.sh == 1 && g.sw == 1 && cs2 == 1 && g.ow == g.w;
   std::vector<C> keep;  // keep[kx * spatial + column]: 1 where tap kx of that column lands inside its row
   if (whole_plane) {
@@ -148,13 +148,7 @@ void col2im(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& ou
         }
         for (int64_t oy = down.lo; oy < down.hi; ++oy) {
           C* row = sum + g.h_at(oy, ky) * g.w;
-          if (unit_steps) {  // the common convolution: a run of columns added onto a run of the row
-            C* __restrict to = row + g.w_at(across.lo, kx);
-            const S* __restrict from = src + oy * g.ow + across.lo;
-            for (int64_t i = 0; i < across.hi - across.lo; ++i) to[i] += E::load(from[i]);
-          } else {
-            for (int64_t ox = across.lo; ox < across.hi; ++ox) row[g.w_at(ox, kx)] += E::load(src[(oy * g.ow + ox) * cs2]);
-          }
+          for (int64_t ox = across.lo; ox < across.hi; ++ox) row[g.w_at(ox, kx)] += E::load(src[(oy * g.ow + ox) * cs2]);
         }
       }
     }

@@ -96,13 +96,16 @@ void window_cases(Runner& r) {
           g.for_each_tap([&](int64_t col, int64_t image) { want[col] = x[image]; });
           r.expect_close(out, want, Tolerance{0, 0});
         });
-      r.run(case_name({"col2im", dt, g.str()}), required, [&] {
-        auto colv = r.values(g.n * rows * cols, -2, 2, dtype);
-        Tensor out = ops::col2im(r.upload({g.n, rows, cols}, colv, dtype), g.win, g.c, g.h, g.w);
+      auto col2im_reference = [&](const std::vector<double>& colv) {
         std::vector<double> want(g.n * g.c * g.h * g.w, 0.0);
         g.for_each_tap([&](int64_t col, int64_t image) { want[image] += colv[col]; });
         for (double& w : want) w = round_to(dtype, w);
-        r.expect_close(out, want, tolerance_for(dtype, 4));
+        return want;
+      };
+      r.run(case_name({"col2im", dt, g.str()}), required, [&] {
+        auto colv = r.values(g.n * rows * cols, -2, 2, dtype);
+        Tensor out = ops::col2im(r.upload({g.n, rows, cols}, colv, dtype), g.win, g.c, g.h, g.w);
+        r.expect_close(out, col2im_reference(colv), tolerance_for(dtype, 4));
         // Read through strides instead (the engine passes a permuted view): the same sums in the same
         // order, so the same bits.
         Tensor strided = ops::col2im(r.upload({g.n, rows, cols}, colv, dtype, Layout::strided), g.win, g.c, g.h, g.w);
@@ -116,10 +119,7 @@ void window_cases(Runner& r) {
         for (size_t i = 0; i < colv.size(); ++i)
           if (!used[i]) colv[i] = std::numeric_limits<double>::quiet_NaN();
         Tensor out = ops::col2im(r.upload({g.n, rows, cols}, colv, dtype), g.win, g.c, g.h, g.w);
-        std::vector<double> want(g.n * g.c * g.h * g.w, 0.0);
-        g.for_each_tap([&](int64_t col, int64_t image) { want[image] += colv[col]; });
-        for (double& w : want) w = round_to(dtype, w);
-        r.expect_close(out, want, tolerance_for(dtype, 4));
+        r.expect_close(out, col2im_reference(colv), tolerance_for(dtype, 4));
       });
     }
     for (const Geometry& g : pool_geometries())
