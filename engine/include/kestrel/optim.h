@@ -23,9 +23,9 @@ class Optimizer {
  public:
   Optimizer(OptimizerConfig config, Tensor parameters, Tensor gradients);
   // One update with learning rate `lr`; gradients are multiplied by grad_scale first (1 / loss scale,
-  // or 1 / accumulation steps). zero_grad: leave the gradients zeroed for the next backward pass (in the
-  // same pass over memory where the backend can).
-  void step(double lr, double grad_scale = 1.0, bool zero_grad = false);
+  // or 1 / accumulation steps). The gradients are left as they are: zeroing them is the model's rule
+  // (Model::zero_grad).
+  void step(double lr, double grad_scale = 1.0);
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }
   const OptimizerConfig& config() const { return config_; }
@@ -35,8 +35,7 @@ class Optimizer {
  private:
   void adam_composed(double lr, double grad_scale);
   void sgd_composed(double lr, double grad_scale);
-  void launch_or_compose(const kestrel_op& op, bool zero_grad, void (Optimizer::*composed)(double, double), double lr,
-                         double grad_scale);
+  void launch_or_compose(const kestrel_op& op, void (Optimizer::*composed)(double, double), double lr, double grad_scale);
   OptimizerConfig config_;
   Tensor params_, grads_;
   Tensor exp_avg_, exp_avg_sq_, momentum_;

@@ -34,32 +34,30 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
   return {{"optimizer.exp_avg", exp_avg_}, {"optimizer.exp_avg_sq", exp_avg_sq_}};
 }
 
-void Optimizer::launch_or_compose(const kestrel_op& op, bool zero_grad, void (Optimizer::*composed)(double, double),
-                                  double lr, double grad_scale) {
-  if (ops::launch_if_supported(params_.device(), op)) return;
-  (this->*composed)(lr, grad_scale);
-  if (zero_grad) ops::fill_(grads_, 0.0);
+void Optimizer::launch_or_compose(const kestrel_op& op, void (Optimizer::*composed)(double, double), double lr,
+                                  double grad_scale) {
+  if (!ops::launch_if_supported(params_.device(), op)) (this->*composed)(lr, grad_scale);
 }
 
-void Optimizer::step(double lr, double grad_scale, bool zero_grad) {
+void Optimizer::step(double lr, double grad_scale) {
   ++steps_;
   if (config_.type == "sgd") {
     kestrel_sgd_params p{};
     p.struct_size = sizeof(p);
     p.lr = lr, p.momentum = config_.momentum, p.dampening = config_.dampening;
     p.weight_decay = config_.weight_decay, p.grad_scale = grad_scale;
-    p.nesterov = config_.nesterov, p.first_step = steps_ == 1, p.zero_grad = zero_grad;
+    p.nesterov = config_.nesterov, p.first_step = steps_ == 1;
     kestrel_op op = momentum_.defined() ? ops::make_op(KESTREL_OP_SGD_UPDATE, &p, {params_, grads_, momentum_}, {})
                                         : ops::make_op(KESTREL_OP_SGD_UPDATE, &p, {params_, grads_}, {});
-    launch_or_compose(op, zero_grad, &Optimizer::sgd_composed, lr, grad_scale);
+    launch_or_compose(op, &Optimizer::sgd_composed, lr, grad_scale);
     return;
   }
   kestrel_adam_params p{};
   p.struct_size = sizeof(p);
   p.lr = lr, p.beta1 = config_.beta1, p.beta2 = config_.beta2, p.eps = config_.eps;
   p.weight_decay = config_.weight_decay, p.grad_scale = grad_scale, p.step = steps_;
-  p.decoupled = config_.type == "adamw", p.zero_grad = zero_grad;
-  launch_or_compose(ops::make_op(KESTREL_OP_ADAM_UPDATE, &p, {params_, grads_, exp_avg_, exp_avg_sq_}, {}), zero_grad,
+  p.decoupled = config_.type == "adamw";
+  launch_or_compose(ops::make_op(KESTREL_OP_ADAM_UPDATE, &p, {params_, grads_, exp_avg_, exp_avg_sq_}, {}),
                     &Optimizer::adam_composed, lr, grad_scale);
 }
 
