@@ -10,8 +10,12 @@
 
 namespace kestrel {
 
+// Kinds are read from a run config's names once (RunConfig::parse), so a step compares no strings.
+enum class OptimizerKind { sgd, adam, adamw };
+inline constexpr const char* optimizer_kind_names[] = {"sgd", "adam", "adamw"};  // in OptimizerKind's order
+
 struct OptimizerConfig {
-  std::string type = "adam";  // "sgd", "adam", "adamw"
+  OptimizerKind type = OptimizerKind::adam;
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
   double weight_decay = 0.0;                      // L2 for sgd/adam, decoupled for adamw
@@ -42,8 +46,11 @@ class Optimizer {
   int64_t steps_ = 0;
 };
 
+enum class ScheduleKind { constant, step, cosine };
+inline constexpr const char* schedule_kind_names[] = {"constant", "step", "cosine"};  // in ScheduleKind's order
+
 struct ScheduleConfig {
-  std::string type = "constant";  // "constant", "step", "cosine"
+  ScheduleKind type = ScheduleKind::constant;
   int64_t step_size = 1;          // step: epochs between decays
   double gamma = 0.1;             // step: decay factor
   int64_t warmup_steps = 0;       // cosine: linear warm-up from 0
