@@ -45,7 +45,7 @@ void Optimizer::step(double lr, double grad_scale, bool zero_grad) {
   ++steps_;
   if (config_.type == "sgd") {
     kestrel_sgd_params p{};
-    p.struct_size = sizeof(p);
+    p.struct_size = abi_size<kestrel_adam_params>;
     p.lr = lr, p.momentum = config_.momentum, p.dampening = config_.dampening;
     p.weight_decay = config_.weight_decay, p.grad_scale = grad_scale;
     p.nesterov = config_.nesterov, p.first_step = steps_ == 1, p.zero_grad = zero_grad;
@@ -55,7 +55,7 @@ void Optimizer::step(double lr, double grad_scale, bool zero_grad) {
     return;
   }
   kestrel_adam_params p{};
-  p.struct_size = sizeof(p);
+  p.struct_size = abi_size<kestrel_sgd_params>;
   p.lr = lr, p.beta1 = config_.beta1, p.beta2 = config_.beta2, p.eps = config_.eps;
   p.weight_decay = config_.weight_decay, p.grad_scale = grad_scale, p.step = steps_;
   p.decoupled = config_.type == "adamw", p.zero_grad = zero_grad;
