@@ -77,7 +77,7 @@ void reduce_sum(benchmark::State& state, kestrel::Device device, DType dtype, in
 // parameters, gradients and both moments and writes three of them back: 28 bytes per f32 parameter).
 void adam_update(benchmark::State& state, kestrel::Device device, int64_t n) {
   Tensor params = random_tensor({n}, DType::f32, device, 6), grads = random_tensor({n}, DType::f32, device, 7);
-  kestrel::Optimizer adam({"adam", 1e-3}, params, grads);
+  kestrel::Optimizer adam({kestrel::OptimizerKind::adam, 1e-3}, params, grads);
   for (auto _ : state) {
     adam.step(1e-3);
     kestrel::Engine::global().synchronize(device);

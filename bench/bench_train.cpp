@@ -39,7 +39,7 @@ const Workload workloads[] = {{"seeds_mlp", "seeds_mlp.json", 128},
 void train_step(benchmark::State& state, kestrel::Device device, Workload workload, bool captured) {
   kestrel::ModelSpec spec = kestrel::ModelSpec::load(std::string(KESTREL_MODELS_DIR) + "/" + workload.model_file);
   kestrel::Model model(spec, device, 42);
-  kestrel::Optimizer adam({"adam", 1e-3}, model.flat_parameters(), model.flat_gradients());
+  kestrel::Optimizer adam({kestrel::OptimizerKind::adam, 1e-3}, model.flat_parameters(), model.flat_gradients());
   kestrel::Shape shape{workload.batch};
   shape.insert(shape.end(), spec.input_shape().begin(), spec.input_shape().end());
   Tensor x = Tensor::empty(shape, kestrel::DType::f32, device);

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
         std::vector<float>(data.features.begin(), data.features.begin() + 64 * data.sample_numel()), shape, model.device());
     kestrel::Tensor y = kestrel::Tensor::from_vector(
         std::vector<int64_t>(data.labels.begin(), data.labels.begin() + 64), {64}, model.device());
-    kestrel::Optimizer sgd({"sgd", 0.01}, model.flat_parameters(), model.flat_gradients());
+    kestrel::Optimizer sgd({kestrel::OptimizerKind::sgd, 0.01}, model.flat_parameters(), model.flat_gradients());
     uint64_t rng_offset = 0;
     model.zero_grad();
     kestrel::Var loss = kestrel::fn::cross_entropy(model.forward(x, true, 7, rng_offset), y);

@@ -53,6 +53,40 @@ TEST(Capture, ReplaysComputeWithTheCurrentInputs) {
   }
 }
 
+// A graph moved (constructed or assigned, also over a graph that holds one, and onto itself) replays
+// where it went; the moved-from graph is empty, and a graph assigned over releases its own work.
+TEST(Capture, AMovedGraphReplaysWhereItWasMoved) {
+  for (const kestrel::Device& device : capturing_devices()) {
+    SCOPED_TRACE(device.str());
+    Tensor x = Tensor::from_vector<float>({1, 2, 3}, {3}, device);
+    Tensor y = Tensor::zeros({3}, DType::f32, device), z = Tensor::zeros({3}, DType::f32, device);
+    auto adding_x_to = [&](Tensor& target, int times) {  // target: (3,)
+      return CapturedGraph::capture(device, [&] {
+        for (int i = 0; i < times; ++i) kestrel::ops::binary_(KESTREL_BINARY_ADD, target, target, x);
+      });
+    };
+    CapturedGraph first = adding_x_to(y, 1);
+    CapturedGraph constructed(std::move(first));
+    EXPECT_FALSE(first.valid());
+    constructed.replay();
+    CapturedGraph assigned;
+    assigned = std::move(constructed);  // into an empty graph
+    EXPECT_FALSE(constructed.valid());
+    assigned.replay();
+    EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{2, 4, 6}));
+
+    CapturedGraph other = adding_x_to(z, 2);
+    assigned = std::move(other);  // over a live graph, whose work is released
+    EXPECT_FALSE(other.valid());
+    CapturedGraph& same = assigned;
+    assigned = std::move(same);  // onto itself: nothing changes
+    ASSERT_TRUE(assigned.valid());
+    assigned.replay();
+    EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{2, 4, 6}));
+    EXPECT_EQ(z.to_vector<float>(), (std::vector<float>{2, 4, 6}));
+  }
+}
+
 TEST(Capture, RandomDrawsFollowTheCounterBase) {
   for (const kestrel::Device& device : capturing_devices()) {
     SCOPED_TRACE(device.str());

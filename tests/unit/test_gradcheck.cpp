@@ -9,6 +9,7 @@
 
 #include "kestrel/engine.h"
 #include "kestrel/functional.h"
+#include "kestrel/model.h"
 
 namespace {
 
@@ -152,6 +153,36 @@ TEST(Autograd, ErrorsAreClear) {
   Var y(random_f64({2, 2}, 34), true);
   EXPECT_THROW(kestrel::backward(fn::relu(y)), kestrel::InvalidArgument);  // not a scalar, no seed
   EXPECT_THROW(fn::linear(y, Var(random_f64({3, 5}, 35)), Var()), kestrel::InvalidArgument);
+}
+
+// A model's gradients: backward adds into them; after zero_grad(lazy) the next pass overwrites them
+// instead, and settle_gradients() zeroes those that no pass reached.
+TEST(Autograd, ModelGradientsAddOrOverwriteAfterALazyZero) {
+  kestrel::ModelSpec spec = kestrel::ModelSpec::parse(
+      R"({"name": "mlp", "input": {"shape": [3]},
+          "layers": [{"type": "linear", "out_features": 4}, {"type": "relu"}, {"type": "linear", "out_features": 2}]})",
+      "inline");
+  kestrel::Model model(spec, cpu(), 1);
+  Tensor x = random_f64({5, 3}, 36).to(DType::f32), target = random_f64({5, 2}, 37).to(DType::f32);  // (N, in), (N, out)
+  auto gradients_after_a_pass = [&] {
+    uint64_t rng_offset = 0;
+    kestrel::backward(fn::mse_loss(model.forward(x, true, 0, rng_offset), target));
+    return model.flat_gradients().to_vector<float>();
+  };
+  auto expect_scaled = [](const std::vector<float>& got, const std::vector<float>& base, float factor) {
+    ASSERT_EQ(got.size(), base.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], factor * base[i], 1e-6 * (1 + std::abs(base[i]))) << i;
+  };
+  model.zero_grad();
+  std::vector<float> once = gradients_after_a_pass();
+  expect_scaled(gradients_after_a_pass(), once, 2);  // added
+  model.zero_grad(/*lazy=*/true);
+  gradients_after_a_pass();
+  model.settle_gradients();
+  expect_scaled(model.flat_gradients().to_vector<float>(), once, 1);  // overwritten
+  model.zero_grad(/*lazy=*/true);
+  model.settle_gradients();  // no pass reached them
+  expect_scaled(model.flat_gradients().to_vector<float>(), once, 0);
 }
 
 }  // namespace

@@ -14,12 +14,28 @@ namespace kestrel {
 struct VarNode;
 using BackwardFn = std::function<void(const Tensor& grad_output)>;
 
+// Storage of its own for a leaf's gradient (a model keeps all of them in one flat buffer). Backward hands
+// every contribution to it, and its owner decides whether one adds to the stored gradient or replaces an
+// old one: the zeroing rule lives with the owner (Model::zero_grad), not in autograd.
+class GradBuffer {
+ public:
+  explicit GradBuffer(Tensor storage) : storage_(std::move(storage)) {}
+  virtual ~GradBuffer() = default;
+  const Tensor& storage() const { return storage_; }
+  virtual void add(const Tensor& grad) = 0;  // grad: the leaf's shape
+  // Adds a @ b, a: (M, K), b: (K, N), M * N = the leaf's size: a weight gradient as one GEMM, straight
+  // into the storage.
+  virtual void add_product(const Tensor& a, const Tensor& b) = 0;
+
+ protected:
+  Tensor storage_;
+};
+
 struct VarNode {
   Tensor value;
-  Tensor grad;  // dloss/dvalue once accumulated; leaves may hold a preallocated buffer here
+  Tensor grad;  // dloss/dvalue once accumulated; for a leaf with a grad_buffer, that buffer's storage
+  std::shared_ptr<GradBuffer> grad_buffer;  // where a leaf's gradient accumulates, if it has storage
   bool requires_grad = false;
-  bool preallocated_grad = false;  // leaf grads that live in a shared buffer (the flat gradient)
-  bool grad_stale = false;  // the buffer holds an old gradient: the next accumulation overwrites it
   std::vector<std::shared_ptr<VarNode>> parents;
   BackwardFn backward;  // given dloss/dvalue, accumulates into the parents; empty for leaves
   const char* op = "leaf";
@@ -34,8 +50,8 @@ class Var {
   bool requires_grad() const { return node_ && node_->requires_grad; }
   bool defined() const { return node_ != nullptr; }
   const std::shared_ptr<VarNode>& node() const { return node_; }
-  // Uses `buffer` (same shape and dtype) as this leaf's gradient storage; gradients add into it.
-  void set_grad_buffer(const Tensor& buffer);
+  // Sends this leaf's gradients to `buffer`, whose storage has the value's shape and dtype.
+  void set_grad_buffer(std::shared_ptr<GradBuffer> buffer);
 
  private:
   friend Var make_var(Tensor, std::vector<Var>, const char*, BackwardFn);

@@ -34,11 +34,14 @@ struct DataConfig {
   int target_columns = 1;
 };
 
+enum class LossKind { cross_entropy, mse };
+inline constexpr const char* loss_kind_names[] = {"cross_entropy", "mse"};  // in LossKind's order
+
 struct RunConfig {
   std::string source;      // the config file
   std::string model_path;  // resolved relative to the config file
   DataConfig data;
-  std::string loss = "cross_entropy";  // or "mse"
+  LossKind loss = LossKind::cross_entropy;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   int64_t batch_size = 64;

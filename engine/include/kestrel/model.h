@@ -60,6 +60,7 @@ class ModelSpec {
 std::string model_schema();
 
 struct NamedTensor;
+class ParameterGrad;  // engine-internal: a parameter's lazily zeroed gradient
 
 // A model on a device. Parameters live in one flat buffer (and gradients in another), so an optimizer
 // updates all of them in a single launch and a step needs no per-parameter bookkeeping.
@@ -97,6 +98,7 @@ class Model {
   Device device_;
   Tensor flat_params_, flat_grads_;
   std::vector<Parameter> parameters_;
+  std::vector<std::shared_ptr<ParameterGrad>> grads_;  // per parameter: holds the zeroing rule
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::vector<int>> layer_params_;   // per layer: indices into parameters_
   std::vector<std::vector<int>> layer_buffers_;  // per layer: indices into buffers_

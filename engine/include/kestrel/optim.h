@@ -10,8 +10,12 @@
 
 namespace kestrel {
 
+// Kinds are read from a run config's names once (RunConfig::parse), so a step compares no strings.
+enum class OptimizerKind { sgd, adam, adamw };
+inline constexpr const char* optimizer_kind_names[] = {"sgd", "adam", "adamw"};  // in OptimizerKind's order
+
 struct OptimizerConfig {
-  std::string type = "adam";  // "sgd", "adam", "adamw"
+  OptimizerKind type = OptimizerKind::adam;
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
   double weight_decay = 0.0;                      // L2 for sgd/adam, decoupled for adamw
@@ -23,9 +27,9 @@ class Optimizer {
  public:
   Optimizer(OptimizerConfig config, Tensor parameters, Tensor gradients);
   // One update with learning rate `lr`; gradients are multiplied by grad_scale first (1 / loss scale,
-  // or 1 / accumulation steps). zero_grad: leave the gradients zeroed for the next backward pass (in the
-  // same pass over memory where the backend can).
-  void step(double lr, double grad_scale = 1.0, bool zero_grad = false);
+  // or 1 / accumulation steps). The gradients are left as they are: zeroing them is the model's rule
+  // (Model::zero_grad).
+  void step(double lr, double grad_scale = 1.0);
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }
   const OptimizerConfig& config() const { return config_; }
@@ -35,16 +39,18 @@ class Optimizer {
  private:
   void adam_composed(double lr, double grad_scale);
   void sgd_composed(double lr, double grad_scale);
-  void launch_or_compose(const kestrel_op& op, bool zero_grad, void (Optimizer::*composed)(double, double), double lr,
-                         double grad_scale);
+  void launch_or_compose(const kestrel_op& op, void (Optimizer::*composed)(double, double), double lr, double grad_scale);
   OptimizerConfig config_;
   Tensor params_, grads_;
   Tensor exp_avg_, exp_avg_sq_, momentum_;
   int64_t steps_ = 0;
 };
 
+enum class ScheduleKind { constant, step, cosine };
+inline constexpr const char* schedule_kind_names[] = {"constant", "step", "cosine"};  // in ScheduleKind's order
+
 struct ScheduleConfig {
-  std::string type = "constant";  // "constant", "step", "cosine"
+  ScheduleKind type = ScheduleKind::constant;
   int64_t step_size = 1;          // step: epochs between decays
   double gamma = 0.1;             // step: decay factor
   int64_t warmup_steps = 0;       // cosine: linear warm-up from 0

@@ -8,17 +8,14 @@ namespace kestrel::fn {
 
 namespace {
 
-// dW += a @ b, straight into a preallocated gradient buffer when there is one (a GEMM with beta = 1
-// instead of a product, a temporary and an addition; beta = 0 when the buffer was lazily zeroed).
+// dW += a @ b, a: (M, K), b: (K, N), straight into the weight's gradient buffer when it has one (one
+// GEMM instead of a product, a temporary and an addition).
 void accumulate_product(VarNode& weight, const Tensor& a, const Tensor& b) {
   if (!weight.requires_grad) return;
-  if (weight.preallocated_grad) {
-    Tensor grad = weight.grad.view({a.size(0), b.size(1)});
-    ops::gemm_(grad, a, b, 1.0, weight.grad_stale ? 0.0 : 1.0);
-    weight.grad_stale = false;
-  } else {
+  if (weight.grad_buffer)
+    weight.grad_buffer->add_product(a, b);
+  else
     accumulate_grad(weight, ops::matmul(a, b).view(weight.value.shape()));
-  }
 }
 
 Tensor activation_grad(kestrel_activation activation, const Tensor& dy, const Tensor& y, const Tensor& pre) {

@@ -20,11 +20,12 @@ Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<VarNode>()) 
   node_->requires_grad = requires_grad;
 }
 
-void Var::set_grad_buffer(const Tensor& buffer) {
-  if (buffer.shape() != node_->value.shape() || buffer.dtype() != node_->value.dtype())
-    throw InvalidArgument(fmt::format("gradient buffer {} does not match {}", buffer.describe(), node_->value.describe()));
-  node_->grad = buffer;
-  node_->preallocated_grad = true;
+void Var::set_grad_buffer(std::shared_ptr<GradBuffer> buffer) {
+  const Tensor& storage = buffer->storage();
+  if (storage.shape() != node_->value.shape() || storage.dtype() != node_->value.dtype())
+    throw InvalidArgument(fmt::format("gradient buffer {} does not match {}", storage.describe(), node_->value.describe()));
+  node_->grad = storage;
+  node_->grad_buffer = std::move(buffer);
 }
 
 Var make_var(Tensor value, std::vector<Var> parents, const char* op, BackwardFn backward) {
@@ -43,11 +44,8 @@ void accumulate_grad(VarNode& node, const Tensor& grad) {
   if (!node.requires_grad) return;
   if (grad.shape() != node.value.shape())
     throw InvalidArgument(fmt::format("internal: gradient {} for {} ({})", grad.describe(), node.value.describe(), node.op));
-  if (node.preallocated_grad && node.grad_stale) {
-    ops::copy_(node.grad, grad);  // lazily zeroed: overwrite instead of adding to the old value
-    node.grad_stale = false;
-  } else if (node.preallocated_grad) {
-    ops::binary_(KESTREL_BINARY_ADD, node.grad, node.grad, grad);  // the buffer is ours to update
+  if (node.grad_buffer) {
+    node.grad_buffer->add(grad);
   } else if (!node.grad.defined()) {
     node.grad = grad;  // may be shared with another parent's gradient: never updated in place
   } else {

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "layer.h"
+#include "parameter_grad.h"
 
 namespace kestrel {
 
@@ -47,24 +48,20 @@ Model::Model(ModelSpec spec, const Device& device, uint64_t seed) : spec_(std::m
       ops::random_(value, KESTREL_DISTRIBUTION_UNIFORM, seed, uint64_t(k) << 40, -p.spec.bound, p.spec.bound);
     }
     Var var(value, true);
-    var.set_grad_buffer(flat_grads_.slice(0, offset, offset + n).view(p.spec.shape));
+    grads_.push_back(std::make_shared<ParameterGrad>(flat_grads_.slice(0, offset, offset + n).view(p.spec.shape)));
+    var.set_grad_buffer(grads_.back());
     parameters_.push_back({p.name, var});
     offset += n;
   }
 }
 
 void Model::zero_grad(bool lazy) {
-  for (auto& p : parameters_) p.var.node()->grad_stale = lazy;
+  for (auto& grad : grads_) grad->zero(lazy);
   if (!lazy) ops::fill_(flat_grads_, 0.0);
 }
 
 void Model::settle_gradients() {
-  for (auto& p : parameters_) {
-    VarNode& node = *p.var.node();
-    if (!node.grad_stale) continue;
-    ops::fill_(node.grad, 0.0);  // not reached by the last backward pass
-    node.grad_stale = false;
-  }
+  for (auto& grad : grads_) grad->settle();
 }
 
 Var Model::forward(const Tensor& x, bool training, uint64_t seed, uint64_t& rng_offset) {

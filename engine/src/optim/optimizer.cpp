@@ -14,11 +14,8 @@ void assign(Tensor& out, const Tensor& value) { ops::copy_(out, value); }
 
 Optimizer::Optimizer(OptimizerConfig config, Tensor parameters, Tensor gradients)
     : config_(std::move(config)), params_(std::move(parameters)), grads_(std::move(gradients)) {
-  const std::string& t = config_.type;
-  if (t != "sgd" && t != "adam" && t != "adamw")
-    throw InvalidArgument(fmt::format("unknown optimizer '{}': expected sgd, adam or adamw", t));
   if (!(config_.lr >= 0)) throw InvalidArgument(fmt::format("optimizer lr must be >= 0, got {}", config_.lr));
-  if (t == "sgd") {
+  if (config_.type == OptimizerKind::sgd) {
     if (config_.momentum != 0.0) momentum_ = Tensor::zeros(params_.shape(), params_.dtype(), params_.device());
   } else {
     exp_avg_ = Tensor::zeros(params_.shape(), params_.dtype(), params_.device());
@@ -27,39 +24,37 @@ Optimizer::Optimizer(OptimizerConfig config, Tensor parameters, Tensor gradients
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
-  if (config_.type == "sgd") {
+  if (config_.type == OptimizerKind::sgd) {
     if (momentum_.defined()) return {{"optimizer.momentum_buffer", momentum_}};
     return {};
   }
   return {{"optimizer.exp_avg", exp_avg_}, {"optimizer.exp_avg_sq", exp_avg_sq_}};
 }
 
-void Optimizer::launch_or_compose(const kestrel_op& op, bool zero_grad, void (Optimizer::*composed)(double, double),
-                                  double lr, double grad_scale) {
-  if (ops::launch_if_supported(params_.device(), op)) return;
-  (this->*composed)(lr, grad_scale);
-  if (zero_grad) ops::fill_(grads_, 0.0);
+void Optimizer::launch_or_compose(const kestrel_op& op, void (Optimizer::*composed)(double, double), double lr,
+                                  double grad_scale) {
+  if (!ops::launch_if_supported(params_.device(), op)) (this->*composed)(lr, grad_scale);
 }
 
-void Optimizer::step(double lr, double grad_scale, bool zero_grad) {
+void Optimizer::step(double lr, double grad_scale) {
   ++steps_;
-  if (config_.type == "sgd") {
+  if (config_.type == OptimizerKind::sgd) {
     kestrel_sgd_params p{};
     p.struct_size = abi_size<kestrel_adam_params>;
     p.lr = lr, p.momentum = config_.momentum, p.dampening = config_.dampening;
     p.weight_decay = config_.weight_decay, p.grad_scale = grad_scale;
-    p.nesterov = config_.nesterov, p.first_step = steps_ == 1, p.zero_grad = zero_grad;
+    p.nesterov = config_.nesterov, p.first_step = steps_ == 1;
     kestrel_op op = momentum_.defined() ? ops::make_op(KESTREL_OP_SGD_UPDATE, &p, {params_, grads_, momentum_}, {})
                                         : ops::make_op(KESTREL_OP_SGD_UPDATE, &p, {params_, grads_}, {});
-    launch_or_compose(op, zero_grad, &Optimizer::sgd_composed, lr, grad_scale);
+    launch_or_compose(op, &Optimizer::sgd_composed, lr, grad_scale);
     return;
   }
   kestrel_adam_params p{};
   p.struct_size = abi_size<kestrel_sgd_params>;
   p.lr = lr, p.beta1 = config_.beta1, p.beta2 = config_.beta2, p.eps = config_.eps;
   p.weight_decay = config_.weight_decay, p.grad_scale = grad_scale, p.step = steps_;
-  p.decoupled = config_.type == "adamw", p.zero_grad = zero_grad;
-  launch_or_compose(ops::make_op(KESTREL_OP_ADAM_UPDATE, &p, {params_, grads_, exp_avg_, exp_avg_sq_}, {}), zero_grad,
+  p.decoupled = config_.type == OptimizerKind::adamw;
+  launch_or_compose(ops::make_op(KESTREL_OP_ADAM_UPDATE, &p, {params_, grads_, exp_avg_, exp_avg_sq_}, {}),
                     &Optimizer::adam_composed, lr, grad_scale);
 }
 
@@ -67,7 +62,7 @@ void Optimizer::step(double lr, double grad_scale, bool zero_grad) {
 void Optimizer::adam_composed(double lr, double grad_scale) {
   const double wd = config_.weight_decay, b1 = config_.beta1, b2 = config_.beta2;
   Tensor g = affine(grads_, grad_scale, 0.0);
-  if (config_.type == "adamw") {
+  if (config_.type == OptimizerKind::adamw) {
     assign(params_, affine(params_, 1.0 - lr * wd, 0.0));
   } else if (wd != 0.0) {
     g = ops::binary(KESTREL_BINARY_ADD, g, affine(params_, wd, 0.0));
@@ -96,15 +91,18 @@ void Optimizer::sgd_composed(double lr, double grad_scale) {
 }
 
 double scheduled_lr(const ScheduleConfig& schedule, double base_lr, int64_t step, int64_t total_steps, int64_t epoch) {
-  if (schedule.type == "constant") return base_lr;
-  if (schedule.type == "step") return base_lr * std::pow(schedule.gamma, double(epoch / std::max<int64_t>(1, schedule.step_size)));
-  if (schedule.type == "cosine") {
-    if (step < schedule.warmup_steps) return base_lr * double(step + 1) / double(schedule.warmup_steps);
-    double span = double(std::max<int64_t>(1, total_steps - schedule.warmup_steps));
-    double progress = std::min(1.0, double(step - schedule.warmup_steps) / span);
-    return schedule.min_lr + 0.5 * (base_lr - schedule.min_lr) * (1.0 + std::cos(M_PI * progress));
+  switch (schedule.type) {
+    case ScheduleKind::constant: return base_lr;
+    case ScheduleKind::step:
+      return base_lr * std::pow(schedule.gamma, double(epoch / std::max<int64_t>(1, schedule.step_size)));
+    case ScheduleKind::cosine: {
+      if (step < schedule.warmup_steps) return base_lr * double(step + 1) / double(schedule.warmup_steps);
+      double span = double(std::max<int64_t>(1, total_steps - schedule.warmup_steps));
+      double progress = std::min(1.0, double(step - schedule.warmup_steps) / span);
+      return schedule.min_lr + 0.5 * (base_lr - schedule.min_lr) * (1.0 + std::cos(M_PI * progress));
+    }
   }
-  throw InvalidArgument(fmt::format("unknown schedule '{}': expected constant, step or cosine", schedule.type));
+  throw InvalidArgument(fmt::format("unknown schedule kind {}", static_cast<int>(schedule.type)));
 }
 
 }  // namespace kestrel

@@ -30,12 +30,12 @@ CapturedGraph CapturedGraph::capture(const Device& device, const std::function<v
 CapturedGraph::CapturedGraph(CapturedGraph&& other) noexcept
     : device_(std::move(other.device_)), graph_(std::exchange(other.graph_, nullptr)) {}
 
+// Steals `other` into a temporary first and swaps it in: the temporary's destructor then releases the
+// graph *this held, and self-assignment leaves the graph in place.
 CapturedGraph& CapturedGraph::operator=(CapturedGraph&& other) noexcept {
-  if (this != &other) {
-    this->~CapturedGraph();
-    device_ = std::move(other.device_);
-    graph_ = std::exchange(other.graph_, nullptr);
-  }
+  CapturedGraph stolen(std::move(other));
+  std::swap(device_, stolen.device_);
+  std::swap(graph_, stolen.graph_);
   return *this;
 }
 

@@ -27,14 +27,20 @@ class Section {
   [[noreturn]] void fail(const std::string& key, const std::string& expected, const nlohmann::json& got) const {
     throw ConfigError(fmt::format("{}/{}: expected {}, got {}", where_, key, expected, got.dump()));
   }
-  void string(const std::string& key, std::string& out, std::initializer_list<const char*> choices = {}) {
+  void string(const std::string& key, std::string& out) {
     if (auto* v = get(key)) {
-      std::string expected = choices.size() ? fmt::format("one of {}", fmt::join(choices, ", ")) : "a string";
-      if (!v->is_string()) fail(key, expected, *v);
+      if (!v->is_string()) fail(key, "a string", *v);
       out = v->get<std::string>();
-      if (choices.size() && std::none_of(choices.begin(), choices.end(), [&](const char* c) { return out == c; }))
-        fail(key, expected, *v);
     }
+  }
+  // One of `names`, stored as the name, or (kind) as its position, for an enum listed in the names' order.
+  template <size_t N>
+  void string(const std::string& key, std::string& out, const char* const (&names)[N]) {
+    if (const char* const* name = one_of(key, names)) out = *name;
+  }
+  template <class Kind, size_t N>
+  void kind(const std::string& key, Kind& out, const char* const (&names)[N]) {
+    if (const char* const* name = one_of(key, names)) out = static_cast<Kind>(name - names);
   }
   template <class T>
   void integer(const std::string& key, T& out, int64_t min) {
@@ -90,6 +96,16 @@ class Section {
   }
 
  private:
+  // The entry of `names` the key's value equals; nullptr when the key is absent.
+  template <size_t N>
+  const char* const* one_of(const std::string& key, const char* const (&names)[N]) {
+    const nlohmann::json* v = get(key);
+    if (!v) return nullptr;
+    for (const char* const& name : names)
+      if (v->is_string() && v->get<std::string>() == name) return &name;
+    fail(key, fmt::format("one of {}", fmt::join(names, ", ")), *v);
+  }
+
   const nlohmann::json& object_;
   std::string where_;
   std::set<std::string> known_;
@@ -126,7 +142,8 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   top.get("description");
 
   Section data = top.child("data");
-  data.string("dataset", c.data.dataset, {"fashion-mnist", "synthetic", "synthetic-regression", "csv"});
+  static constexpr const char* datasets[] = {"fashion-mnist", "synthetic", "synthetic-regression", "csv"};
+  data.string("dataset", c.data.dataset, datasets);
   data.string("path", c.data.path);
   data.numbers("mean", c.data.mean);
   data.numbers("std", c.data.std);
@@ -152,10 +169,10 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   if (c.data.dataset == "csv" && c.data.train_file.empty())
     throw ConfigError(fmt::format("{}: /data/train_file: a csv dataset needs a train_file", source));
 
-  top.string("loss", c.loss, {"cross_entropy", "mse"});
+  top.kind("loss", c.loss, loss_kind_names);
 
   Section opt = top.child("optimizer");
-  opt.string("type", c.optimizer.type, {"sgd", "adam", "adamw"});
+  opt.kind("type", c.optimizer.type, optimizer_kind_names);
   opt.number("lr", c.optimizer.lr, 0, 10);
   std::vector<double> betas;
   opt.numbers("betas", betas);
@@ -171,10 +188,10 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   opt.number("dampening", c.optimizer.dampening, 0, 1);
   opt.boolean("nesterov", c.optimizer.nesterov);
   opt.finish();
-  if (c.optimizer.type == "adamw" && !doc["optimizer"].contains("weight_decay")) c.optimizer.weight_decay = 0.01;  // torch's default
+  if (c.optimizer.type == OptimizerKind::adamw && !doc["optimizer"].contains("weight_decay")) c.optimizer.weight_decay = 0.01;  // torch's default
 
   Section schedule = top.child("schedule");
-  schedule.string("type", c.schedule.type, {"constant", "step", "cosine"});
+  schedule.kind("type", c.schedule.type, schedule_kind_names);
   schedule.integer("step_size", c.schedule.step_size, 1);
   schedule.number("gamma", c.schedule.gamma, 0, 1);
   schedule.integer("warmup_steps", c.schedule.warmup_steps, 0);
@@ -207,7 +224,8 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
       c.backends.push_back(name.get<std::string>());
     }
   }
-  backend.string("fallback", c.fallback, {"next", "error"});
+  static constexpr const char* fallbacks[] = {"next", "error"};
+  backend.string("fallback", c.fallback, fallbacks);
   backend.finish();
 
   top.string("out", c.out_dir);

@@ -47,7 +47,7 @@ RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
     throw ConfigError(fmt::format("{}: the data's samples are {} but the model {} takes {}", config.source,
                                   shape_str(out.train.sample_shape), spec.source(), shape_str(spec.input_shape())));
   const Shape& model_out = spec.layers()[spec.output()].output_shape;
-  if (config.loss == "cross_entropy") {
+  if (config.loss == LossKind::cross_entropy) {
     if (!out.train.is_classification())
       throw ConfigError(fmt::format("{}: /loss: cross_entropy needs class labels; this data is regression (use mse)", config.source));
     if (model_out.size() != 2 || model_out[1] < out.train.num_classes)

@@ -61,7 +61,7 @@ std::string Trainer::class_name(int64_t label) const {
 }
 
 Var Trainer::loss_of(const Var& output, const Tensor& targets) {
-  return config_.loss == "mse" ? fn::mse_loss(output, targets) : fn::cross_entropy(output, targets);
+  return config_.loss == LossKind::mse ? fn::mse_loss(output, targets) : fn::cross_entropy(output, targets);
 }
 
 EvalResult Trainer::evaluate() { return evaluate_on(test_); }

@@ -1,0 +1,26 @@
+#include "parameter_grad.h"
+
+#include "kestrel/ops.h"
+
+namespace kestrel {
+
+void ParameterGrad::settle() {
+  if (stale_) ops::fill_(storage_, 0.0);
+  stale_ = false;
+}
+
+void ParameterGrad::add(const Tensor& grad) {
+  if (stale_)
+    ops::copy_(storage_, grad);
+  else
+    ops::binary_(KESTREL_BINARY_ADD, storage_, storage_, grad);
+  stale_ = false;
+}
+
+void ParameterGrad::add_product(const Tensor& a, const Tensor& b) {
+  Tensor grad = storage_.view({a.size(0), b.size(1)});
+  ops::gemm_(grad, a, b, 1.0, stale_ ? 0.0 : 1.0);
+  stale_ = false;
+}
+
+}  // namespace kestrel
