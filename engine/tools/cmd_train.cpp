@@ -138,6 +138,14 @@ void add_train_commands(CLI::App& app, Action& action) {
       return 0;
     };
   });
+
+  auto* s = app.add_subcommand("schema", "Print the JSON Schema of model files, generated from the known layer kinds");
+  s->callback([&action] {
+    action = [] {
+      fmt::print("{}", model_schema());
+      return 0;
+    };
+  });
 }
 
 }  // namespace kestrel::cli

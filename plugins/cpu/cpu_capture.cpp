@@ -57,15 +57,17 @@ void give_to_capture(Context& context, kestrel_buffer* buffer, uint64_t rounded)
   fail(std::string(what) + " is not allowed while the stream is being captured; end the capture first");
 }
 
-void begin_capture(kestrel_stream* stream) {
-  Context& context = *stream->context;
-  std::lock_guard<std::mutex> lock(context.mutex);
-  if (context.capturing) fail("capture_begin: this context is already capturing; end that capture first");
-  auto* graph = new kestrel_graph;
-  graph->context = stream->context;
-  context.capturing = graph;
-  context.capture_thread = std::this_thread::get_id();
-  stream->recording = graph;
+kestrel_status capture_begin(kestrel_stream* stream) {
+  return Boundary::guarded([&] {
+    Context& context = *stream->context;
+    std::lock_guard<std::mutex> lock(context.mutex);
+    if (context.capturing) fail("capture_begin: this context is already capturing; end that capture first");
+    auto* graph = new kestrel_graph;
+    graph->context = stream->context;
+    context.capturing = graph;
+    context.capture_thread = std::this_thread::get_id();
+    stream->recording = graph;
+  });
 }
 
 namespace {
@@ -105,44 +107,48 @@ void record_copy(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offse
   stream->recording->steps.push_back(std::move(step));
 }
 
-kestrel_graph* end_capture(kestrel_stream* stream) {
-  kestrel_graph* graph = stream->recording;
-  if (!graph) fail("capture_end: this stream is not capturing");
-  Context& context = *stream->context;
-  std::lock_guard<std::mutex> lock(context.mutex);
-  context.capturing = nullptr;
-  stream->recording = nullptr;
-  graph->open = false;
-  if (!graph->live.empty()) {
-    const size_t live = graph->live.size();
-    graph->live.clear();
-    // The recording is discarded; its pool goes back to the cache (nothing will replay it).
-    for (auto& [bytes, blocks] : graph->pool)
-      for (void* block : blocks) context.free_blocks[bytes].push_back(block);
-    context.held_by_graphs -= graph->pool_bytes;
-    context.cached += graph->pool_bytes;
-    delete graph;
-    fail("capture_end: " + std::to_string(live) +
-         " buffer(s) allocated during the capture are still allocated; free them before capture_end or "
-         "allocate them before capture_begin");
-  }
-  return graph;
+kestrel_status capture_end(kestrel_stream* stream, kestrel_graph** out) {
+  return Boundary::guarded([&] {
+    kestrel_graph* graph = stream->recording;
+    if (!graph) fail("capture_end: this stream is not capturing");
+    Context& context = *stream->context;
+    std::lock_guard<std::mutex> lock(context.mutex);
+    context.capturing = nullptr;
+    stream->recording = nullptr;
+    graph->open = false;
+    if (!graph->live.empty()) {
+      const size_t live = graph->live.size();
+      graph->live.clear();
+      // The recording is discarded; its pool goes back to the cache (nothing will replay it).
+      for (auto& [bytes, blocks] : graph->pool)
+        for (void* block : blocks) context.free_blocks[bytes].push_back(block);
+      context.held_by_graphs -= graph->pool_bytes;
+      context.cached += graph->pool_bytes;
+      delete graph;
+      fail("capture_end: " + std::to_string(live) +
+           " buffer(s) allocated during the capture are still allocated; free them before capture_end or "
+           "allocate them before capture_begin");
+    }
+    *out = graph;
+  });
 }
 
-void launch_graph(kestrel_graph* graph, kestrel_stream* stream) {
-  if (!graph || graph->open) fail("graph_launch: not a finished capture");
-  if (stream->context != graph->context) fail("graph_launch: the graph was captured on another context");
-  if (stream->recording) refuse_while_capturing("graph_launch");
-  for (const auto& step : graph->steps) {
-    if (step->is_copy)
-      std::memmove(static_cast<char*>(step->dst->data) + step->dst_offset,
-                   static_cast<const char*>(step->src->data) + step->src_offset, step->bytes);
-    else
-      run_op(step->op);
-  }
+kestrel_status graph_launch(kestrel_graph* graph, kestrel_stream* stream) {
+  return Boundary::guarded([&] {
+    if (!graph || graph->open) fail("graph_launch: not a finished capture");
+    if (stream->context != graph->context) fail("graph_launch: the graph was captured on another context");
+    if (stream->recording) refuse_while_capturing("graph_launch");
+    for (const auto& step : graph->steps) {
+      if (step->is_copy)
+        std::memmove(static_cast<char*>(step->dst->data) + step->dst_offset,
+                     static_cast<const char*>(step->src->data) + step->src_offset, step->bytes);
+      else
+        run_op(step->op);
+    }
+  });
 }
 
-void destroy_graph(kestrel_graph* graph) {
+void graph_destroy(kestrel_graph* graph) {
   if (!graph) return;
   Context& context = *graph->context;
   {

@@ -9,8 +9,7 @@
 
 #include "kestrel/half.h"
 #include "kestrel/plugin.h"
-#include "kestrel/plugin_errors.hpp"
-#include "kestrel/plugin_shapes.hpp"
+#include "kestrel/plugin_boundary.hpp"
 
 namespace kestrel_cpu {
 
@@ -30,78 +29,47 @@ struct kestrel_buffer {
 
 namespace kestrel_cpu {
 
-// Thrown inside the plugin, turned into a status + last_error at the ABI boundary (guarded, cpu_plugin.cpp).
+// Thrown inside the plugin, turned into a status + last_error at the ABI boundary.
 using kestrel::plugin_errors::fail;
 using kestrel::plugin_errors::Failure;
+inline constexpr char kPluginName[] = "cpu";
+// Every entry runs in Boundary::guarded: the one place where C++ errors cross into the C ABI.
+using Boundary = kestrel::plugin_errors::ErrorBoundary<kPluginName>;
 
 // ---- element types: storage type, compute type, and conversions between them ----
-template <class S, class C>
-struct ElemBase {
-  using storage = S;
-  using compute = C;
-  static constexpr bool is_float = std::is_floating_point<C>::value;
-};
-struct F32 : ElemBase<float, float> {
+using kestrel::plugin_sdk::ElemBase;
+struct F32 : ElemBase<float, float, KESTREL_DTYPE_F32> {
   static float load(float s) { return s; }
   static float store(float c) { return c; }
 };
-struct F64 : ElemBase<double, double> {
+struct F64 : ElemBase<double, double, KESTREL_DTYPE_F64> {
   static double load(double s) { return s; }
   static double store(double c) { return c; }
 };
-struct F16 : ElemBase<uint16_t, float> {
+struct F16 : ElemBase<uint16_t, float, KESTREL_DTYPE_F16> {
   static float load(uint16_t s) { return kestrel_f16_to_f32(s); }
   static uint16_t store(float c) { return kestrel_f32_to_f16(c); }
 };
-struct BF16 : ElemBase<uint16_t, float> {
+struct BF16 : ElemBase<uint16_t, float, KESTREL_DTYPE_BF16> {
   static float load(uint16_t s) { return kestrel_bf16_to_f32(s); }
   static uint16_t store(float c) { return kestrel_f32_to_bf16(c); }
 };
-struct I32 : ElemBase<int32_t, int64_t> {
+struct I32 : ElemBase<int32_t, int64_t, KESTREL_DTYPE_I32> {
   static int64_t load(int32_t s) { return s; }
   static int32_t store(int64_t c) { return static_cast<int32_t>(c); }
 };
-struct I64 : ElemBase<int64_t, int64_t> {
+struct I64 : ElemBase<int64_t, int64_t, KESTREL_DTYPE_I64> {
   static int64_t load(int64_t s) { return s; }
   static int64_t store(int64_t c) { return c; }
 };
-struct U8 : ElemBase<uint8_t, int64_t> {
+struct U8 : ElemBase<uint8_t, int64_t, KESTREL_DTYPE_U8> {
   static int64_t load(uint8_t s) { return s; }
   static uint8_t store(int64_t c) { return static_cast<uint8_t>(c); }
 };
 
-// Calls fn(Elem{}) with the element type of `dtype`.
-template <class Fn>
-decltype(auto) dispatch(kestrel_dtype dtype, Fn&& fn) {
-  switch (dtype) {
-    case KESTREL_DTYPE_F32: return fn(F32{});
-    case KESTREL_DTYPE_F64: return fn(F64{});
-    case KESTREL_DTYPE_F16: return fn(F16{});
-    case KESTREL_DTYPE_BF16: return fn(BF16{});
-    case KESTREL_DTYPE_I32: return fn(I32{});
-    case KESTREL_DTYPE_I64: return fn(I64{});
-    case KESTREL_DTYPE_U8: return fn(U8{});
-    default: fail("unknown dtype code " + std::to_string(static_cast<int>(dtype)));
-  }
-}
-
-// Calls fn(Elem{}) for the floating dtypes only.
-template <class Fn>
-decltype(auto) dispatch_float(kestrel_dtype dtype, Fn&& fn) {
-  switch (dtype) {
-    case KESTREL_DTYPE_F32: return fn(F32{});
-    case KESTREL_DTYPE_F64: return fn(F64{});
-    case KESTREL_DTYPE_F16: return fn(F16{});
-    case KESTREL_DTYPE_BF16: return fn(BF16{});
-    default: fail("this op needs a floating-point dtype");
-  }
-}
-
-inline bool is_float_dtype(kestrel_dtype d) {
-  return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16;
-}
-inline bool is_index_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_I64 || d == KESTREL_DTYPE_I32; }
-inline bool is_valid_dtype(kestrel_dtype d) { return d >= 0 && d < KESTREL_DTYPE_COUNT; }
+// Calls fn(Elem{}) with the element type of a dtype (kestrel/plugin_boundary.hpp).
+constexpr kestrel::plugin_sdk::Dispatch<F32, F64, F16, BF16, I32, I64, U8> dispatch{"a dtype the cpu backend knows"};
+constexpr kestrel::plugin_sdk::Dispatch<F32, F64, F16, BF16> dispatch_float{"a floating-point dtype"};
 
 // ---- strided views ----
 // A tensor descriptor resolved to a typed base pointer; element (i0..in) is at base[sum(i_d * stride_d)].
@@ -128,23 +96,17 @@ struct View {
 };
 
 
-// Shared with every backend (kestrel/plugin_shapes.hpp).
+// Shared with every backend (kestrel/plugin_shapes.hpp, kestrel/plugin_boundary.hpp).
+using kestrel::plugin_sdk::check_in_buffer;
+using kestrel::plugin_sdk::params_of;
 using kestrel::plugin_shapes::all_contiguous;
+using kestrel::plugin_shapes::arity;
+using kestrel::plugin_shapes::dtype_bytes;
 using kestrel::plugin_shapes::is_contiguous;
+using kestrel::plugin_shapes::is_float_dtype;
+using kestrel::plugin_shapes::is_index_dtype;
 using kestrel::plugin_shapes::numel;
 using kestrel::plugin_shapes::same_shape;
-
-inline size_t dtype_bytes(kestrel_dtype d) {
-  switch (d) {
-    case KESTREL_DTYPE_F32: case KESTREL_DTYPE_I32: return 4;
-    case KESTREL_DTYPE_F16: case KESTREL_DTYPE_BF16: return 2;
-    case KESTREL_DTYPE_U8: return 1;
-    default: return 8;
-  }
-}
-
-// Checks that every element the descriptor can reach lies inside its buffer.
-void check_bounds(const kestrel_tensor& t, const char* role);
 
 template <class S>
 View<S> view_of(const kestrel_tensor& t) {
@@ -160,13 +122,6 @@ View<S> view_of(const kestrel_tensor& t) {
   return v;
 }
 
-
-template <class P>
-const P& params_of(const kestrel_op& op, const char* name) {
-  const P* p = static_cast<const P*>(op.params);
-  if (!p || p->struct_size < sizeof(P)) fail(std::string(name) + ": missing or too-small parameter block");
-  return *p;
-}
 
 // NaN-propagating max/min, as torch.maximum/minimum.
 template <class T>

@@ -61,10 +61,10 @@ void record_copy(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offse
                  uint64_t src_offset, uint64_t bytes);
 [[noreturn]] void refuse_while_capturing(const char* what);
 
-// The capture entries' bodies; they throw Failure (the ABI wrappers in cpu_plugin.cpp convert it).
-void begin_capture(kestrel_stream* stream);
-kestrel_graph* end_capture(kestrel_stream* stream);
-void launch_graph(kestrel_graph* graph, kestrel_stream* stream);
-void destroy_graph(kestrel_graph* graph);
+// The capture entries of the ABI table.
+kestrel_status capture_begin(kestrel_stream* stream);
+kestrel_status capture_end(kestrel_stream* stream, kestrel_graph** graph);
+kestrel_status graph_launch(kestrel_graph* graph, kestrel_stream* stream);
+void graph_destroy(kestrel_graph* graph);
 
 }  // namespace kestrel_cpu

@@ -35,10 +35,6 @@ void launch_softmax_cross_entropy(const kestrel_op& op);
 bool supports_optimizer(const kestrel_op& op);  // adam_update, sgd_update
 void launch_optimizer(const kestrel_op& op);
 
-// Shared checks.
-bool arity(const kestrel_op& op, int inputs, int outputs);
-bool valid_tensors(const kestrel_op& op);  // dtypes known, ranks in range, extents non-negative
-
 // Elementwise helpers used by several families: out[i] = f(in[i]) over equal shapes, any strides.
 // Strided operands are walked row by row (the last axis), so the index arithmetic is paid once per row
 // rather than once per element.

@@ -19,6 +19,7 @@
 
 #include "cpu_context.hpp"
 #include "cpu_ops.hpp"
+#include "kestrel/plugin_table.hpp"
 
 namespace kestrel_cpu {
 
@@ -33,15 +34,6 @@ void Context::trim() {
 
 namespace kestrel_cpu {
 namespace {
-
-thread_local std::string last_error_message;
-
-// Runs `body` and converts what it throws into a status and last_error: the one place where C++
-// errors cross into the C ABI.
-template <class Body>
-kestrel_status guarded(Body&& body) {
-  return kestrel::plugin_errors::guarded(last_error_message, "cpu", body);
-}
 
 std::string cpuinfo_field(const std::string& key) {
   std::ifstream in("/proc/cpuinfo");
@@ -80,16 +72,10 @@ void copy_string(char* dst, size_t size, const std::string& src) {
   dst[size - 1] = '\0';
 }
 
-void check_buffer_range(const kestrel_buffer* buffer, uint64_t offset, uint64_t bytes, const char* what) {
-  if (!buffer) fail(std::string(what) + ": null buffer");
-  if (offset > buffer->bytes || bytes > buffer->bytes - offset)
-    fail(std::string(what) + ": " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-         " overrun a buffer of " + std::to_string(buffer->bytes) + " bytes");
-}
 
 // ---- ABI entries ----
 
-const char* last_error() { return last_error_message.c_str(); }
+const char* last_error() { return Boundary::last_error(); }
 
 kestrel_status probe(kestrel_probe_result* result) {
   result->usable = 1;
@@ -99,7 +85,7 @@ kestrel_status probe(kestrel_probe_result* result) {
 }
 
 kestrel_status initialize() {
-  return guarded([] {
+  return Boundary::guarded([] {
     // Kokkos cannot be initialised again after finalize, so this library stays loaded for the rest of
     // the process and finalises Kokkos at exit.
     Dl_info self{};
@@ -133,7 +119,7 @@ void check_device(int32_t device) {
 }
 
 kestrel_status device_properties(int32_t device, kestrel_device_properties* props) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     check_device(device);
     int hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
     int kokkos_threads = Exec().concurrency();
@@ -159,7 +145,7 @@ kestrel_status device_properties(int32_t device, kestrel_device_properties* prop
 }
 
 kestrel_status context_create(int32_t device, kestrel_context** context) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     check_device(device);
     *context = new kestrel_context();
   });
@@ -168,14 +154,14 @@ kestrel_status context_create(int32_t device, kestrel_context** context) {
 void context_destroy(kestrel_context* context) { delete context; }
 
 kestrel_status stream_create(kestrel_context* context, kestrel_stream** stream) {
-  return guarded([&] { *stream = new kestrel_stream{context}; });
+  return Boundary::guarded([&] { *stream = new kestrel_stream{context}; });
 }
 
 void stream_destroy(kestrel_stream* stream) { delete stream; }
 
 kestrel_status stream_synchronize(kestrel_stream* stream) {
   if (stream->recording) {
-    last_error_message = "stream_synchronize is not allowed while the stream is being captured; end the capture first";
+    Boundary::message() = "stream_synchronize is not allowed while the stream is being captured; end the capture first";
     return KESTREL_STATUS_INVALID_ARGUMENT;
   }
   // Static engines may outlive Kokkos, which is finalised at exit: by then there is nothing to wait for.
@@ -184,7 +170,7 @@ kestrel_status stream_synchronize(kestrel_stream* stream) {
 }
 
 kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_buffer** buffer) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     const uint64_t rounded = rounded_size(bytes);
     std::lock_guard<std::mutex> lock(context->mutex);
     const bool capturing = capture_owns_this_thread(*context);
@@ -233,27 +219,27 @@ void buffer_free(kestrel_buffer* buffer) {
 
 kestrel_status copy_host_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset,
                                    const void* src, uint64_t bytes) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     if (stream->recording) refuse_while_capturing("copy_host_to_device");
-    check_buffer_range(dst, dst_offset, bytes, "copy_host_to_device");
+    kestrel::plugin_sdk::check_copy_range(dst, dst_offset, bytes, "copy_host_to_device");
     std::memcpy(static_cast<char*>(dst->data) + dst_offset, src, bytes);
   });
 }
 
 kestrel_status copy_device_to_host(kestrel_stream* stream, void* dst, kestrel_buffer* src, uint64_t src_offset,
                                    uint64_t bytes) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     if (stream->recording) refuse_while_capturing("copy_device_to_host");
-    check_buffer_range(src, src_offset, bytes, "copy_device_to_host");
+    kestrel::plugin_sdk::check_copy_range(src, src_offset, bytes, "copy_device_to_host");
     std::memcpy(dst, static_cast<const char*>(src->data) + src_offset, bytes);
   });
 }
 
 kestrel_status copy_device_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset,
                                      kestrel_buffer* src, uint64_t src_offset, uint64_t bytes) {
-  return guarded([&] {
-    check_buffer_range(dst, dst_offset, bytes, "copy_device_to_device");
-    check_buffer_range(src, src_offset, bytes, "copy_device_to_device");
+  return Boundary::guarded([&] {
+    kestrel::plugin_sdk::check_copy_range(dst, dst_offset, bytes, "copy_device_to_device");
+    kestrel::plugin_sdk::check_copy_range(src, src_offset, bytes, "copy_device_to_device");
     if (stream->recording) return record_copy(stream, dst, dst_offset, src, src_offset, bytes);
     std::memmove(static_cast<char*>(dst->data) + dst_offset, static_cast<const char*>(src->data) + src_offset, bytes);
   });
@@ -286,19 +272,16 @@ struct Family {
   void (*launch)(const kestrel_op&);
 };
 
-const Family* family_of(kestrel_op_kind kind) {
-  static const Family families[] = {KESTREL_OP_FAMILY_TABLE};
-  return kestrel::plugin_shapes::family_entry(families, kind);
-}
+// Every family, required and fused.
+const kestrel::plugin_sdk::FamilyTable<Family> families{KESTREL_REQUIRED_FAMILIES, KESTREL_FAMILY(linear),
+                                                        KESTREL_FAMILY(softmax), KESTREL_FAMILY(softmax_cross_entropy),
+                                                        KESTREL_FAMILY(optimizer)};
 
-int32_t supports_op(kestrel_context*, const kestrel_op* op) {
-  if (!op || op->struct_size < sizeof(kestrel_op) || !valid_tensors(*op)) return 0;
-  const Family* family = family_of(op->kind);
-  return family && family->supports(*op) ? 1 : 0;
-}
+int32_t supports_op(kestrel_context*, const kestrel_op* op) { return kestrel::plugin_sdk::supports(families, op); }
 
 kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
+    if (!op) fail("launch: no op");
     check_op(*op);
     if (stream->recording)
       record_op(stream, *op);
@@ -307,99 +290,30 @@ kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
   });
 }
 
-kestrel_status capture_begin(kestrel_stream* stream) { return guarded([&] { begin_capture(stream); }); }
-kestrel_status capture_end(kestrel_stream* stream, kestrel_graph** graph) {
-  return guarded([&] { *graph = end_capture(stream); });
-}
-kestrel_status graph_launch(kestrel_graph* graph, kestrel_stream* stream) {
-  return guarded([&] { launch_graph(graph, stream); });
-}
-
 }  // namespace
 
 void check_op(const kestrel_op& op) {
-  if (!supports_op(nullptr, &op))
-    fail("the cpu backend does not support this op with these dtypes, shapes or strides", KESTREL_STATUS_UNSUPPORTED);
-  for (int i = 0; i < op.num_inputs; ++i) check_bounds(op.inputs[i], "input");
-  for (int i = 0; i < op.num_outputs; ++i) check_bounds(op.outputs[i], "output");
+  kestrel::plugin_sdk::check_launchable(
+      supports_op(nullptr, &op), &op, "the cpu backend does not support this op with these dtypes, shapes or strides");
 }
 
 void run_op(const kestrel_op& op) {
-  auto launch = family_of(op.kind)->launch;
+  auto launch = families.find(op.kind)->launch;
   if (profiling())
     run_profiled(op, launch);
   else
     launch(op);
 }
 
-bool valid_tensors(const kestrel_op& op) {
-  if (op.num_inputs < 0 || op.num_inputs > KESTREL_MAX_OP_TENSORS || op.num_outputs < 0 ||
-      op.num_outputs > KESTREL_MAX_OP_TENSORS)
-    return false;
-  auto ok = [](const kestrel_tensor& t) {
-    if (t.struct_size < sizeof(kestrel_tensor) || !is_valid_dtype(t.dtype) || t.rank < 0 || t.rank > KESTREL_MAX_RANK)
-      return false;
-    for (int d = 0; d < t.rank; ++d)
-      if (t.shape[d] < 0 || t.strides[d] < 0) return false;
-    return true;
-  };
-  for (int i = 0; i < op.num_inputs; ++i)
-    if (!ok(op.inputs[i])) return false;
-  for (int i = 0; i < op.num_outputs; ++i)
-    if (!ok(op.outputs[i])) return false;
-  return true;
-}
-
-bool arity(const kestrel_op& op, int inputs, int outputs) {
-  return op.num_inputs == inputs && op.num_outputs == outputs && valid_tensors(op);
-}
-
-void check_bounds(const kestrel_tensor& t, const char* role) {
-  if (!t.buffer) fail(std::string(role) + " tensor has no buffer");
-  if (numel(t) == 0) return;
-  uint64_t last = t.offset;
-  for (int d = 0; d < t.rank; ++d) last += uint64_t(t.shape[d] - 1) * uint64_t(t.strides[d]);
-  if ((last + 1) * dtype_bytes(t.dtype) > t.buffer->bytes)
-    fail(std::string(role) + " tensor reaches element " + std::to_string(last) + ", past the end of its " +
-         std::to_string(t.buffer->bytes) + "-byte buffer");
-}
-
 }  // namespace kestrel_cpu
 
 KESTREL_PLUGIN_ENTRY {
   using namespace kestrel_cpu;
-  static const kestrel_plugin_api api = [] {
-    kestrel_plugin_api a{};
-    a.struct_size = sizeof(a);
-    a.abi_major = KESTREL_PLUGIN_ABI_MAJOR;
-    a.abi_minor = KESTREL_PLUGIN_ABI_MINOR;
-    a.name = "cpu";
-    a.version = KESTREL_VERSION;
-    a.last_error = last_error;
-    a.probe = probe;
-    a.initialize = initialize;
-    a.device_count = device_count;
-    a.device_properties = device_properties;
-    a.context_create = context_create;
-    a.context_destroy = context_destroy;
-    a.stream_create = stream_create;
-    a.stream_destroy = stream_destroy;
-    a.stream_synchronize = stream_synchronize;
-    a.buffer_alloc = buffer_alloc;
-    a.buffer_free = buffer_free;
-    a.copy_host_to_device = copy_host_to_device;
-    a.copy_device_to_host = copy_device_to_host;
-    a.copy_device_to_device = copy_device_to_device;
-    a.memory_stats = memory_stats;
-    a.memory_trim = memory_trim;
-    a.memory_reset_peak = memory_reset_peak;
-    a.supports_op = supports_op;
-    a.launch = launch;
-    a.capture_begin = capture_begin;
-    a.capture_end = capture_end;
-    a.graph_launch = graph_launch;
-    a.graph_destroy = destroy_graph;
-    return a;
-  }();
-  return &api;
+  return kestrel::plugin_sdk::plugin_table("cpu", KESTREL_VERSION, [](kestrel_plugin_api& api) {
+    KESTREL_SET_REQUIRED_ENTRIES(api);
+    KESTREL_SET_MEMORY_CACHE_ENTRIES(api);
+    KESTREL_SET_CAPTURE_ENTRIES(api);
+    api.probe = probe;
+    api.initialize = initialize;
+  });
 }

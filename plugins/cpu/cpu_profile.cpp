@@ -15,7 +15,7 @@ namespace kestrel_cpu {
 namespace {
 
 std::string key_of(const kestrel_op& op) {
-  std::string key = kestrel::plugin_shapes::op_kind_name(op.kind);
+  std::string key = kestrel::plugin_sdk::op_kind_name(op.kind);
   if ((op.kind == KESTREL_OP_GEMM || op.kind == KESTREL_OP_LINEAR) && op.num_inputs >= 2 && op.num_outputs >= 1) {
     const kestrel_tensor &a = op.inputs[0], &c = op.outputs[0];
     if (a.rank >= 2 && c.rank >= 2)

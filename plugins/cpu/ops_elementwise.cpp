@@ -6,7 +6,7 @@
 namespace kestrel_cpu {
 
 bool supports_fill(const kestrel_op& op) {
-  return arity(op, 0, 1) && op.params != nullptr;
+  return kestrel::plugin_shapes::fill_fits(op);
 }
 
 void launch_fill(const kestrel_op& op) {
@@ -27,7 +27,7 @@ void launch_fill(const kestrel_op& op) {
   });
 }
 
-bool supports_copy(const kestrel_op& op) { return arity(op, 1, 1) && same_shape(op.inputs[0], op.outputs[0]); }
+bool supports_copy(const kestrel_op& op) { return kestrel::plugin_shapes::copy_fits(op); }
 
 void launch_copy(const kestrel_op& op) {
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
@@ -52,11 +52,6 @@ void launch_copy(const kestrel_op& op) {
 }
 
 namespace {
-
-bool unary_allowed_for_integers(kestrel_unary_fn fn) {
-  return fn == KESTREL_UNARY_NEG || fn == KESTREL_UNARY_ABS || fn == KESTREL_UNARY_RELU ||
-         fn == KESTREL_UNARY_STEP || fn == KESTREL_UNARY_SQUARE || fn == KESTREL_UNARY_SIGN;
-}
 
 template <class E>
 void run_unary(kestrel_unary_fn fn, double alpha_in, double beta_in, const kestrel_tensor& in,
@@ -130,13 +125,7 @@ void run_binary(kestrel_binary_fn fn, const kestrel_tensor& a, const kestrel_ten
 
 }  // namespace
 
-bool supports_unary(const kestrel_op& op) {
-  if (!arity(op, 1, 1) || !op.params || !same_shape(op.inputs[0], op.outputs[0])) return false;
-  if (op.inputs[0].dtype != op.outputs[0].dtype) return false;
-  auto fn = static_cast<const kestrel_unary_params*>(op.params)->fn;
-  if (fn < KESTREL_UNARY_NEG || fn > KESTREL_UNARY_POW) return false;
-  return is_float_dtype(op.inputs[0].dtype) || unary_allowed_for_integers(fn);
-}
+bool supports_unary(const kestrel_op& op) { return kestrel::plugin_shapes::unary_fits(op); }
 
 void launch_unary(const kestrel_op& op) {
   const auto& p = params_of<kestrel_unary_params>(op, "unary");
@@ -144,14 +133,7 @@ void launch_unary(const kestrel_op& op) {
            [&](auto elem) { run_unary<decltype(elem)>(p.fn, p.alpha, p.beta, op.inputs[0], op.outputs[0]); });
 }
 
-bool supports_binary(const kestrel_op& op) {
-  if (!arity(op, 2, 1) || !op.params) return false;
-  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &out = op.outputs[0];
-  if (!same_shape(a, out) || !same_shape(b, out) || a.dtype != out.dtype || b.dtype != out.dtype) return false;
-  auto fn = static_cast<const kestrel_binary_params*>(op.params)->fn;
-  if (fn < KESTREL_BINARY_ADD || fn > KESTREL_BINARY_GE) return false;
-  return is_float_dtype(out.dtype) || (fn != KESTREL_BINARY_DIV && fn != KESTREL_BINARY_POW);
-}
+bool supports_binary(const kestrel_op& op) { return kestrel::plugin_shapes::binary_fits(op); }
 
 void launch_binary(const kestrel_op& op) {
   auto fn = params_of<kestrel_binary_params>(op, "binary").fn;

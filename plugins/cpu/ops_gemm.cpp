@@ -101,16 +101,8 @@ void gemm_batched(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, co
   }
 }
 
-bool gemm_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64; }
-
-bool gemm_shapes_ok(const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& c) {
-  if (c.rank != 2 && c.rank != 3) return false;
-  if (a.rank != c.rank || b.rank != c.rank) return false;
-  const int lead = c.rank - 2;
-  if (c.rank == 3 && (a.shape[0] != c.shape[0] || b.shape[0] != c.shape[0])) return false;
-  return a.shape[lead] == c.shape[lead] && b.shape[lead + 1] == c.shape[lead + 1] &&
-         a.shape[lead + 1] == b.shape[lead];
-}
+// What OpenBLAS multiplies: f32 and f64 (16-bit floats are composed by the engine).
+bool blas_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64; }
 
 template <class T>
 T activate(kestrel_activation act, T x) {
@@ -124,9 +116,7 @@ T activate(kestrel_activation act, T x) {
 }  // namespace
 
 bool supports_gemm(const kestrel_op& op) {
-  if (!arity(op, 2, 1) || !op.params) return false;
-  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &c = op.outputs[0];
-  return gemm_dtype(c.dtype) && a.dtype == c.dtype && b.dtype == c.dtype && gemm_shapes_ok(a, b, c);
+  return kestrel::plugin_shapes::gemm_fits(op) && blas_dtype(op.outputs[0].dtype);
 }
 
 void launch_gemm(const kestrel_op& op) {
@@ -139,18 +129,8 @@ void launch_gemm(const kestrel_op& op) {
 
 // in0 x (M,K), in1 w (K,N), optional in2 bias (N); out0 = act(x @ w + bias), optional out1 = x @ w + bias.
 bool supports_linear(const kestrel_op& op) {
-  if (!op.params || (op.num_inputs != 2 && op.num_inputs != 3) || (op.num_outputs != 1 && op.num_outputs != 2) ||
-      !valid_tensors(op))
-    return false;
-  const kestrel_tensor &x = op.inputs[0], &w = op.inputs[1], &y = op.outputs[0];
-  if (!gemm_dtype(y.dtype) || x.dtype != y.dtype || w.dtype != y.dtype || y.rank != 2) return false;
-  if (!gemm_shapes_ok(x, w, y) || !is_contiguous(y)) return false;
-  if (op.num_inputs == 3 && (op.inputs[2].dtype != y.dtype || op.inputs[2].rank != 1 || op.inputs[2].shape[0] != y.shape[1]))
-    return false;
-  if (op.num_outputs == 2 && (!same_shape(op.outputs[1], y) || op.outputs[1].dtype != y.dtype || !is_contiguous(op.outputs[1])))
-    return false;
-  auto act = static_cast<const kestrel_linear_params*>(op.params)->activation;
-  return act >= KESTREL_ACTIVATION_NONE && act <= KESTREL_ACTIVATION_GELU;
+  if (!kestrel::plugin_shapes::linear_fits(op) || !blas_dtype(op.outputs[0].dtype)) return false;
+  return kestrel::plugin_shapes::outputs_contiguous(op);
 }
 
 namespace {

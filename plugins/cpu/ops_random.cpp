@@ -9,13 +9,7 @@
 
 namespace kestrel_cpu {
 
-bool supports_random(const kestrel_op& op) {
-  if (!valid_tensors(op) || !kestrel::plugin_shapes::random_fits(op)) return false;
-  auto dist = static_cast<const kestrel_random_params*>(op.params)->distribution;
-  kestrel_dtype d = op.outputs[0].dtype;
-  if (dist == KESTREL_DISTRIBUTION_BERNOULLI) return is_float_dtype(d) || d == KESTREL_DTYPE_U8;
-  return (dist == KESTREL_DISTRIBUTION_UNIFORM || dist == KESTREL_DISTRIBUTION_NORMAL) && is_float_dtype(d);
-}
+bool supports_random(const kestrel_op& op) { return kestrel::plugin_shapes::random_fits(op); }
 
 void launch_random(const kestrel_op& op) {
   const auto p = params_of<kestrel_random_params>(op, "random");

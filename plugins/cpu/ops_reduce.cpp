@@ -154,11 +154,7 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
 
 }  // namespace
 
-bool supports_reduce(const kestrel_op& op) {
-  return arity(op, 1, 1) && kestrel::plugin_shapes::reduce_fits(op) &&
-         (static_cast<const kestrel_reduce_params*>(op.params)->fn != KESTREL_REDUCE_MEAN ||
-          is_float_dtype(op.inputs[0].dtype));  // like torch: no mean of integers
-}
+bool supports_reduce(const kestrel_op& op) { return kestrel::plugin_shapes::reduce_fits(op); }
 
 void launch_reduce(const kestrel_op& op) {
   auto fn = params_of<kestrel_reduce_params>(op, "reduce").fn;

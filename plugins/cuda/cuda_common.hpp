@@ -13,8 +13,7 @@
 #include <vector>
 
 #include "kestrel/plugin.h"
-#include "kestrel/plugin_errors.hpp"
-#include "kestrel/plugin_shapes.hpp"
+#include "kestrel/plugin_boundary.hpp"
 
 namespace kestrel_cuda {
 
@@ -30,13 +29,14 @@ inline void check_cuda(cudaError_t err, const char* what) {
 }
 void check_cublas(cublasStatus_t status, const char* what);
 
-std::string& last_error_message();  // this thread's; cuda_plugin.cpp
+inline constexpr char kPluginName[] = "cuda";
+using Boundary = kestrel::plugin_errors::ErrorBoundary<kPluginName>;
 
 // Runs `body` and converts what it throws into a status and last_error: the one place where C++
 // errors cross into the C ABI.
 template <class Body>
 kestrel_status guarded(Body&& body) {
-  return kestrel::plugin_errors::guarded(last_error_message(), "cuda", body);
+  return Boundary::guarded(body);
 }
 
 // Errors kernels find in the data (an index out of range) cannot be returned from an asynchronous
@@ -102,21 +102,15 @@ namespace kestrel_cuda {
 inline void set_device(int device) { check_cuda(cudaSetDevice(device), "cudaSetDevice"); }
 
 // ---- tensors ----
-inline size_t dtype_bytes(kestrel_dtype d) {
-  switch (d) {
-    case KESTREL_DTYPE_F32: case KESTREL_DTYPE_I32: return 4;
-    case KESTREL_DTYPE_F16: case KESTREL_DTYPE_BF16: return 2;
-    case KESTREL_DTYPE_U8: return 1;
-    default: return 8;
-  }
-}
-inline bool is_float_dtype(kestrel_dtype d) {
-  return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16;
-}
-inline bool is_index_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_I64 || d == KESTREL_DTYPE_I32; }
 
-// Shared with every backend (kestrel/plugin_shapes.hpp).
+// Shared with every backend (kestrel/plugin_shapes.hpp, kestrel/plugin_boundary.hpp).
+using kestrel::plugin_sdk::check_in_buffer;
+using kestrel::plugin_sdk::params_of;
 using kestrel::plugin_shapes::all_contiguous;
+using kestrel::plugin_shapes::arity;
+using kestrel::plugin_shapes::dtype_bytes;
+using kestrel::plugin_shapes::is_float_dtype;
+using kestrel::plugin_shapes::is_index_dtype;
 using kestrel::plugin_shapes::is_contiguous;
 using kestrel::plugin_shapes::numel;
 using kestrel::plugin_shapes::same_shape;
@@ -158,13 +152,6 @@ inline TensorRef contiguous_ref(void* base, kestrel_dtype dtype, int rank, const
     stride *= shape[d];
   }
   return r;
-}
-
-template <class P>
-const P& params_of(const kestrel_op& op, const char* name) {
-  const P* p = static_cast<const P*>(op.params);
-  if (!p || p->struct_size < sizeof(P)) fail(std::string(name) + ": missing or too-small parameter block");
-  return *p;
 }
 
 // Stream-ordered scratch memory from the context's pool, freed on the same stream when it goes out of

@@ -307,19 +307,10 @@ void host_free(kestrel_context* context, void* ptr) {
   cudaFreeHost(ptr);
 }
 
-namespace {
-void check_buffer_range(const kestrel_buffer* buffer, uint64_t offset, uint64_t bytes, const char* what) {
-  if (!buffer) fail(std::string(what) + ": null buffer");
-  if (offset > buffer->bytes || bytes > buffer->bytes - offset)
-    fail(std::string(what) + ": " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-         " overrun a buffer of " + std::to_string(buffer->bytes) + " bytes");
-}
-}  // namespace
-
 kestrel_status copy_host_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset, const void* src,
                                    uint64_t bytes) {
   return guarded([&] {
-    check_buffer_range(dst, dst_offset, bytes, "copy_host_to_device");
+    kestrel::plugin_sdk::check_copy_range(dst, dst_offset, bytes, "copy_host_to_device");
     if (bytes == 0) return;
     set_device(stream->context->device);
     check_cuda(cudaMemcpyAsync(static_cast<char*>(dst->data) + dst_offset, src, bytes, cudaMemcpyHostToDevice,
@@ -331,7 +322,7 @@ kestrel_status copy_host_to_device(kestrel_stream* stream, kestrel_buffer* dst, 
 kestrel_status copy_device_to_host(kestrel_stream* stream, void* dst, kestrel_buffer* src, uint64_t src_offset,
                                    uint64_t bytes) {
   return guarded([&] {
-    check_buffer_range(src, src_offset, bytes, "copy_device_to_host");
+    kestrel::plugin_sdk::check_copy_range(src, src_offset, bytes, "copy_device_to_host");
     if (bytes == 0) return;
     set_device(stream->context->device);
     check_cuda(cudaMemcpyAsync(dst, static_cast<const char*>(src->data) + src_offset, bytes, cudaMemcpyDeviceToHost,
@@ -343,8 +334,8 @@ kestrel_status copy_device_to_host(kestrel_stream* stream, void* dst, kestrel_bu
 kestrel_status copy_device_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset,
                                      kestrel_buffer* src, uint64_t src_offset, uint64_t bytes) {
   return guarded([&] {
-    check_buffer_range(dst, dst_offset, bytes, "copy_device_to_device");
-    check_buffer_range(src, src_offset, bytes, "copy_device_to_device");
+    kestrel::plugin_sdk::check_copy_range(dst, dst_offset, bytes, "copy_device_to_device");
+    kestrel::plugin_sdk::check_copy_range(src, src_offset, bytes, "copy_device_to_device");
     if (bytes == 0) return;
     set_device(stream->context->device);
     // cudaMemcpyDefault: the buffers may live on different devices (unified addressing); peer copies go

@@ -14,26 +14,21 @@
 namespace kestrel_cuda {
 
 // ---- element types: storage type, compute type, conversions (the CPU plugin's semantics) ----
-template <class S, class C>
-struct ElemBase {
-  using storage = S;
-  using compute = C;
-  static constexpr bool is_float = std::is_floating_point<C>::value;
-};
-struct F32 : ElemBase<float, float> {
+using kestrel::plugin_sdk::ElemBase;
+struct F32 : ElemBase<float, float, KESTREL_DTYPE_F32> {
   __device__ static float load(float s) { return s; }
   __device__ static float store(float c) { return c; }
 };
-struct F64 : ElemBase<double, double> {
+struct F64 : ElemBase<double, double, KESTREL_DTYPE_F64> {
   __device__ static double load(double s) { return s; }
   __device__ static double store(double c) { return c; }
 };
 // 16-bit floats are stored as raw uint16_t bits (as in the ABI) and computed in f32.
-struct F16 : ElemBase<uint16_t, float> {
+struct F16 : ElemBase<uint16_t, float, KESTREL_DTYPE_F16> {
   __device__ static float load(uint16_t s) { return __half2float(__ushort_as_half(s)); }
   __device__ static uint16_t store(float c) { return __half_as_ushort(__float2half_rn(c)); }  // round to nearest even
 };
-struct BF16 : ElemBase<uint16_t, float> {
+struct BF16 : ElemBase<uint16_t, float, KESTREL_DTYPE_BF16> {
   __device__ static float load(uint16_t s) { return __uint_as_float(uint32_t(s) << 16); }
   // The same rounding as kestrel/half.h (round to nearest even, NaN kept quiet), written out so results
   // match the CPU backend bit for bit on every architecture.
@@ -45,43 +40,22 @@ struct BF16 : ElemBase<uint16_t, float> {
   }
 };
 // Integers compute in int64 and wrap when stored, like the CPU backend.
-struct I32 : ElemBase<int32_t, long long> {
+struct I32 : ElemBase<int32_t, long long, KESTREL_DTYPE_I32> {
   __device__ static long long load(int32_t s) { return s; }
   __device__ static int32_t store(long long c) { return int32_t(c); }
 };
-struct I64 : ElemBase<long long, long long> {
+struct I64 : ElemBase<long long, long long, KESTREL_DTYPE_I64> {
   __device__ static long long load(long long s) { return s; }
   __device__ static long long store(long long c) { return c; }
 };
-struct U8 : ElemBase<uint8_t, long long> {
+struct U8 : ElemBase<uint8_t, long long, KESTREL_DTYPE_U8> {
   __device__ static long long load(uint8_t s) { return s; }
   __device__ static uint8_t store(long long c) { return uint8_t(c); }
 };
 
-// Calls fn(Elem{}) with the element type of `dtype`.
-template <class Fn>
-void dispatch(kestrel_dtype dtype, Fn&& fn) {
-  switch (dtype) {
-    case KESTREL_DTYPE_F32: return fn(F32{});
-    case KESTREL_DTYPE_F64: return fn(F64{});
-    case KESTREL_DTYPE_F16: return fn(F16{});
-    case KESTREL_DTYPE_BF16: return fn(BF16{});
-    case KESTREL_DTYPE_I32: return fn(I32{});
-    case KESTREL_DTYPE_I64: return fn(I64{});
-    case KESTREL_DTYPE_U8: return fn(U8{});
-    default: fail("unknown dtype code " + std::to_string(int(dtype)));
-  }
-}
-template <class Fn>
-void dispatch_float(kestrel_dtype dtype, Fn&& fn) {
-  switch (dtype) {
-    case KESTREL_DTYPE_F32: return fn(F32{});
-    case KESTREL_DTYPE_F64: return fn(F64{});
-    case KESTREL_DTYPE_F16: return fn(F16{});
-    case KESTREL_DTYPE_BF16: return fn(BF16{});
-    default: fail("this op needs a floating-point dtype");
-  }
-}
+// Calls fn(Elem{}) with the element type of a dtype (kestrel/plugin_boundary.hpp).
+constexpr kestrel::plugin_sdk::Dispatch<F32, F64, F16, BF16, I32, I64, U8> dispatch{"a dtype the cuda backend knows"};
+constexpr kestrel::plugin_sdk::Dispatch<F32, F64, F16, BF16> dispatch_float{"a floating-point dtype"};
 
 // NaN-propagating max/min, as torch.maximum/minimum.
 template <class T>

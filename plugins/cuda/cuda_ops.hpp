@@ -35,10 +35,6 @@ void launch_softmax_cross_entropy(kestrel_stream& s, const kestrel_op& op);
 bool supports_optimizer(const kestrel_op& op);  // adam_update, sgd_update
 void launch_optimizer(kestrel_stream& s, const kestrel_op& op);
 
-// Shared checks (cuda_plugin.cpp).
-bool arity(const kestrel_op& op, int inputs, int outputs);
-bool valid_tensors(const kestrel_op& op);  // dtypes known, ranks in range, extents and strides non-negative
-
 // out = cast(in) elementwise, equal shapes, any strides and dtypes (ops_elementwise.cu). Used by GEMM to
 // pack operands that cuBLAS cannot read directly.
 void strided_copy(kestrel_stream& s, const TensorRef& in, const TensorRef& out);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "cuda_ops.hpp"
+#include "kestrel/plugin_table.hpp"
 
 namespace kestrel_cuda {
 
@@ -17,7 +18,7 @@ namespace {
 
 constexpr size_t kBlasWorkspaceBytes = 32u << 20;  // what NVIDIA recommends for Hopper
 
-const char* last_error() { return last_error_message().c_str(); }
+const char* last_error() { return Boundary::last_error(); }
 
 kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
   return guarded([&] {
@@ -154,36 +155,19 @@ struct Family {
   void (*launch)(kestrel_stream&, const kestrel_op&);
 };
 
-const Family* family_of(kestrel_op_kind kind) {
-  static const Family families[] = {KESTREL_OP_FAMILY_TABLE};
-  return kestrel::plugin_shapes::family_entry(families, kind);
-}
+// Every family, required and fused.
+const kestrel::plugin_sdk::FamilyTable<Family> families{KESTREL_REQUIRED_FAMILIES, KESTREL_FAMILY(linear),
+                                                        KESTREL_FAMILY(softmax), KESTREL_FAMILY(softmax_cross_entropy),
+                                                        KESTREL_FAMILY(optimizer)};
 
-int32_t supports_op(kestrel_context*, const kestrel_op* op) {
-  if (!op || op->struct_size < sizeof(kestrel_op) || !valid_tensors(*op)) return 0;
-  const Family* family = family_of(op->kind);
-  return family && family->supports(*op) ? 1 : 0;
-}
-
-void check_bounds(const kestrel_tensor& t, const char* role) {
-  if (!t.buffer) fail(std::string(role) + " tensor has no buffer");
-  if (numel(t) == 0) return;
-  uint64_t last = t.offset;
-  for (int d = 0; d < t.rank; ++d) last += uint64_t(t.shape[d] - 1) * uint64_t(t.strides[d]);
-  if ((last + 1) * dtype_bytes(t.dtype) > t.buffer->bytes)
-    fail(std::string(role) + " tensor reaches element " + std::to_string(last) + ", past the end of its " +
-         std::to_string(t.buffer->bytes) + "-byte buffer");
-}
+int32_t supports_op(kestrel_context*, const kestrel_op* op) { return kestrel::plugin_sdk::supports(families, op); }
 
 kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
   return guarded([&] {
-    if (!supports_op(nullptr, op))
-      fail("the cuda backend does not support this op with these dtypes, shapes or strides",
-           KESTREL_STATUS_UNSUPPORTED);
-    for (int i = 0; i < op->num_inputs; ++i) check_bounds(op->inputs[i], "input");
-    for (int i = 0; i < op->num_outputs; ++i) check_bounds(op->outputs[i], "output");
+    kestrel::plugin_sdk::check_launchable(supports_op(nullptr, op), op,
+                                          "the cuda backend does not support this op with these dtypes, shapes or strides");
     set_device(stream->context->device);
-    family_of(op->kind)->launch(*stream, *op);
+    families.find(op->kind)->launch(*stream, *op);
   });
 }
 
@@ -261,76 +245,16 @@ void graph_destroy(kestrel_graph* graph) {
 
 }  // namespace
 
-std::string& last_error_message() {
-  thread_local std::string message;
-  return message;
-}
-
-bool valid_tensors(const kestrel_op& op) {
-  if (op.num_inputs < 0 || op.num_inputs > KESTREL_MAX_OP_TENSORS || op.num_outputs < 0 ||
-      op.num_outputs > KESTREL_MAX_OP_TENSORS)
-    return false;
-  auto ok = [](const kestrel_tensor& t) {
-    if (t.struct_size < sizeof(kestrel_tensor) || t.dtype < 0 || t.dtype >= KESTREL_DTYPE_COUNT || t.rank < 0 ||
-        t.rank > KESTREL_MAX_RANK)
-      return false;
-    for (int d = 0; d < t.rank; ++d)
-      if (t.shape[d] < 0 || t.strides[d] < 0) return false;
-    return true;
-  };
-  for (int i = 0; i < op.num_inputs; ++i)
-    if (!ok(op.inputs[i])) return false;
-  for (int i = 0; i < op.num_outputs; ++i)
-    if (!ok(op.outputs[i])) return false;
-  return true;
-}
-
-bool arity(const kestrel_op& op, int inputs, int outputs) {
-  return op.num_inputs == inputs && op.num_outputs == outputs && valid_tensors(op);
-}
-
 }  // namespace kestrel_cuda
 
 KESTREL_PLUGIN_ENTRY {
   using namespace kestrel_cuda;
-  static const kestrel_plugin_api api = [] {
-    kestrel_plugin_api a{};
-    a.struct_size = sizeof(a);
-    a.abi_major = KESTREL_PLUGIN_ABI_MAJOR;
-    a.abi_minor = KESTREL_PLUGIN_ABI_MINOR;
-    a.name = "cuda";
-    a.version = KESTREL_VERSION;
-    a.last_error = last_error;
-    a.probe = probe;
-    a.device_count = device_count;
-    a.device_properties = device_properties;
-    a.context_create = context_create;
-    a.context_destroy = context_destroy;
-    a.stream_create = stream_create;
-    a.stream_destroy = stream_destroy;
-    a.stream_synchronize = stream_synchronize;
-    a.event_create = event_create;
-    a.event_destroy = event_destroy;
-    a.event_record = event_record;
-    a.stream_wait_event = stream_wait_event;
-    a.event_synchronize = event_synchronize;
-    a.buffer_alloc = buffer_alloc;
-    a.buffer_free = buffer_free;
-    a.host_alloc = host_alloc;
-    a.host_free = host_free;
-    a.copy_host_to_device = copy_host_to_device;
-    a.copy_device_to_host = copy_device_to_host;
-    a.copy_device_to_device = copy_device_to_device;
-    a.memory_stats = memory_stats;
-    a.memory_trim = memory_trim;
-    a.memory_reset_peak = memory_reset_peak;
-    a.supports_op = supports_op;
-    a.launch = launch;
-    a.capture_begin = capture_begin;
-    a.capture_end = capture_end;
-    a.graph_launch = graph_launch;
-    a.graph_destroy = graph_destroy;
-    return a;
-  }();
-  return &api;
+  return kestrel::plugin_sdk::plugin_table("cuda", KESTREL_VERSION, [](kestrel_plugin_api& api) {
+    KESTREL_SET_REQUIRED_ENTRIES(api);
+    KESTREL_SET_EVENT_ENTRIES(api);
+    KESTREL_SET_PINNED_HOST_ENTRIES(api);
+    KESTREL_SET_MEMORY_CACHE_ENTRIES(api);
+    KESTREL_SET_CAPTURE_ENTRIES(api);
+    api.probe = probe;
+  });
 }

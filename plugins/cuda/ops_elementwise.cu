@@ -116,10 +116,6 @@ __global__ void binary_kernel(Indexer<3> ix, const typename E::storage* a, const
   }
 }
 
-bool unary_allowed_for_integers(kestrel_unary_fn fn) {
-  return fn == KESTREL_UNARY_NEG || fn == KESTREL_UNARY_ABS || fn == KESTREL_UNARY_RELU ||
-         fn == KESTREL_UNARY_STEP || fn == KESTREL_UNARY_SQUARE || fn == KESTREL_UNARY_SIGN;
-}
 
 }  // namespace
 
@@ -128,7 +124,7 @@ void check_launch(const char* what) {
   if (err != cudaSuccess) fail_cuda(err, what);
 }
 
-bool supports_fill(const kestrel_op& op) { return arity(op, 0, 1) && op.params != nullptr; }
+bool supports_fill(const kestrel_op& op) { return kestrel::plugin_shapes::fill_fits(op); }
 
 void launch_fill(kestrel_stream& s, const kestrel_op& op) {
   const double value = params_of<kestrel_fill_params>(op, "fill").value;
@@ -165,7 +161,7 @@ void launch_fill(kestrel_stream& s, const kestrel_op& op) {
   check_launch("fill");
 }
 
-bool supports_copy(const kestrel_op& op) { return arity(op, 1, 1) && same_shape(op.inputs[0], op.outputs[0]); }
+bool supports_copy(const kestrel_op& op) { return kestrel::plugin_shapes::copy_fits(op); }
 
 void strided_copy(kestrel_stream& s, const TensorRef& in, const TensorRef& out) {
   const int64_t n = out.numel();
@@ -186,13 +182,7 @@ void strided_copy(kestrel_stream& s, const TensorRef& in, const TensorRef& out) 
 
 void launch_copy(kestrel_stream& s, const kestrel_op& op) { strided_copy(s, ref(op.inputs[0]), ref(op.outputs[0])); }
 
-bool supports_unary(const kestrel_op& op) {
-  if (!arity(op, 1, 1) || !op.params || !same_shape(op.inputs[0], op.outputs[0])) return false;
-  if (op.inputs[0].dtype != op.outputs[0].dtype) return false;
-  auto fn = static_cast<const kestrel_unary_params*>(op.params)->fn;
-  if (fn < KESTREL_UNARY_NEG || fn > KESTREL_UNARY_POW) return false;
-  return is_float_dtype(op.inputs[0].dtype) || unary_allowed_for_integers(fn);
-}
+bool supports_unary(const kestrel_op& op) { return kestrel::plugin_shapes::unary_fits(op); }
 
 void launch_unary(kestrel_stream& s, const kestrel_op& op) {
   const auto& p = params_of<kestrel_unary_params>(op, "unary");
@@ -212,14 +202,7 @@ void launch_unary(kestrel_stream& s, const kestrel_op& op) {
   check_launch("unary");
 }
 
-bool supports_binary(const kestrel_op& op) {
-  if (!arity(op, 2, 1) || !op.params) return false;
-  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &out = op.outputs[0];
-  if (!same_shape(a, out) || !same_shape(b, out) || a.dtype != out.dtype || b.dtype != out.dtype) return false;
-  auto fn = static_cast<const kestrel_binary_params*>(op.params)->fn;
-  if (fn < KESTREL_BINARY_ADD || fn > KESTREL_BINARY_GE) return false;
-  return is_float_dtype(out.dtype) || (fn != KESTREL_BINARY_DIV && fn != KESTREL_BINARY_POW);
-}
+bool supports_binary(const kestrel_op& op) { return kestrel::plugin_shapes::binary_fits(op); }
 
 void launch_binary(kestrel_stream& s, const kestrel_op& op) {
   const int fn = params_of<kestrel_binary_params>(op, "binary").fn;

@@ -133,9 +133,7 @@ unsigned row_grid(int64_t rows) { return unsigned(std::max<int64_t>(1, std::min<
 
 // in0 (..., C) -> out (..., C), softmax or log-softmax over the last axis; rows are contiguous.
 bool supports_softmax(const kestrel_op& op) {
-  if (!arity(op, 1, 1) || !op.params || !all_contiguous(op)) return false;
-  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
-  return in.rank >= 1 && is_float_dtype(in.dtype) && in.dtype == out.dtype && same_shape(in, out);
+  return kestrel::plugin_shapes::softmax_fits(op) && all_contiguous(op);
 }
 
 void launch_softmax(kestrel_stream& s, const kestrel_op& op) {
@@ -155,13 +153,7 @@ void launch_softmax(kestrel_stream& s, const kestrel_op& op) {
 
 // in0 logits (N, C), in1 labels (N) -> out0 loss (N) [, out1 dlogits (N, C) = softmax - onehot]
 bool supports_softmax_cross_entropy(const kestrel_op& op) {
-  if (op.num_inputs != 2 || (op.num_outputs != 1 && op.num_outputs != 2) || !valid_tensors(op) || !all_contiguous(op))
-    return false;
-  const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &loss = op.outputs[0];
-  if (logits.rank != 2 || !is_float_dtype(logits.dtype) || !is_index_dtype(labels.dtype)) return false;
-  if (labels.rank != 1 || labels.shape[0] != logits.shape[0] || logits.shape[1] < 1) return false;
-  if (loss.rank != 1 || loss.shape[0] != logits.shape[0] || loss.dtype != logits.dtype) return false;
-  return op.num_outputs == 1 || (same_shape(op.outputs[1], logits) && op.outputs[1].dtype == logits.dtype);
+  return kestrel::plugin_shapes::softmax_cross_entropy_fits(op) && all_contiguous(op);
 }
 
 void launch_softmax_cross_entropy(kestrel_stream& s, const kestrel_op& op) {
@@ -189,7 +181,7 @@ void launch_softmax_cross_entropy(kestrel_stream& s, const kestrel_op& op) {
 // Adam/AdamW: in0 param, in1 grad, in2 m, in3 v (all updated in place but the grad).
 // SGD: in0 param, in1 grad [, in2 momentum buffer]. Same size, contiguous, f32 or f64.
 bool supports_optimizer(const kestrel_op& op) {
-  if (!valid_tensors(op) || !kestrel::plugin_shapes::optimizer_fits(op) || !all_contiguous(op)) return false;
+  if (!kestrel::plugin_shapes::optimizer_fits(op) || !all_contiguous(op)) return false;
   return op.inputs[0].dtype == KESTREL_DTYPE_F32 || op.inputs[0].dtype == KESTREL_DTYPE_F64;
 }
 

@@ -162,7 +162,8 @@ void run_gemm(kestrel_stream& s, Problem p, double alpha, double beta) {
                "cublasGemmStridedBatchedEx");
 }
 
-bool gemm_dtype(kestrel_dtype d) {
+// What cuBLAS multiplies here: the four float dtypes (16-bit ones accumulate in f32).
+bool cublas_dtype(kestrel_dtype d) {
   return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16;
 }
 
@@ -172,16 +173,10 @@ bool fits_int(const kestrel_tensor& t) {
   return true;
 }
 
-bool gemm_shapes_ok(const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& c) {
-  if (c.rank != 2 && c.rank != 3) return false;
-  if (a.rank != c.rank || b.rank != c.rank) return false;
+// cuBLAS takes extents and leading dimensions as int, and cannot write every batch entry to one C.
+bool cublas_shapes_ok(const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& c) {
   if (!fits_int(a) || !fits_int(b) || !fits_int(c)) return false;
-  const int lead = c.rank - 2;
-  if (c.rank == 3) {
-    if (a.shape[0] != c.shape[0] || b.shape[0] != c.shape[0]) return false;
-    if (c.shape[0] > 1 && c.strides[0] == 0) return false;  // every batch entry would write the same C
-  }
-  return a.shape[lead] == c.shape[lead] && b.shape[lead + 1] == c.shape[lead + 1] && a.shape[lead + 1] == b.shape[lead];
+  return !(c.rank == 3 && c.shape[0] > 1 && c.strides[0] == 0);
 }
 
 Problem problem_of(const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& c) {
@@ -216,9 +211,8 @@ __global__ void linear_epilogue(typename E::storage* pre, typename E::storage* y
 }  // namespace
 
 bool supports_gemm(const kestrel_op& op) {
-  if (!arity(op, 2, 1) || !op.params) return false;
-  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &c = op.outputs[0];
-  return gemm_dtype(c.dtype) && a.dtype == c.dtype && b.dtype == c.dtype && gemm_shapes_ok(a, b, c);
+  if (!kestrel::plugin_shapes::gemm_fits(op)) return false;
+  return cublas_dtype(op.outputs[0].dtype) && cublas_shapes_ok(op.inputs[0], op.inputs[1], op.outputs[0]);
 }
 
 void launch_gemm(kestrel_stream& s, const kestrel_op& op) {
@@ -228,20 +222,9 @@ void launch_gemm(kestrel_stream& s, const kestrel_op& op) {
 
 // in0 x (M,K), in1 w (K,N), optional in2 bias (N); out0 = act(x @ w + bias), optional out1 = x @ w + bias.
 bool supports_linear(const kestrel_op& op) {
-  if (!op.params || (op.num_inputs != 2 && op.num_inputs != 3) || (op.num_outputs != 1 && op.num_outputs != 2) ||
-      !valid_tensors(op))
-    return false;
-  const kestrel_tensor &x = op.inputs[0], &w = op.inputs[1], &y = op.outputs[0];
-  if (!gemm_dtype(y.dtype) || x.dtype != y.dtype || w.dtype != y.dtype || y.rank != 2) return false;
-  if (!gemm_shapes_ok(x, w, y) || !is_contiguous(y)) return false;
-  if (op.num_inputs == 3 &&
-      (op.inputs[2].dtype != y.dtype || op.inputs[2].rank != 1 || op.inputs[2].shape[0] != y.shape[1]))
-    return false;
-  if (op.num_outputs == 2 &&
-      (!same_shape(op.outputs[1], y) || op.outputs[1].dtype != y.dtype || !is_contiguous(op.outputs[1])))
-    return false;
-  auto act = static_cast<const kestrel_linear_params*>(op.params)->activation;
-  return act >= KESTREL_ACTIVATION_NONE && act <= KESTREL_ACTIVATION_GELU;
+  if (!kestrel::plugin_shapes::linear_fits(op) || !cublas_dtype(op.outputs[0].dtype)) return false;
+  if (!cublas_shapes_ok(op.inputs[0], op.inputs[1], op.outputs[0])) return false;
+  return kestrel::plugin_shapes::outputs_contiguous(op);
 }
 
 void launch_linear(kestrel_stream& s, const kestrel_op& op) {

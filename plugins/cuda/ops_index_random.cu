@@ -61,15 +61,6 @@ __global__ void scatter_add_kernel(Indexer<3> ix, const I* index, const S* src, 
   }
 }
 
-bool index_op_ok(const kestrel_op& op, const kestrel_tensor& data, const kestrel_tensor& index,
-                 const kestrel_tensor& other) {
-  auto* p = static_cast<const kestrel_index_params*>(op.params);
-  if (!p || p->axis < 0 || p->axis >= data.rank || !is_index_dtype(index.dtype)) return false;
-  if (index.rank != data.rank || !same_shape(index, other)) return false;
-  for (int d = 0; d < data.rank; ++d)
-    if (d != p->axis && index.shape[d] > data.shape[d]) return false;
-  return true;
-}
 
 template <class Fn>
 void dispatch_index(kestrel_dtype dtype, Fn&& fn) {
@@ -123,10 +114,7 @@ __global__ void random_kernel(Indexer<1> ix, typename E::storage* y, int64_t n, 
 }  // namespace
 
 // in0 data, in1 index -> out (index's shape): out[.., i, ..] = data[.., index[.., i, ..], ..]
-bool supports_gather(const kestrel_op& op) {
-  return arity(op, 2, 1) && op.inputs[0].dtype == op.outputs[0].dtype &&
-         index_op_ok(op, op.inputs[0], op.inputs[1], op.outputs[0]);
-}
+bool supports_gather(const kestrel_op& op) { return kestrel::plugin_shapes::gather_fits(op); }
 
 void launch_gather(kestrel_stream& s, const kestrel_op& op) {
   const int axis = params_of<kestrel_index_params>(op, "gather").axis;
@@ -156,11 +144,10 @@ void launch_gather(kestrel_stream& s, const kestrel_op& op) {
 
 // in0 src, in1 index (same shape) -> out updated in place: out[.., index[.., i, ..], ..] += src[.., i, ..]
 bool supports_scatter_add(const kestrel_op& op) {
-  kestrel_dtype d = op.outputs[0].dtype;
   // Accumulation uses hardware atomics; 16-bit floats and u8 are declined (the engine composes them).
-  bool atomic_ok = d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_I32 || d == KESTREL_DTYPE_I64;
-  return arity(op, 2, 1) && atomic_ok && op.inputs[0].dtype == d &&
-         index_op_ok(op, op.outputs[0], op.inputs[1], op.inputs[0]);
+  const kestrel_dtype d = op.outputs[0].dtype;
+  const bool atomic_ok = d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_I32 || d == KESTREL_DTYPE_I64;
+  return kestrel::plugin_shapes::scatter_add_fits(op) && atomic_ok;
 }
 
 void launch_scatter_add(kestrel_stream& s, const kestrel_op& op) {
@@ -188,13 +175,7 @@ void launch_scatter_add(kestrel_stream& s, const kestrel_op& op) {
   check_launch("scatter_add");
 }
 
-bool supports_random(const kestrel_op& op) {
-  if (!valid_tensors(op) || !kestrel::plugin_shapes::random_fits(op)) return false;
-  auto dist = static_cast<const kestrel_random_params*>(op.params)->distribution;
-  kestrel_dtype d = op.outputs[0].dtype;
-  if (dist == KESTREL_DISTRIBUTION_BERNOULLI) return is_float_dtype(d) || d == KESTREL_DTYPE_U8;
-  return (dist == KESTREL_DISTRIBUTION_UNIFORM || dist == KESTREL_DISTRIBUTION_NORMAL) && is_float_dtype(d);
-}
+bool supports_random(const kestrel_op& op) { return kestrel::plugin_shapes::random_fits(op); }
 
 void launch_random(kestrel_stream& s, const kestrel_op& op) {
   const auto& p = params_of<kestrel_random_params>(op, "random");

@@ -13,19 +13,8 @@ namespace kestrel_cuda {
 
 namespace {
 
-struct Geometry {
-  int64_t n, c, h, w, oh, ow;
-  int kh, kw, sh, sw, ph, pw, dh, dw;
-};
-
-Geometry geometry(const kestrel_window_params& p, const kestrel_tensor& image) {
-  Geometry g{image.shape[0], image.shape[1], image.shape[2], image.shape[3], 0, 0,
-             p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w};
-  g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
-  return g;
-}
-
+using Geometry = kestrel::plugin_shapes::WindowGeometry;
+constexpr auto geometry = kestrel::plugin_shapes::window_geometry;
 
 struct Strides4 {
   int64_t s[4];
@@ -141,15 +130,12 @@ __global__ void pool_backward_kernel(Geometry g, bool max_mode, const typename E
   }
 }
 
-
 }  // namespace
 
 bool supports_window(const kestrel_op& op) {
-  if (!valid_tensors(op) || !kestrel::plugin_shapes::window_fits(op)) return false;
-  const kestrel_tensor& out = op.outputs[0];
-  if (!is_float_dtype(out.dtype) || !is_contiguous(out)) return false;
-  // max pooling writes its argmax output contiguously too
-  return op.kind != KESTREL_OP_POOL2D || op.num_outputs == 1 || is_contiguous(op.outputs[1]);
+  // Outputs contiguous: the pooled values and max pooling's argmax alike.
+  return kestrel::plugin_shapes::window_fits(op) && is_float_dtype(op.outputs[0].dtype) &&
+         kestrel::plugin_shapes::outputs_contiguous(op);
 }
 
 void launch_window(kestrel_stream& s, const kestrel_op& op) {

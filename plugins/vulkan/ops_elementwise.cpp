@@ -10,11 +10,6 @@ namespace {
 
 bool integer_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_I32 || d == KESTREL_DTYPE_I64; }
 
-bool unary_allowed_for_integers(kestrel_unary_fn fn) {
-  return fn == KESTREL_UNARY_NEG || fn == KESTREL_UNARY_ABS || fn == KESTREL_UNARY_RELU ||
-         fn == KESTREL_UNARY_STEP || fn == KESTREL_UNARY_SQUARE || fn == KESTREL_UNARY_SIGN;
-}
-
 // One invocation per element of `count`; nothing to launch for empty tensors.
 void run_elementwise(kestrel_stream* stream, Dispatch& dispatch, int64_t count) {
   if (count == 0) return;
@@ -25,7 +20,7 @@ void run_elementwise(kestrel_stream* stream, Dispatch& dispatch, int64_t count) 
 }  // namespace
 
 bool supports_fill(const kestrel_op& op, uint32_t dtypes) {
-  return arity(op, 0, 1) && op.params != nullptr && in_mask(dtypes, op.outputs[0].dtype);
+  return kestrel::plugin_shapes::fill_fits(op) && in_mask(dtypes, op.outputs[0].dtype);
 }
 
 void launch_fill(kestrel_stream* stream, const kestrel_op& op) {
@@ -44,7 +39,7 @@ void launch_fill(kestrel_stream* stream, const kestrel_op& op) {
 }
 
 bool supports_copy(const kestrel_op& op, uint32_t dtypes) {
-  return arity(op, 1, 1) && same_shape(op.inputs[0], op.outputs[0]) && in_mask(dtypes, op.inputs[0].dtype) &&
+  return kestrel::plugin_shapes::copy_fits(op) && in_mask(dtypes, op.inputs[0].dtype) &&
          in_mask(dtypes, op.outputs[0].dtype);
 }
 
@@ -60,12 +55,9 @@ void launch_copy(kestrel_stream* stream, const kestrel_op& op) {
 }
 
 bool supports_unary(const kestrel_op& op, uint32_t dtypes) {
-  if (!arity(op, 1, 1) || !op.params || !same_shape(op.inputs[0], op.outputs[0])) return false;
+  // The shaders compute f32 (f16 stored as f16) and i32/i64; no f64 or bf16.
   const kestrel_dtype dtype = op.inputs[0].dtype;
-  if (dtype != op.outputs[0].dtype || !in_mask(dtypes, dtype)) return false;
-  auto fn = static_cast<const kestrel_unary_params*>(op.params)->fn;
-  if (fn < KESTREL_UNARY_NEG || fn > KESTREL_UNARY_POW) return false;
-  return float_dtype(dtype) || (integer_dtype(dtype) && unary_allowed_for_integers(fn));
+  return kestrel::plugin_shapes::unary_fits(op) && in_mask(dtypes, dtype) && (float_dtype(dtype) || integer_dtype(dtype));
 }
 
 void launch_unary(kestrel_stream* stream, const kestrel_op& op) {
@@ -84,14 +76,7 @@ void launch_unary(kestrel_stream* stream, const kestrel_op& op) {
 }
 
 bool supports_binary(const kestrel_op& op, uint32_t dtypes) {
-  if (!arity(op, 2, 1) || !op.params) return false;
-  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &out = op.outputs[0];
-  if (!same_shape(a, out) || !same_shape(b, out) || a.dtype != out.dtype || b.dtype != out.dtype) return false;
-  if (!in_mask(dtypes, out.dtype)) return false;
-  auto fn = static_cast<const kestrel_binary_params*>(op.params)->fn;
-  if (fn < KESTREL_BINARY_ADD || fn > KESTREL_BINARY_GE) return false;
-  // Integer division and power are not defined by the ABI (torch would promote to float).
-  return float_dtype(out.dtype) || (fn != KESTREL_BINARY_DIV && fn != KESTREL_BINARY_POW);
+  return kestrel::plugin_shapes::binary_fits(op) && in_mask(dtypes, op.outputs[0].dtype);
 }
 
 void launch_binary(kestrel_stream* stream, const kestrel_op& op) {

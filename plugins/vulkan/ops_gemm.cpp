@@ -10,14 +10,6 @@ namespace {
 
 constexpr uint32_t kTile = 64;  // TILE_MN in gemm.comp: the block of C one workgroup computes
 
-bool gemm_shapes_ok(const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& c) {
-  if (c.rank != 2 && c.rank != 3) return false;
-  if (a.rank != c.rank || b.rank != c.rank) return false;
-  const int lead = c.rank - 2;
-  if (c.rank == 3 && (a.shape[0] != c.shape[0] || b.shape[0] != c.shape[0])) return false;
-  return a.shape[lead] == c.shape[lead] && b.shape[lead + 1] == c.shape[lead + 1] && a.shape[lead + 1] == b.shape[lead];
-}
-
 // A rank-2 operand as a batch of one (batch stride 0), so the shader sees rank 3 everywhere.
 TensorDesc as_batched(const kestrel_tensor& t) {
   TensorDesc desc = describe(t);
@@ -35,10 +27,8 @@ TensorDesc as_batched(const kestrel_tensor& t) {
 }  // namespace
 
 bool supports_gemm(const kestrel_op& op, uint32_t dtypes) {
-  if (!arity(op, 2, 1) || !op.params) return false;
-  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &c = op.outputs[0];
-  return float_dtype(c.dtype) && in_mask(dtypes, c.dtype) && a.dtype == c.dtype && b.dtype == c.dtype &&
-         gemm_shapes_ok(a, b, c);
+  const kestrel_dtype dtype = op.outputs[0].dtype;
+  return kestrel::plugin_shapes::gemm_fits(op) && float_dtype(dtype) && in_mask(dtypes, dtype);
 }
 
 namespace {
@@ -80,19 +70,8 @@ void launch_gemm(kestrel_stream* stream, const kestrel_op& op) {
 
 // Fused linear: in0 x (M, K) @ in1 w (K, N) [+ in2 bias (N)] -> out0 act(.) [, out1 pre-activation].
 bool supports_linear(const kestrel_op& op, uint32_t dtypes) {
-  if (!op.params || (op.num_inputs != 2 && op.num_inputs != 3) || (op.num_outputs != 1 && op.num_outputs != 2) ||
-      !valid_tensors(op))
-    return false;
-  const kestrel_tensor &x = op.inputs[0], &w = op.inputs[1], &y = op.outputs[0];
-  if (!float_dtype(y.dtype) || !in_mask(dtypes, y.dtype) || x.dtype != y.dtype || w.dtype != y.dtype) return false;
-  if (y.rank != 2 || !gemm_shapes_ok(x, w, y)) return false;
-  if (op.num_inputs == 3) {
-    const kestrel_tensor& bias = op.inputs[2];
-    if (bias.dtype != y.dtype || bias.rank != 1 || bias.shape[0] != y.shape[1]) return false;
-  }
-  if (op.num_outputs == 2 && (!same_shape(op.outputs[1], y) || op.outputs[1].dtype != y.dtype)) return false;
-  const auto activation = static_cast<const kestrel_linear_params*>(op.params)->activation;
-  return activation >= KESTREL_ACTIVATION_NONE && activation <= KESTREL_ACTIVATION_GELU;
+  const kestrel_dtype dtype = op.outputs[0].dtype;
+  return kestrel::plugin_shapes::linear_fits(op) && float_dtype(dtype) && in_mask(dtypes, dtype);
 }
 
 void launch_linear(kestrel_stream* stream, const kestrel_op& op) {

@@ -12,17 +12,9 @@ namespace kestrel_vk {
 
 namespace {
 
-bool index_op_ok(const kestrel_op& op, const kestrel_tensor& data, const kestrel_tensor& index,
-                 const kestrel_tensor& other, uint32_t dtypes) {
-  auto* p = static_cast<const kestrel_index_params*>(op.params);
-  if (!p || p->axis < 0 || p->axis >= data.rank) return false;
-  if (index.dtype != KESTREL_DTYPE_I32 && index.dtype != KESTREL_DTYPE_I64) return false;
-  if (!in_mask(dtypes, index.dtype) || !in_mask(dtypes, data.dtype)) return false;
-  if (data.dtype == KESTREL_DTYPE_F16) return false;  // no f16 variants: index.comp stores f32, i32, i64
-  if (index.rank != data.rank || !same_shape(index, other)) return false;
-  for (int d = 0; d < data.rank; ++d)
-    if (d != p->axis && index.shape[d] > data.shape[d]) return false;
-  return true;
+// The dtypes index.comp has variants for: f32, i32, i64 data (no f16), i32/i64 indices.
+bool index_dtypes_ok(const kestrel_tensor& data, const kestrel_tensor& index, uint32_t dtypes) {
+  return in_mask(dtypes, index.dtype) && in_mask(dtypes, data.dtype) && data.dtype != KESTREL_DTYPE_F16;
 }
 
 void check_indices(kestrel_stream* stream, const kestrel_tensor& index, int64_t extent, const char* what) {
@@ -72,8 +64,7 @@ void record_index_check(kestrel_stream* stream, const kestrel_tensor& index, int
 
 // in0 data, in1 index -> out (index's shape): out[.., i, ..] = data[.., index[.., i, ..], ..]
 bool supports_gather(const kestrel_op& op, uint32_t dtypes) {
-  return arity(op, 2, 1) && op.inputs[0].dtype == op.outputs[0].dtype &&
-         index_op_ok(op, op.inputs[0], op.inputs[1], op.outputs[0], dtypes);
+  return kestrel::plugin_shapes::gather_fits(op) && index_dtypes_ok(op.inputs[0], op.inputs[1], dtypes);
 }
 
 void launch_gather(kestrel_stream* stream, const kestrel_op& op) {
@@ -96,8 +87,7 @@ void launch_gather(kestrel_stream* stream, const kestrel_op& op) {
 
 // in0 src, in1 index (same shape) -> out updated in place: out[.., index[.., i, ..], ..] += src[.., i, ..]
 bool supports_scatter_add(const kestrel_op& op, uint32_t dtypes) {
-  return arity(op, 2, 1) && op.inputs[0].dtype == op.outputs[0].dtype &&
-         index_op_ok(op, op.outputs[0], op.inputs[1], op.inputs[0], dtypes);
+  return kestrel::plugin_shapes::scatter_add_fits(op) && index_dtypes_ok(op.outputs[0], op.inputs[1], dtypes);
 }
 
 void launch_scatter_add(kestrel_stream* stream, const kestrel_op& op) {

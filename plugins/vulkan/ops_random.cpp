@@ -20,7 +20,7 @@ uint32_t bernoulli_threshold(double p) {
 }  // namespace
 
 bool supports_random(const kestrel_op& op, uint32_t dtypes) {
-  return valid_tensors(op) && kestrel::plugin_shapes::random_fits(op) && op.outputs[0].dtype == KESTREL_DTYPE_F32 &&
+  return kestrel::plugin_shapes::random_fits(op) && op.outputs[0].dtype == KESTREL_DTYPE_F32 &&
          in_mask(dtypes, KESTREL_DTYPE_F32);
 }
 

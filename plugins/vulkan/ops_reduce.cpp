@@ -41,11 +41,9 @@ ReduceViews split_axes(const kestrel_tensor& in, const kestrel_tensor& out) {
 }  // namespace
 
 bool supports_reduce(const kestrel_op& op, uint32_t dtypes) {
-  if (!arity(op, 1, 1) || !kestrel::plugin_shapes::reduce_fits(op)) return false;
+  if (!kestrel::plugin_shapes::reduce_fits(op)) return false;
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
-  auto fn = static_cast<const kestrel_reduce_params*>(op.params)->fn;
   if (!in_mask(dtypes, in.dtype) || !in_mask(dtypes, out.dtype)) return false;
-  if (fn == KESTREL_REDUCE_MEAN && !float_dtype(in.dtype)) return false;
   // Each invocation folds count / 256 elements; lavapipe ends loops after 65535 iterations, so very long
   // reductions are declined rather than computed wrong.
   return kestrel::plugin_shapes::reduce_shape(in, out).count <= kMaxReducedElements;

@@ -23,10 +23,9 @@ void set_row_grid(kestrel_context* context, Dispatch& d, int64_t rows) {
 }  // namespace
 
 bool supports_softmax(const kestrel_op& op, uint32_t dtypes) {
-  if (!arity(op, 1, 1) || !op.params || !all_contiguous(op)) return false;
-  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
-  return in.rank >= 1 && in.dtype == KESTREL_DTYPE_F32 && in_mask(dtypes, in.dtype) && out.dtype == in.dtype &&
-         same_shape(in, out) && in.shape[in.rank - 1] <= kMaxColumns;
+  if (!kestrel::plugin_shapes::softmax_fits(op) || !all_contiguous(op)) return false;
+  const kestrel_tensor& in = op.inputs[0];
+  return in.dtype == KESTREL_DTYPE_F32 && in_mask(dtypes, in.dtype) && in.shape[in.rank - 1] <= kMaxColumns;
 }
 
 void launch_softmax(kestrel_stream* stream, const kestrel_op& op) {
@@ -50,16 +49,10 @@ void launch_softmax(kestrel_stream* stream, const kestrel_op& op) {
 
 // in0 logits (N, C) f32, in1 labels (N) i32/i64 -> out0 loss (N) [, out1 dlogits (N, C)]
 bool supports_softmax_cross_entropy(const kestrel_op& op, uint32_t dtypes) {
-  if (op.num_inputs != 2 || (op.num_outputs != 1 && op.num_outputs != 2) || !valid_tensors(op) || !all_contiguous(op))
-    return false;
-  const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &loss = op.outputs[0];
-  if (logits.rank != 2 || logits.dtype != KESTREL_DTYPE_F32 || !in_mask(dtypes, logits.dtype)) return false;
-  if ((labels.dtype != KESTREL_DTYPE_I32 && labels.dtype != KESTREL_DTYPE_I64) || !in_mask(dtypes, labels.dtype))
-    return false;
-  if (labels.rank != 1 || labels.shape[0] != logits.shape[0] || logits.shape[1] < 1 || logits.shape[1] > kMaxColumns)
-    return false;
-  if (loss.rank != 1 || loss.shape[0] != logits.shape[0] || loss.dtype != logits.dtype) return false;
-  return op.num_outputs == 1 || (same_shape(op.outputs[1], logits) && op.outputs[1].dtype == logits.dtype);
+  if (!kestrel::plugin_shapes::softmax_cross_entropy_fits(op) || !all_contiguous(op)) return false;
+  const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1];
+  return logits.dtype == KESTREL_DTYPE_F32 && in_mask(dtypes, logits.dtype) && in_mask(dtypes, labels.dtype) &&
+         logits.shape[1] <= kMaxColumns;
 }
 
 void launch_softmax_cross_entropy(kestrel_stream* stream, const kestrel_op& op) {

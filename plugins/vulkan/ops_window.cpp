@@ -7,18 +7,8 @@ namespace kestrel_vk {
 
 namespace {
 
-struct Geometry {
-  int64_t n, c, h, w, oh, ow;
-};
-
-Geometry geometry(const kestrel_window_params& p, const kestrel_tensor& image) {
-  Geometry g{image.shape[0], image.shape[1], image.shape[2], image.shape[3], 0, 0};
-  g.oh = (g.h + 2 * p.pad_h - int64_t(p.dilation_h) * (p.kernel_h - 1) - 1) / p.stride_h + 1;
-  g.ow = (g.w + 2 * p.pad_w - int64_t(p.dilation_w) * (p.kernel_w - 1) - 1) / p.stride_w + 1;
-  return g;
-}
-
-
+using Geometry = kestrel::plugin_shapes::WindowGeometry;
+constexpr auto geometry = kestrel::plugin_shapes::window_geometry;
 
 void set_geometry(Params& params, const kestrel_window_params& p, const Geometry& g) {
   const int64_t values[15] = {g.n, g.c, g.h, g.w, g.oh, g.ow, p.kernel_h, p.kernel_w, p.stride_h,
@@ -29,7 +19,7 @@ void set_geometry(Params& params, const kestrel_window_params& p, const Geometry
 }  // namespace
 
 bool supports_window(const kestrel_op& op, uint32_t dtypes) {
-  if (!valid_tensors(op) || !kestrel::plugin_shapes::window_fits(op)) return false;
+  if (!kestrel::plugin_shapes::window_fits(op)) return false;
   const kestrel_tensor& out = op.outputs[0];
   if (out.dtype != KESTREL_DTYPE_F32 || !in_mask(dtypes, out.dtype) || !is_contiguous(out)) return false;
   // max pooling's argmax tensor is i64, which the device must offer; the pooled argmax is written contiguously

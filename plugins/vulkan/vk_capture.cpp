@@ -41,43 +41,47 @@ bool context_capturing(kestrel_context* context) {
   return context->capturing != nullptr;
 }
 
-void begin_capture(kestrel_stream* stream) {
-  if (stream->recording) fail("capture_begin: this stream is already being captured; end that capture first");
-  kestrel_context* context = stream->context;
-  flush(stream);  // what was launched before runs before any replay
-  auto graph = std::make_unique<kestrel_graph>();
-  graph->context = context;
-  {
-    std::lock_guard<std::mutex> lock(context->memory_mutex);
-    if (context->capturing)
-      fail("capture_begin: another stream of this Vulkan context is being captured; end that capture first");
-    context->capturing = graph.get();
-    context->capture_thread = std::this_thread::get_id();
-  }
-  stream->recording = graph.release();
+kestrel_status capture_begin(kestrel_stream* stream) {
+  return Boundary::guarded([&] {
+    if (stream->recording) fail("capture_begin: this stream is already being captured; end that capture first");
+    kestrel_context* context = stream->context;
+    flush(stream);  // what was launched before runs before any replay
+    auto graph = std::make_unique<kestrel_graph>();
+    graph->context = context;
+    {
+      std::lock_guard<std::mutex> lock(context->memory_mutex);
+      if (context->capturing)
+        fail("capture_begin: another stream of this Vulkan context is being captured; end that capture first");
+      context->capturing = graph.get();
+      context->capture_thread = std::this_thread::get_id();
+    }
+    stream->recording = graph.release();
+  });
 }
 
-kestrel_graph* end_capture(kestrel_stream* stream) {
-  kestrel_graph* graph = stream->recording;
-  if (!graph) fail("capture_end: this stream is not being captured; call capture_begin first");
-  std::exception_ptr closing_failed;
-  try {
-    flush(stream);  // ends the last chunk
-  } catch (...) {
-    closing_failed = std::current_exception();
-  }
-  const size_t live = stop_recording(stream);
-  if (closing_failed) {
-    discard(graph);
-    std::rethrow_exception(closing_failed);
-  }
-  if (live) {
-    discard(graph);  // nothing will replay it
-    fail("capture_end: " + std::to_string(live) +
-         " buffer(s) allocated during the capture are still allocated; free them before capture_end or "
-         "allocate them before capture_begin");
-  }
-  return graph;
+kestrel_status capture_end(kestrel_stream* stream, kestrel_graph** out) {
+  return Boundary::guarded([&] {
+    kestrel_graph* graph = stream->recording;
+    if (!graph) fail("capture_end: this stream is not being captured; call capture_begin first");
+    std::exception_ptr closing_failed;
+    try {
+      flush(stream);  // ends the last chunk
+    } catch (...) {
+      closing_failed = std::current_exception();
+    }
+    const size_t live = stop_recording(stream);
+    if (closing_failed) {
+      discard(graph);
+      std::rethrow_exception(closing_failed);
+    }
+    if (live) {
+      discard(graph);  // nothing will replay it
+      fail("capture_end: " + std::to_string(live) +
+           " buffer(s) allocated during the capture are still allocated; free them before capture_end or "
+           "allocate them before capture_begin");
+    }
+    *out = graph;
+  });
 }
 
 void abandon_capture(kestrel_stream* stream) {
@@ -92,19 +96,21 @@ void abandon_capture(kestrel_stream* stream) {
   discard(graph);
 }
 
-void launch_graph(kestrel_graph* graph, kestrel_stream* stream) {
-  if (!graph || graph->open) fail("graph_launch: not a finished capture; call capture_end first");
-  if (stream->context != graph->context)
-    fail("graph_launch: the graph was captured on another Vulkan context; replay it on a stream of that context");
-  if (stream->recording) refuse_while_capturing("graph_launch");
-  submit_chunks(stream, graph);
-  // Its deferred checks are reported at this stream's next sync.
-  auto& replayed = stream->replayed_flags;
-  if (graph->flags && std::find(replayed.begin(), replayed.end(), graph->flags) == replayed.end())
-    replayed.push_back(graph->flags);
+kestrel_status graph_launch(kestrel_graph* graph, kestrel_stream* stream) {
+  return Boundary::guarded([&] {
+    if (!graph || graph->open) fail("graph_launch: not a finished capture; call capture_end first");
+    if (stream->context != graph->context)
+      fail("graph_launch: the graph was captured on another Vulkan context; replay it on a stream of that context");
+    if (stream->recording) refuse_while_capturing("graph_launch");
+    submit_chunks(stream, graph);
+    // Its deferred checks are reported at this stream's next sync.
+    auto& replayed = stream->replayed_flags;
+    if (graph->flags && std::find(replayed.begin(), replayed.end(), graph->flags) == replayed.end())
+      replayed.push_back(graph->flags);
+  });
 }
 
-void destroy_graph(kestrel_graph* graph) {
+void graph_destroy(kestrel_graph* graph) {
   if (!graph) return;
   kestrel_context* context = graph->context;
   {

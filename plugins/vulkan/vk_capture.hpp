@@ -44,11 +44,11 @@ struct kestrel_graph {
 
 namespace kestrel_vk {
 
-// The capture entries (vk_capture.cpp); they throw Failure.
-void begin_capture(kestrel_stream* stream);
-kestrel_graph* end_capture(kestrel_stream* stream);
-void launch_graph(kestrel_graph* graph, kestrel_stream* stream);
-void destroy_graph(kestrel_graph* graph);
+// The capture entries of the ABI table (vk_capture.cpp).
+kestrel_status capture_begin(kestrel_stream* stream);
+kestrel_status capture_end(kestrel_stream* stream, kestrel_graph** graph);
+kestrel_status graph_launch(kestrel_graph* graph, kestrel_stream* stream);
+void graph_destroy(kestrel_graph* graph);
 // Ends a capture whose stream is being destroyed, dropping the recording.
 void abandon_capture(kestrel_stream* stream);
 [[noreturn]] void refuse_while_capturing(const char* what);

@@ -42,9 +42,12 @@
 
 namespace kestrel_vk {
 
-// Thrown inside the plugin, turned into a status + last_error at the ABI boundary (guarded, vk_plugin.cpp).
+// Thrown inside the plugin, turned into a status + last_error at the ABI boundary.
 using kestrel::plugin_errors::fail;
 using kestrel::plugin_errors::Failure;
+inline constexpr char kPluginName[] = "vulkan";
+// Every entry runs in Boundary::guarded: the one place where C++ errors cross into the C ABI.
+using Boundary = kestrel::plugin_errors::ErrorBoundary<kPluginName>;
 const char* result_name(VkResult result);
 // Throws a Failure naming `what` when `result` is an error (out-of-memory results map to OUT_OF_MEMORY,
 // a lost device to UNAVAILABLE).

@@ -1,7 +1,7 @@
 // The Vulkan plugin's op families. Each has `supports_*` (descriptors only; never throws) and
 // `launch_*` (builds dispatches and runs them; called only after supports_* said yes).
 #pragma once
-#include "kestrel/plugin_shapes.hpp"
+#include "kestrel/plugin_boundary.hpp"
 #include "vk_common.hpp"
 
 namespace kestrel_vk {
@@ -46,33 +46,27 @@ void record_index_check(kestrel_stream* stream, const kestrel_tensor& index, int
 
 // ---- shared helpers (vk_ops_common.cpp) ----
 
-// Shared with every backend (kestrel/plugin_shapes.hpp).
+// Shared with every backend (kestrel/plugin_shapes.hpp, kestrel/plugin_boundary.hpp).
+using kestrel::plugin_sdk::params_of;
 using kestrel::plugin_shapes::all_contiguous;
+using kestrel::plugin_shapes::arity;
+using kestrel::plugin_shapes::dtype_bytes;
 using kestrel::plugin_shapes::is_contiguous;
 using kestrel::plugin_shapes::numel;
 using kestrel::plugin_shapes::same_shape;
-size_t dtype_bytes(kestrel_dtype d);
 // "f32", "f16", "i32", "i64": the suffix of shader variant names.
 const char* dtype_suffix(kestrel_dtype d);
 // The float dtypes the shaders compute (f16 only as storage: its variants compute in f32).
 inline bool float_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F16; }
 inline bool in_mask(uint32_t dtypes, kestrel_dtype d) { return d >= 0 && d < KESTREL_DTYPE_COUNT && (dtypes >> d) & 1u; }
 
-// Well-formed descriptors whose every extent, stride and reachable element fits the shaders' 32-bit
-// index arithmetic.
-bool valid_tensors(const kestrel_op& op);
-bool arity(const kestrel_op& op, int inputs, int outputs);
+// Whether every extent, stride and reachable element of the op's (valid) descriptors fits the shaders'
+// 32-bit index arithmetic.
+bool fits_32bit_indexing(const kestrel_op& op);
 
-// Checks that every element a descriptor can reach lies inside its buffer and inside one binding.
-void check_bounds(const kestrel_context* context, const kestrel_tensor& t, const char* role);
+// Checks that every element a descriptor can reach lies inside one binding of the device.
+void check_binding_range(const kestrel_context* context, const kestrel_tensor& t, const char* role);
 
 TensorDesc describe(const kestrel_tensor& t);
-
-template <class P>
-const P& params_of(const kestrel_op& op, const char* name) {
-  const P* p = static_cast<const P*>(op.params);
-  if (!p || p->struct_size < sizeof(P)) fail(std::string(name) + ": missing or too-small parameter block");
-  return *p;
-}
 
 }  // namespace kestrel_vk

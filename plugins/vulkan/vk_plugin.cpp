@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "vk_capture.hpp"
+#include "kestrel/plugin_table.hpp"
 #include "vk_ops.hpp"
 
 namespace kestrel_vk {
@@ -44,25 +45,9 @@ void check(VkResult result, const char* what) {
 
 namespace {
 
-thread_local std::string last_error_message;
-
-// Runs `body` and converts what it throws into a status and last_error: the one place where C++
-// errors cross into the C ABI.
-template <class Body>
-kestrel_status guarded(Body&& body) {
-  return kestrel::plugin_errors::guarded(last_error_message, "vulkan", body);
-}
-
-void check_range(const kestrel_buffer* buffer, uint64_t offset, uint64_t bytes, const char* what) {
-  if (!buffer) fail(std::string(what) + ": null buffer");
-  if (offset > buffer->bytes || bytes > buffer->bytes - offset)
-    fail(std::string(what) + ": " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-         " overrun a buffer of " + std::to_string(buffer->bytes) + " bytes");
-}
-
 // ---- ABI entries ----
 
-const char* last_error() { return last_error_message.c_str(); }
+const char* last_error() { return Boundary::last_error(); }
 
 kestrel_status probe(kestrel_probe_result* result) {
   result->reason[0] = '\0';
@@ -99,11 +84,11 @@ kestrel_status probe(kestrel_probe_result* result) {
 void shutdown() { destroy_instance(); }
 
 kestrel_status device_count(int32_t* count) {
-  return guarded([&] { *count = static_cast<int32_t>(instance().devices.size()); });
+  return Boundary::guarded([&] { *count = static_cast<int32_t>(instance().devices.size()); });
 }
 
 kestrel_status device_properties(int32_t device, kestrel_device_properties* props) {
-  return guarded([&] { fill_properties(physical_device(device), props); });
+  return Boundary::guarded([&] { fill_properties(physical_device(device), props); });
 }
 
 void context_destroy(kestrel_context* context) {
@@ -122,7 +107,7 @@ void context_destroy(kestrel_context* context) {
 
 kestrel_status context_create(int32_t device, kestrel_context** out) {
   kestrel_context* context = nullptr;
-  kestrel_status status = guarded([&] {
+  kestrel_status status = Boundary::guarded([&] {
     const PhysicalDevice& physical = physical_device(device);
     context = new kestrel_context();
     context->physical = &physical;
@@ -164,7 +149,7 @@ void stream_destroy(kestrel_stream* stream) {
 kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
   kestrel_stream* stream = new kestrel_stream();
   stream->context = context;
-  kestrel_status status = guarded([&] {
+  kestrel_status status = Boundary::guarded([&] {
     create_stream_objects(stream);
     *out = stream;
   });
@@ -173,7 +158,7 @@ kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
 }
 
 kestrel_status stream_synchronize(kestrel_stream* stream) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     if (stream->recording) refuse_while_capturing("stream_synchronize");
     synchronize(stream);
   });
@@ -182,7 +167,7 @@ kestrel_status stream_synchronize(kestrel_stream* stream) {
 // ---- events: the fence of the submission that holds the recorded point (see vk_common.hpp) ----
 
 kestrel_status event_create(kestrel_context* context, kestrel_event** event) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     *event = new kestrel_event();
     (*event)->context = context;
   });
@@ -191,7 +176,7 @@ kestrel_status event_create(kestrel_context* context, kestrel_event** event) {
 void event_destroy(kestrel_event* event) { delete event; }
 
 kestrel_status event_record(kestrel_event* event, kestrel_stream* stream) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     if (!event || !stream || event->context != stream->context)
       fail("event_record: the event and the stream must exist and belong to the same context");
     if (stream->recording) refuse_while_capturing("event_record");
@@ -203,7 +188,7 @@ kestrel_status event_record(kestrel_event* event, kestrel_stream* stream) {
 }
 
 kestrel_status stream_wait_event(kestrel_stream* stream, kestrel_event* event) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     if (!event || !stream || event->context != stream->context)
       fail("stream_wait_event: the event and the stream must exist and belong to the same context; wait "
            "for an event of another device with event_synchronize",
@@ -214,7 +199,7 @@ kestrel_status stream_wait_event(kestrel_stream* stream, kestrel_event* event) {
 }
 
 kestrel_status event_synchronize(kestrel_event* event) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     if (!event) fail("event_synchronize: null event");
     std::shared_ptr<Fence> fence;
     {
@@ -226,7 +211,7 @@ kestrel_status event_synchronize(kestrel_event* event) {
 }
 
 kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_buffer** buffer) {
-  return guarded([&] { *buffer = allocate_buffer(context, bytes); });
+  return Boundary::guarded([&] { *buffer = allocate_buffer(context, bytes); });
 }
 
 void buffer_free(kestrel_buffer* buffer) {
@@ -235,27 +220,27 @@ void buffer_free(kestrel_buffer* buffer) {
 
 kestrel_status copy_host_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset, const void* src,
                                    uint64_t bytes) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     if (stream->recording) refuse_while_capturing("copy_host_to_device");
-    check_range(dst, dst_offset, bytes, "copy_host_to_device");
+    kestrel::plugin_sdk::check_copy_range(dst, dst_offset, bytes, "copy_host_to_device");
     copy_to_device(stream, dst, dst_offset, src, bytes);
   });
 }
 
 kestrel_status copy_device_to_host(kestrel_stream* stream, void* dst, kestrel_buffer* src, uint64_t src_offset,
                                    uint64_t bytes) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     if (stream->recording) refuse_while_capturing("copy_device_to_host");
-    check_range(src, src_offset, bytes, "copy_device_to_host");
+    kestrel::plugin_sdk::check_copy_range(src, src_offset, bytes, "copy_device_to_host");
     copy_to_host(stream, dst, src, src_offset, bytes);
   });
 }
 
 kestrel_status copy_device_to_device(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset,
                                      kestrel_buffer* src, uint64_t src_offset, uint64_t bytes) {
-  return guarded([&] {
-    check_range(dst, dst_offset, bytes, "copy_device_to_device");
-    check_range(src, src_offset, bytes, "copy_device_to_device");
+  return Boundary::guarded([&] {
+    kestrel::plugin_sdk::check_copy_range(dst, dst_offset, bytes, "copy_device_to_device");
+    kestrel::plugin_sdk::check_copy_range(src, src_offset, bytes, "copy_device_to_device");
     if (dst->context != src->context)
       fail("copy_device_to_device between two Vulkan devices is not supported; copy through the host",
            KESTREL_STATUS_UNSUPPORTED);
@@ -264,11 +249,11 @@ kestrel_status copy_device_to_device(kestrel_stream* stream, kestrel_buffer* dst
 }
 
 kestrel_status memory_stats(kestrel_context* context, kestrel_memory_stats* stats) {
-  return guarded([&] { memory_statistics(context, stats); });
+  return Boundary::guarded([&] { memory_statistics(context, stats); });
 }
 
 kestrel_status memory_trim(kestrel_context* context) {
-  return guarded([&] {
+  return Boundary::guarded([&] {
     // It waits for the queue and could release blocks a capture is about to record uses of.
     if (context_capturing(context))
       fail("memory_trim is not allowed while the stream is being captured; end the capture first");
@@ -277,7 +262,7 @@ kestrel_status memory_trim(kestrel_context* context) {
 }
 
 kestrel_status memory_reset_peak(kestrel_context* context) {
-  return guarded([&] { reset_peak(context); });
+  return Boundary::guarded([&] { reset_peak(context); });
 }
 
 struct Family {
@@ -285,10 +270,10 @@ struct Family {
   void (*launch)(kestrel_stream*, const kestrel_op&);
 };
 
-const Family* family_of(kestrel_op_kind kind) {
-  static const Family families[] = {KESTREL_OP_FAMILY_TABLE};
-  return kestrel::plugin_shapes::family_entry(families, kind);
-}
+// Every family, required and fused.
+const kestrel::plugin_sdk::FamilyTable<Family> families{KESTREL_REQUIRED_FAMILIES, KESTREL_FAMILY(linear),
+                                                        KESTREL_FAMILY(softmax), KESTREL_FAMILY(softmax_cross_entropy),
+                                                        KESTREL_FAMILY(optimizer)};
 
 uint32_t context_dtypes(const kestrel_context* context) {
   if (context && context->physical) return dtype_mask(*context->physical);
@@ -296,82 +281,33 @@ uint32_t context_dtypes(const kestrel_context* context) {
 }
 
 int32_t supports_op(kestrel_context* context, const kestrel_op* op) {
-  if (!op || op->struct_size < sizeof(kestrel_op) || !valid_tensors(*op)) return 0;
-  const Family* family = family_of(op->kind);
-  return family && family->supports(*op, context_dtypes(context)) ? 1 : 0;
+  return kestrel::plugin_sdk::supports(families, op, context_dtypes(context)) && fits_32bit_indexing(*op);
 }
 
 kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
-  return guarded([&] {
-    if (!supports_op(stream->context, op))
-      fail("the vulkan backend does not support this op with these dtypes, shapes or strides (it computes in "
-           "f32, i32, i64 and, with 16-bit storage, f16; fused ops in f32 (linear also in f16), on contiguous "
-           "rows where the CPU plugin wants them)",
-           KESTREL_STATUS_UNSUPPORTED);
-    for (int i = 0; i < op->num_inputs; ++i) check_bounds(stream->context, op->inputs[i], "input");
-    for (int i = 0; i < op->num_outputs; ++i) check_bounds(stream->context, op->outputs[i], "output");
-    family_of(op->kind)->launch(stream, *op);
+  return Boundary::guarded([&] {
+    kestrel::plugin_sdk::check_launchable(
+        supports_op(stream->context, op), op,
+        "the vulkan backend does not support this op with these dtypes, shapes or strides (it computes in f32, i32, "
+        "i64 and, with 16-bit storage, f16; fused ops in f32 (linear also in f16), on contiguous rows where the CPU "
+        "plugin wants them)");
+    for (int i = 0; i < op->num_inputs; ++i) check_binding_range(stream->context, op->inputs[i], "input");
+    for (int i = 0; i < op->num_outputs; ++i) check_binding_range(stream->context, op->outputs[i], "output");
+    families.find(op->kind)->launch(stream, *op);
   });
 }
-
-// ---- capture and replay (vk_capture.cpp) ----
-
-kestrel_status capture_begin(kestrel_stream* stream) {
-  return guarded([&] { begin_capture(stream); });
-}
-
-kestrel_status capture_end(kestrel_stream* stream, kestrel_graph** graph) {
-  return guarded([&] { *graph = end_capture(stream); });
-}
-
-kestrel_status graph_launch(kestrel_graph* graph, kestrel_stream* stream) {
-  return guarded([&] { launch_graph(graph, stream); });
-}
-
-void graph_destroy(kestrel_graph* graph) { destroy_graph(graph); }
 
 }  // namespace
 }  // namespace kestrel_vk
 
 KESTREL_PLUGIN_ENTRY {
   using namespace kestrel_vk;
-  static const kestrel_plugin_api api = [] {
-    kestrel_plugin_api a{};
-    a.struct_size = sizeof(a);
-    a.abi_major = KESTREL_PLUGIN_ABI_MAJOR;
-    a.abi_minor = KESTREL_PLUGIN_ABI_MINOR;
-    a.name = "vulkan";
-    a.version = KESTREL_VERSION;
-    a.last_error = last_error;
-    a.probe = probe;
-    a.shutdown = shutdown;
-    a.device_count = device_count;
-    a.device_properties = device_properties;
-    a.context_create = context_create;
-    a.context_destroy = context_destroy;
-    a.stream_create = stream_create;
-    a.stream_destroy = stream_destroy;
-    a.stream_synchronize = stream_synchronize;
-    a.event_create = event_create;
-    a.event_destroy = event_destroy;
-    a.event_record = event_record;
-    a.stream_wait_event = stream_wait_event;
-    a.event_synchronize = event_synchronize;
-    a.buffer_alloc = buffer_alloc;
-    a.buffer_free = buffer_free;
-    a.copy_host_to_device = copy_host_to_device;
-    a.copy_device_to_host = copy_device_to_host;
-    a.copy_device_to_device = copy_device_to_device;
-    a.memory_stats = memory_stats;
-    a.memory_trim = memory_trim;
-    a.memory_reset_peak = memory_reset_peak;
-    a.supports_op = supports_op;
-    a.launch = launch;
-    a.capture_begin = capture_begin;
-    a.capture_end = capture_end;
-    a.graph_launch = graph_launch;
-    a.graph_destroy = graph_destroy;
-    return a;
-  }();
-  return &api;
+  return kestrel::plugin_sdk::plugin_table("vulkan", KESTREL_VERSION, [](kestrel_plugin_api& api) {
+    KESTREL_SET_REQUIRED_ENTRIES(api);
+    KESTREL_SET_EVENT_ENTRIES(api);
+    KESTREL_SET_MEMORY_CACHE_ENTRIES(api);
+    KESTREL_SET_CAPTURE_ENTRIES(api);
+    api.probe = probe;
+    api.shutdown = shutdown;
+  });
 }

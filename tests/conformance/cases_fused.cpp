@@ -13,7 +13,7 @@ namespace {
 template <class P>
 P params() {
   P p{};
-  p.struct_size = sizeof(P);
+  p.struct_size = kestrel::abi_size<P>;
   return p;
 }
 
@@ -21,7 +21,7 @@ P params() {
 void launch(const Device& device, kestrel_op_kind kind, const void* p, std::vector<Tensor> inputs,
             std::vector<Tensor> outputs) {
   kestrel_op op{};
-  op.struct_size = sizeof(op);
+  op.struct_size = kestrel::abi_size<kestrel_op>;
   op.kind = kind;
   op.params = p;
   for (const Tensor& t : inputs) op.inputs[op.num_inputs++] = t.descriptor();

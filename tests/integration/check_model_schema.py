@@ -22,6 +22,7 @@ bad = [
     {"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 3, "outputs": 2}]},
     {"input": {"shape": [0]}, "layers": [{"type": "relu"}]},
     {"layers": [{"type": "relu"}]},
+    {"input": {"shape": [1, 8, 8]}, "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 3, "stride": 4294967296}]},
 ]
 for model in bad:
     assert list(validator.iter_errors(model)), f"accepted a bad model: {model}"

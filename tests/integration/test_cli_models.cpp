@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "kestrel/engine.h"
@@ -99,7 +100,18 @@ TEST(CliModels, BadModelFilesGetPathQualifiedErrors) {
       {"unknown_arg.json", R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 3, "outputs": 2}]})",
        "/layers/0/outputs: unknown argument 'outputs' for linear; valid arguments: out_features, bias"},
       {"wrong_type.json", R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": "ten"}]})",
-       "/layers/0/out_features: linear expects an integer >= 1, got \"ten\""},
+       "/layers/0/out_features: linear expects an integer from 1 to 2147483647, got \"ten\""},
+      // Integers are range-checked before they narrow to the ops' int32 (2^32 used to become 0).
+      {"huge_stride.json",
+       R"({"input": {"shape": [1, 8, 8]}, "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 3, "stride": 4294967296}]})",
+       "/layers/0/stride: conv2d expects an integer from 1 to 2147483647 or a pair [h, w] of them, got 4294967296"},
+      {"huge_kernel.json",
+       R"({"input": {"shape": [1, 8, 8]}, "layers": [{"type": "maxpool2d", "kernel_size": [2, 4294967299]}]})",
+       "/layers/0/kernel_size: maxpool2d expects an integer from 1 to 2147483647"},
+      {"unsigned_huge.json", R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 18446744073709551615}]})",
+       "/layers/0/out_features: linear expects an integer from 1 to 2147483647"},
+      {"dropout_one.json", R"({"input": {"shape": [4]}, "layers": [{"type": "dropout", "p": 1}]})",
+       "/layers/0/p: dropout expects a number in [0, 1), got 1"},
       {"missing_arg.json", R"({"input": {"shape": [4]}, "layers": [{"type": "conv2d", "out_channels": 3}]})",
        "/layers/0/kernel_size: conv2d needs 'kernel_size'"},
       {"needs_flatten.json",
@@ -121,6 +133,17 @@ TEST(CliModels, BadModelFilesGetPathQualifiedErrors) {
   CliRun missing = run("check /nonexistent/model.json");
   EXPECT_EQ(missing.status, 2) << missing.output;
   EXPECT_NE(missing.output.find("/nonexistent/model.json"), std::string::npos) << missing.output;
+}
+
+// The published schema is what the engine generates from its registry of layer kinds, so the two cannot
+// drift apart (regenerate with `build/bin/kestrel schema > models/schema/model.schema.json`).
+TEST(CliModels, ThePublishedSchemaIsTheGeneratedOne) {
+  CliRun r = run("schema");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream file(std::string(KESTREL_SOURCE_DIR) + "/models/schema/model.schema.json");
+  const nlohmann::json published = nlohmann::json::parse(file);
+  EXPECT_EQ(nlohmann::json::parse(r.output), published)
+      << "models/schema/model.schema.json differs from `kestrel schema`; regenerate it";
 }
 
 TEST(CliModels, BadRunConfigsAndFlagsGetClearErrors) {

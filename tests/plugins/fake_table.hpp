@@ -2,6 +2,7 @@
 // start from it and break one thing each, so the engine reaches exactly the check under test.
 #pragma once
 #include "kestrel/plugin.h"
+#include "kestrel/plugin_table.hpp"
 
 namespace fake {
 
@@ -19,9 +20,9 @@ inline void stream_destroy(kestrel_stream*) {}
 inline kestrel_status stream_synchronize(kestrel_stream*) { return unsupported(); }
 inline kestrel_status buffer_alloc(kestrel_context*, uint64_t, kestrel_buffer**) { return unsupported(); }
 inline void buffer_free(kestrel_buffer*) {}
-inline kestrel_status h2d(kestrel_stream*, kestrel_buffer*, uint64_t, const void*, uint64_t) { return unsupported(); }
-inline kestrel_status d2h(kestrel_stream*, void*, kestrel_buffer*, uint64_t, uint64_t) { return unsupported(); }
-inline kestrel_status d2d(kestrel_stream*, kestrel_buffer*, uint64_t, kestrel_buffer*, uint64_t, uint64_t) {
+inline kestrel_status copy_host_to_device(kestrel_stream*, kestrel_buffer*, uint64_t, const void*, uint64_t) { return unsupported(); }
+inline kestrel_status copy_device_to_host(kestrel_stream*, void*, kestrel_buffer*, uint64_t, uint64_t) { return unsupported(); }
+inline kestrel_status copy_device_to_device(kestrel_stream*, kestrel_buffer*, uint64_t, kestrel_buffer*, uint64_t, uint64_t) {
   return unsupported();
 }
 inline kestrel_status memory_stats(kestrel_context*, kestrel_memory_stats*) { return unsupported(); }
@@ -29,28 +30,12 @@ inline int32_t supports_op(kestrel_context*, const kestrel_op*) { return 0; }
 inline kestrel_status launch(kestrel_stream*, const kestrel_op*) { return unsupported(); }
 
 inline kestrel_plugin_api table(const char* name) {
-  kestrel_plugin_api api{};
-  api.struct_size = sizeof(api);
+  kestrel_plugin_api api = kestrel::abi_init<kestrel_plugin_api>();
   api.abi_major = KESTREL_PLUGIN_ABI_MAJOR;
   api.abi_minor = KESTREL_PLUGIN_ABI_MINOR;
   api.name = name;
   api.version = "0.0-test";
-  api.last_error = last_error;
-  api.device_count = device_count;
-  api.device_properties = device_properties;
-  api.context_create = context_create;
-  api.context_destroy = context_destroy;
-  api.stream_create = stream_create;
-  api.stream_destroy = stream_destroy;
-  api.stream_synchronize = stream_synchronize;
-  api.buffer_alloc = buffer_alloc;
-  api.buffer_free = buffer_free;
-  api.copy_host_to_device = h2d;
-  api.copy_device_to_host = d2h;
-  api.copy_device_to_device = d2d;
-  api.memory_stats = memory_stats;
-  api.supports_op = supports_op;
-  api.launch = launch;
+  KESTREL_SET_REQUIRED_ENTRIES(api);
   return api;
 }
 

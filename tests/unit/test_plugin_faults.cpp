@@ -36,6 +36,8 @@ TEST(PluginFaults, EachBrokenPluginIsSkippedWithItsReason) {
   expect_skipped(engine, "widget", "no Widget accelerator found");
   expect_skipped(engine, "init_fails", "initialisation failed: driver handshake failed");
   expect_skipped(engine, "incomplete", "lacks required entries: supports_op, launch");
+  expect_skipped(engine, "old_minor", "built for plugin ABI 1.1");
+  expect_skipped(engine, "short_table", "lacks required entries: supports_op, launch");
   expect_skipped(engine, "libkestrel_no_entry.so", "no entry symbol 'kestrel_plugin_v1'");
   expect_skipped(engine, "libkestrel_missing_dependency.so", "libkestrel_vanishing_dependency.so");
   expect_skipped(engine, "libkestrel_not_elf.so", "cannot load the library");

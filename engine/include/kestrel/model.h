@@ -55,6 +55,10 @@ class ModelSpec {
   int output_ = -1;
 };
 
+// The JSON Schema of model files (pretty-printed), generated from the engine's registry of layer kinds:
+// what models/schema/model.schema.json holds and `kestrel schema` prints.
+std::string model_schema();
+
 struct NamedTensor;
 class ParameterGrad;  // engine-internal: a parameter's lazily zeroed gradient
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kestrel/plugin_shapes.hpp"
 #include "kestrel/tensor.h"
 
 namespace kestrel::ops {
@@ -58,8 +59,12 @@ class CounterBaseScope {
 struct Window {
   int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
   int dilation_h = 1, dilation_w = 1;
-  int64_t out_h(int64_t h) const { return (h + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1; }
-  int64_t out_w(int64_t w) const { return (w + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1; }
+  int64_t out_h(int64_t h) const {
+    return plugin_shapes::window_output_extent(h, kernel_h, stride_h, pad_h, dilation_h);
+  }
+  int64_t out_w(int64_t w) const {
+    return plugin_shapes::window_output_extent(w, kernel_w, stride_w, pad_w, dilation_w);
+  }
 };
 // x: (N, C, H, W) -> (N, C*KH*KW, OH*OW)
 Tensor im2col(const Tensor& x, const Window& window);

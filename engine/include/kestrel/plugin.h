@@ -14,7 +14,11 @@
  * Versioning: a change of KESTREL_PLUGIN_ABI_MAJOR breaks compatibility and the host refuses the
  * plugin. A minor change only appends fields at the end of structs (and entries at the end of the
  * table). Every struct that crosses the boundary starts with `size_t struct_size`, so each side can tell
- * how much of it the other knows: a reader must not touch fields past struct_size.
+ * how much of it the other knows: a reader must not touch fields past struct_size. The writer sets it to
+ * KESTREL_STRUCT_SIZE(type, last field), the end of the last field it knows, not sizeof(type): sizeof
+ * counts the tail padding, where a field appended later (an int32_t after a double, say) would land
+ * without changing sizeof, so neither side could tell the versions apart. A reader that needs a field
+ * checks struct_size >= KESTREL_STRUCT_SIZE(type, that field).
  *
  * Errors: every entry that can fail returns kestrel_status. The message of the last failure on the
  * calling thread is returned by `last_error`; it is owned by the plugin and valid until the next call
@@ -29,6 +33,13 @@
  *   1.1  RANDOM may take its counter base from a device scalar (in0), so a captured graph draws fresh
  *        numbers at every replay; the rules for memory and host copies during a capture are spelled out
  *        at capture_begin.
+ *   1.2  struct_size is measured to the end of the last field (KESTREL_STRUCT_SIZE), not with sizeof:
+ *        seven structs end in padding, where an appended int32_t was invisible. Plugins built against
+ *        1.0/1.1 compared struct_size with sizeof and would refuse the padded parameter blocks this host
+ *        now sends, so the host refuses them at load with a request to rebuild. Op kinds a plugin does not
+ *        know are answered 0 by supports_op (unchanged rule, now stated): new fused families are added
+ *        to one backend at a time. The host reads only the first struct_size bytes of a plugin's table
+ *        and checks the required entries within them.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -41,10 +52,13 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 1
+#define KESTREL_PLUGIN_ABI_MINOR 2
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
+
+/* The size a writer puts in struct_size: the end of the struct's last field (see Versioning above). */
+#define KESTREL_STRUCT_SIZE(type, last_field) (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
 
 #if defined(_WIN32)
 #define KESTREL_PLUGIN_EXPORT __declspec(dllexport)
@@ -317,8 +331,9 @@ typedef struct kestrel_plugin_api {
   /* optional: NULL means the host cannot reset the peak (it then reports the all-time peak). */
   kestrel_status (*memory_reset_peak)(kestrel_context* context);
 
-  /* 1 if the plugin can run this op with these dtypes, shapes and strides, else 0. Buffers may be NULL:
-   * the answer depends only on the descriptors. Required. */
+  /* 1 if the plugin can run this op with these dtypes, shapes and strides, else 0 (also for an op kind
+   * the plugin does not know, e.g. one added by a later minor version). Buffers may be NULL: the answer
+   * depends only on the descriptors. Required. */
   int32_t (*supports_op)(kestrel_context* context, const kestrel_op* op);
   /* Enqueues the op. Fails with UNSUPPORTED when supports_op says 0. Required. */
   kestrel_status (*launch)(kestrel_stream* stream, const kestrel_op* op);

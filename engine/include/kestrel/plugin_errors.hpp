@@ -42,4 +42,21 @@ kestrel_status guarded(std::string& last_error, const char* plugin, Body&& body)
   }
 }
 
+// A plugin's error boundary: its per-thread last_error text and the wrapper its entries run in.
+// `name` is the plugin's name, a constant of its own (`inline constexpr char kPluginName[] = "cpu";`):
+// being the plugin's, it gives each plugin its own thread_local text even where the dynamic linker
+// unifies template instances of two libraries.
+template <const char* name>
+struct ErrorBoundary {
+  static std::string& message() {
+    thread_local std::string text;
+    return text;
+  }
+  static const char* last_error() { return message().c_str(); }
+  template <class Body>
+  static kestrel_status guarded(Body&& body) {
+    return plugin_errors::guarded(message(), name, body);
+  }
+};
+
 }  // namespace kestrel::plugin_errors

@@ -1,15 +1,18 @@
-// Header-only helpers for plugin authors (C++): whether an op's descriptors are consistent with each
-// other as plugin.h defines them — ranks, extents, index dtypes. They say nothing about what a backend
-// can run (dtypes, strides, size limits): each plugin adds those checks itself. It also names the op
-// family and the name of each op kind; the plugins' dispatch tables are indexed by family. Like philox.h and
-// half.h this depends on plugin.h alone, so every backend answers these questions the same way.
+// Plugin SDK (header-only, C++): whether an op's descriptors are consistent with each other as plugin.h
+// defines them, family by family — counts, ranks, extents, dtypes that must agree, parameter blocks
+// present and of a known function. They say nothing about what a backend can run (which dtypes,
+// strides, size limits): a plugin's supports_<family> is `<family>_fits(op) && its own capability`.
+// Like philox.h and half.h this depends on plugin.h alone, so every backend answers these questions the
+// same way, and so does the engine.
 #ifndef KESTREL_PLUGIN_SHAPES_HPP
 #define KESTREL_PLUGIN_SHAPES_HPP
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "kestrel/plugin.h"
+#include "kestrel/plugin_struct_size.hpp"
 
 namespace kestrel::plugin_shapes {
 
@@ -38,11 +41,190 @@ inline bool all_contiguous(const kestrel_op& op) {
   return true;
 }
 
+inline bool outputs_contiguous(const kestrel_op& op) {
+  for (int i = 0; i < op.num_outputs; ++i)
+    if (!is_contiguous(op.outputs[i])) return false;
+  return true;
+}
+
 inline bool same_shape(const kestrel_tensor& a, const kestrel_tensor& b) {
   if (a.rank != b.rank) return false;
   for (int d = 0; d < a.rank; ++d)
     if (a.shape[d] != b.shape[d]) return false;
   return true;
+}
+
+// ---- dtypes ----
+
+inline bool is_valid_dtype(kestrel_dtype d) { return d >= 0 && d < KESTREL_DTYPE_COUNT; }
+inline bool is_float_dtype(kestrel_dtype d) {
+  return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16;
+}
+inline bool is_index_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_I64 || d == KESTREL_DTYPE_I32; }
+inline size_t dtype_bytes(kestrel_dtype d) {
+  switch (d) {
+    case KESTREL_DTYPE_F32: case KESTREL_DTYPE_I32: return 4;
+    case KESTREL_DTYPE_F16: case KESTREL_DTYPE_BF16: return 2;
+    case KESTREL_DTYPE_U8: return 1;
+    default: return 8;
+  }
+}
+
+// ---- descriptors this ABI version can read ----
+
+// The largest element offset `t` reaches, or -1 when it is empty or the offset does not fit in int64.
+inline int64_t last_element(const kestrel_tensor& t) {
+  if (numel(t) == 0) return -1;
+  if (t.offset > uint64_t(std::numeric_limits<int64_t>::max())) return -1;
+  int64_t last = int64_t(t.offset);
+  for (int d = 0; d < t.rank; ++d) {
+    int64_t step = 0;
+    if (__builtin_mul_overflow(t.shape[d] - 1, t.strides[d], &step) || __builtin_add_overflow(last, step, &last))
+      return -1;
+  }
+  return last;
+}
+
+// A known dtype, a rank within KESTREL_MAX_RANK, non-negative extents and strides, an element count and a
+// last element that fit in int64 (so no plugin's size arithmetic overflows).
+inline bool valid_tensor(const kestrel_tensor& t) {
+  if (t.struct_size < abi_size<kestrel_tensor> || !is_valid_dtype(t.dtype) || t.rank < 0 || t.rank > KESTREL_MAX_RANK)
+    return false;
+  int64_t count = 1;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] < 0 || t.strides[d] < 0 || __builtin_mul_overflow(count, t.shape[d], &count)) return false;
+  }
+  return count == 0 || last_element(t) >= 0;
+}
+
+// The op block and every tensor it names are readable; what supports_op checks before any family.
+inline bool valid_op(const kestrel_op* op) {
+  if (!abi_complete(op) || op->num_inputs < 0 || op->num_inputs > KESTREL_MAX_OP_TENSORS ||
+      op->num_outputs < 0 || op->num_outputs > KESTREL_MAX_OP_TENSORS)
+    return false;
+  for (int i = 0; i < op->num_inputs; ++i)
+    if (!valid_tensor(op->inputs[i])) return false;
+  for (int i = 0; i < op->num_outputs; ++i)
+    if (!valid_tensor(op->outputs[i])) return false;
+  return true;
+}
+
+inline bool arity(const kestrel_op& op, int inputs, int outputs) {
+  return op.num_inputs == inputs && op.num_outputs == outputs;
+}
+
+// The op's parameter block, when it is present and holds every field of P this side knows; else null.
+template <class P>
+const P* params(const kestrel_op& op) {
+  const P* p = static_cast<const P*>(op.params);
+  return abi_complete(p) ? p : nullptr;
+}
+
+// ---- element-wise: fill, copy, unary, binary ----
+
+inline bool fill_fits(const kestrel_op& op) { return arity(op, 0, 1) && params<kestrel_fill_params>(op); }
+
+// Any dtypes on either side (a cast), the same shape.
+inline bool copy_fits(const kestrel_op& op) { return arity(op, 1, 1) && same_shape(op.inputs[0], op.outputs[0]); }
+
+// Integers take only the functions that stay integers (no exp of an i32, as torch).
+inline bool unary_defined_for_integers(kestrel_unary_fn fn) {
+  return fn == KESTREL_UNARY_NEG || fn == KESTREL_UNARY_ABS || fn == KESTREL_UNARY_RELU || fn == KESTREL_UNARY_STEP ||
+         fn == KESTREL_UNARY_SQUARE || fn == KESTREL_UNARY_SIGN;
+}
+
+inline bool unary_fits(const kestrel_op& op) {
+  auto* p = params<kestrel_unary_params>(op);
+  if (!p || !arity(op, 1, 1) || !same_shape(op.inputs[0], op.outputs[0])) return false;
+  const kestrel_dtype dtype = op.inputs[0].dtype;
+  if (dtype != op.outputs[0].dtype || p->fn < KESTREL_UNARY_NEG || p->fn > KESTREL_UNARY_POW) return false;
+  return is_float_dtype(dtype) || unary_defined_for_integers(p->fn);
+}
+
+// Broadcast operands arrive expanded (stride 0), so all three share a shape and a dtype. Integer
+// division and power are not defined by the ABI (torch would promote to float).
+inline bool binary_fits(const kestrel_op& op) {
+  auto* p = params<kestrel_binary_params>(op);
+  if (!p || !arity(op, 2, 1)) return false;
+  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &out = op.outputs[0];
+  if (!same_shape(a, out) || !same_shape(b, out) || a.dtype != out.dtype || b.dtype != out.dtype) return false;
+  if (p->fn < KESTREL_BINARY_ADD || p->fn > KESTREL_BINARY_GE) return false;
+  return is_float_dtype(out.dtype) || (p->fn != KESTREL_BINARY_DIV && p->fn != KESTREL_BINARY_POW);
+}
+
+// ---- matrix products: gemm and the fused linear ----
+
+// a (M,K) @ b (K,N) -> c (M,N), or the same with a leading batch extent shared by all three.
+inline bool gemm_shapes_fit(const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& c) {
+  if ((c.rank != 2 && c.rank != 3) || a.rank != c.rank || b.rank != c.rank) return false;
+  const int lead = c.rank - 2;
+  if (c.rank == 3 && (a.shape[0] != c.shape[0] || b.shape[0] != c.shape[0])) return false;
+  return a.shape[lead] == c.shape[lead] && b.shape[lead + 1] == c.shape[lead + 1] && a.shape[lead + 1] == b.shape[lead];
+}
+
+inline bool gemm_fits(const kestrel_op& op) {
+  if (!params<kestrel_gemm_params>(op) || !arity(op, 2, 1)) return false;
+  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &c = op.outputs[0];
+  return a.dtype == c.dtype && b.dtype == c.dtype && gemm_shapes_fit(a, b, c);
+}
+
+// in0 x (M,K), in1 w (K,N), optional in2 bias (N); out0 y (M,N) = act(x @ w + bias), optional out1 the
+// pre-activation (M,N). One dtype throughout.
+inline bool linear_fits(const kestrel_op& op) {
+  auto* p = params<kestrel_linear_params>(op);
+  if (!p || (op.num_inputs != 2 && op.num_inputs != 3) || (op.num_outputs != 1 && op.num_outputs != 2)) return false;
+  const kestrel_tensor &x = op.inputs[0], &w = op.inputs[1], &y = op.outputs[0];
+  if (x.dtype != y.dtype || w.dtype != y.dtype || y.rank != 2 || !gemm_shapes_fit(x, w, y)) return false;
+  if (op.num_inputs == 3) {
+    const kestrel_tensor& bias = op.inputs[2];
+    if (bias.dtype != y.dtype || bias.rank != 1 || bias.shape[0] != y.shape[1]) return false;
+  }
+  if (op.num_outputs == 2 && (!same_shape(op.outputs[1], y) || op.outputs[1].dtype != y.dtype)) return false;
+  return p->activation >= KESTREL_ACTIVATION_NONE && p->activation <= KESTREL_ACTIVATION_GELU;
+}
+
+// ---- gather and scatter_add along one axis ----
+
+// `data` is the tensor indexed along the axis, `index` (i32/i64) has its rank and `other`'s shape, and
+// no other axis of `index` is longer than data's.
+inline bool index_fits(const kestrel_op& op, const kestrel_tensor& data, const kestrel_tensor& index,
+                       const kestrel_tensor& other) {
+  auto* p = params<kestrel_index_params>(op);
+  if (!p || !arity(op, 2, 1) || p->axis < 0 || p->axis >= data.rank || !is_index_dtype(index.dtype)) return false;
+  if (index.rank != data.rank || !same_shape(index, other)) return false;
+  for (int d = 0; d < data.rank; ++d)
+    if (d != p->axis && index.shape[d] > data.shape[d]) return false;
+  return true;
+}
+
+// in0 data, in1 index -> out (index's shape).
+inline bool gather_fits(const kestrel_op& op) {
+  return arity(op, 2, 1) && op.inputs[0].dtype == op.outputs[0].dtype &&
+         index_fits(op, op.inputs[0], op.inputs[1], op.outputs[0]);
+}
+
+// in0 src (index's shape), in1 index, out the tensor added into.
+inline bool scatter_add_fits(const kestrel_op& op) {
+  return arity(op, 2, 1) && op.inputs[0].dtype == op.outputs[0].dtype &&
+         index_fits(op, op.outputs[0], op.inputs[1], op.inputs[0]);
+}
+
+// ---- softmax and softmax-cross-entropy over the last axis ----
+
+inline bool softmax_fits(const kestrel_op& op) {
+  if (!params<kestrel_softmax_params>(op) || !arity(op, 1, 1)) return false;
+  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
+  return in.rank >= 1 && is_float_dtype(in.dtype) && in.dtype == out.dtype && same_shape(in, out);
+}
+
+// in0 logits (N,C) float, in1 labels (N) i32/i64 -> out0 loss (N) [, out1 dlogits (N,C)].
+inline bool softmax_cross_entropy_fits(const kestrel_op& op) {
+  if (op.num_inputs != 2 || (op.num_outputs != 1 && op.num_outputs != 2)) return false;
+  const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &loss = op.outputs[0];
+  if (logits.rank != 2 || !is_float_dtype(logits.dtype) || !is_index_dtype(labels.dtype)) return false;
+  if (labels.rank != 1 || labels.shape[0] != logits.shape[0] || logits.shape[1] < 1) return false;
+  if (loss.rank != 1 || loss.shape[0] != logits.shape[0] || loss.dtype != logits.dtype) return false;
+  return op.num_outputs == 1 || (same_shape(op.outputs[1], logits) && op.outputs[1].dtype == logits.dtype);
 }
 
 // ---- reductions: out has in's rank, extent 1 on each reduced axis ----
@@ -67,105 +249,36 @@ inline ReduceShape reduce_shape(const kestrel_tensor& in, const kestrel_tensor& 
 }
 
 // A reduce op (one input, one output, known function) whose shapes and output dtype fit plugin.h:
-// argmax reduces at most one non-empty axis into i64, the others keep the input's dtype, and max/min
-// need a non-empty axis.
+// argmax reduces at most one non-empty axis into i64, the others keep the input's dtype, max/min need
+// a non-empty axis, and there is no mean of integers (as torch).
 inline bool reduce_fits(const kestrel_op& op) {
-  auto* p = static_cast<const kestrel_reduce_params*>(op.params);
-  if (!p || op.num_inputs != 1 || op.num_outputs != 1) return false;
+  auto* p = params<kestrel_reduce_params>(op);
+  if (!p || !arity(op, 1, 1)) return false;
   if (p->fn < KESTREL_REDUCE_SUM || p->fn > KESTREL_REDUCE_ARGMAX) return false;
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
   const ReduceShape r = reduce_shape(in, out);
   if (!r.ok) return false;
   if (p->fn == KESTREL_REDUCE_ARGMAX) return out.dtype == KESTREL_DTYPE_I64 && r.reduced <= 1 && r.count > 0;
   if (out.dtype != in.dtype) return false;
-  int64_t elements = 1;
-  for (int d = 0; d < in.rank; ++d) elements *= in.shape[d];
-  if (p->fn == KESTREL_REDUCE_MAX || p->fn == KESTREL_REDUCE_MIN) return elements == 0 || r.count > 0;
+  if (p->fn == KESTREL_REDUCE_MEAN) return is_float_dtype(in.dtype);
+  if (p->fn == KESTREL_REDUCE_MAX || p->fn == KESTREL_REDUCE_MIN) return numel(in) == 0 || r.count > 0;
   return true;
-}
-
-// ---- op families: the kinds a plugin implements together, one supports/launch pair each ----
-
-enum class OpFamily {
-  fill, copy, unary, binary, reduce, gemm, gather, scatter_add, random, window, linear, softmax,
-  softmax_cross_entropy, optimizer,
-  count  // also the answer for a kind this header does not know (a newer ABI's)
-};
-
-inline OpFamily op_family(kestrel_op_kind kind) {
-  switch (kind) {
-    case KESTREL_OP_FILL: return OpFamily::fill;
-    case KESTREL_OP_COPY: return OpFamily::copy;
-    case KESTREL_OP_UNARY: return OpFamily::unary;
-    case KESTREL_OP_BINARY: return OpFamily::binary;
-    case KESTREL_OP_REDUCE: return OpFamily::reduce;
-    case KESTREL_OP_GEMM: return OpFamily::gemm;
-    case KESTREL_OP_GATHER: return OpFamily::gather;
-    case KESTREL_OP_SCATTER_ADD: return OpFamily::scatter_add;
-    case KESTREL_OP_RANDOM: return OpFamily::random;
-    case KESTREL_OP_IM2COL: case KESTREL_OP_COL2IM: case KESTREL_OP_POOL2D: case KESTREL_OP_POOL2D_BACKWARD:
-      return OpFamily::window;
-    case KESTREL_OP_LINEAR: return OpFamily::linear;
-    case KESTREL_OP_SOFTMAX: return OpFamily::softmax;
-    case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: return OpFamily::softmax_cross_entropy;
-    case KESTREL_OP_ADAM_UPDATE: case KESTREL_OP_SGD_UPDATE: return OpFamily::optimizer;
-  }
-  return OpFamily::count;
-}
-
-// A plugin's dispatch table has one entry per OpFamily, in its order. A plugin that names its functions
-// supports_<family> and launch_<family> writes it as
-//   static const Entry table[] = {KESTREL_OP_FAMILY_TABLE};
-// and family_entry() finds the entry for an op kind (nullptr for a kind this header does not know).
-#define KESTREL_OP_FAMILY_TABLE                                                                          \
-  {supports_fill, launch_fill}, {supports_copy, launch_copy}, {supports_unary, launch_unary},            \
-      {supports_binary, launch_binary}, {supports_reduce, launch_reduce}, {supports_gemm, launch_gemm},  \
-      {supports_gather, launch_gather}, {supports_scatter_add, launch_scatter_add},                      \
-      {supports_random, launch_random}, {supports_window, launch_window},                                \
-      {supports_linear, launch_linear}, {supports_softmax, launch_softmax},                              \
-      {supports_softmax_cross_entropy, launch_softmax_cross_entropy}, {supports_optimizer, launch_optimizer}
-
-template <class Entry, size_t N>
-const Entry* family_entry(const Entry (&table)[N], kestrel_op_kind kind) {
-  static_assert(N == size_t(OpFamily::count), "one entry per op family");
-  const OpFamily family = op_family(kind);
-  return family == OpFamily::count ? nullptr : &table[size_t(family)];
-}
-
-// The op kind's name as tools and messages show it (the engine's kestrel::op_kind_name returns this).
-inline const char* op_kind_name(kestrel_op_kind kind) {
-  switch (kind) {
-    case KESTREL_OP_FILL: return "fill";
-    case KESTREL_OP_COPY: return "copy";
-    case KESTREL_OP_UNARY: return "unary";
-    case KESTREL_OP_BINARY: return "binary";
-    case KESTREL_OP_REDUCE: return "reduce";
-    case KESTREL_OP_GEMM: return "gemm";
-    case KESTREL_OP_GATHER: return "gather";
-    case KESTREL_OP_SCATTER_ADD: return "scatter_add";
-    case KESTREL_OP_RANDOM: return "random";
-    case KESTREL_OP_IM2COL: return "im2col";
-    case KESTREL_OP_COL2IM: return "col2im";
-    case KESTREL_OP_POOL2D: return "pool2d";
-    case KESTREL_OP_POOL2D_BACKWARD: return "pool2d_backward";
-    case KESTREL_OP_LINEAR: return "linear";
-    case KESTREL_OP_SOFTMAX: return "softmax";
-    case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: return "softmax_cross_entropy";
-    case KESTREL_OP_ADAM_UPDATE: return "adam_update";
-    case KESTREL_OP_SGD_UPDATE: return "sgd_update";
-  }
-  return "unknown-op";
 }
 
 // ---- random draws ----
 
 // One output, a known distribution, and either no input or (ABI 1.1) one: the one-element i64 counter
-// base read when the op runs.
+// base read when the op runs. Uniform and normal draws fill float dtypes; Bernoulli masks also u8.
 inline bool random_fits(const kestrel_op& op) {
-  auto* p = static_cast<const kestrel_random_params*>(op.params);
-  if (!p || p->struct_size < sizeof(kestrel_random_params) || op.num_outputs != 1 || op.num_inputs > 1) return false;
+  auto* p = params<kestrel_random_params>(op);
+  if (!p || op.num_outputs != 1 || op.num_inputs > 1) return false;
   if (op.num_inputs == 1 && (op.inputs[0].dtype != KESTREL_DTYPE_I64 || numel(op.inputs[0]) != 1)) return false;
-  return p->distribution >= KESTREL_DISTRIBUTION_UNIFORM && p->distribution <= KESTREL_DISTRIBUTION_BERNOULLI;
+  const kestrel_dtype d = op.outputs[0].dtype;
+  switch (p->distribution) {
+    case KESTREL_DISTRIBUTION_UNIFORM: case KESTREL_DISTRIBUTION_NORMAL: return is_float_dtype(d);
+    case KESTREL_DISTRIBUTION_BERNOULLI: return is_float_dtype(d) || d == KESTREL_DTYPE_U8;
+  }
+  return false;
 }
 
 // ---- optimizer updates ----
@@ -173,8 +286,9 @@ inline bool random_fits(const kestrel_op& op) {
 // Adam: in0 param, in1 grad, in2 m, in3 v. SGD: in0 param, in1 grad [, in2 momentum buffer]. No outputs
 // (updated in place); every input has the parameter's dtype and element count.
 inline bool optimizer_fits(const kestrel_op& op) {
-  if (!op.params || op.num_outputs != 0) return false;
-  const int expected = op.kind == KESTREL_OP_ADAM_UPDATE ? 4 : (op.num_inputs == 3 ? 3 : 2);
+  const bool adam = op.kind == KESTREL_OP_ADAM_UPDATE;
+  if ((adam ? !params<kestrel_adam_params>(op) : !params<kestrel_sgd_params>(op)) || op.num_outputs != 0) return false;
+  const int expected = adam ? 4 : (op.num_inputs == 3 ? 3 : 2);
   if (op.num_inputs != expected) return false;
   for (int i = 1; i < op.num_inputs; ++i)
     if (op.inputs[i].dtype != op.inputs[0].dtype || numel(op.inputs[i]) != numel(op.inputs[0])) return false;
@@ -183,21 +297,32 @@ inline bool optimizer_fits(const kestrel_op& op) {
 
 // ---- sliding windows: im2col, col2im, pool2d, pool2d_backward on (N, C, H, W) ----
 
+// An (N, C, H, W) image, the window sliding over it, and the (OH, OW) positions it takes.
 struct WindowGeometry {
   int64_t n, c, h, w, oh, ow;
+  int kh, kw, sh, sw, ph, pw, dh, dw;
+  // The image row (column) that output row (column) o reads at tap k; outside [0, h) in the padding.
+  int64_t h_at(int64_t o, int k) const { return o * sh - ph + int64_t(k) * dh; }
+  int64_t w_at(int64_t o, int k) const { return o * sw - pw + int64_t(k) * dw; }
 };
 
+// One output extent of a window sliding over `size` (plugin.h's formula); < 1 when no window fits.
+inline int64_t window_output_extent(int64_t size, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
+  return (size + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
+}
+
 inline bool window_params_ok(const kestrel_window_params* p) {
-  return p && p->struct_size >= sizeof(kestrel_window_params) && p->kernel_h >= 1 && p->kernel_w >= 1 &&
+  return abi_complete(p) && p->kernel_h >= 1 && p->kernel_w >= 1 &&
          p->stride_h >= 1 && p->stride_w >= 1 && p->pad_h >= 0 && p->pad_w >= 0 && p->dilation_h >= 1 &&
          p->dilation_w >= 1 && (p->mode == KESTREL_POOL_MAX || p->mode == KESTREL_POOL_AVG);
 }
 
 // The image is the (N, C, H, W) side of the op; OH and OW as plugin.h defines them.
 inline WindowGeometry window_geometry(const kestrel_window_params& p, const kestrel_tensor& image) {
-  WindowGeometry g{image.shape[0], image.shape[1], image.shape[2], image.shape[3], 0, 0};
-  g.oh = (g.h + 2 * p.pad_h - int64_t(p.dilation_h) * (p.kernel_h - 1) - 1) / p.stride_h + 1;
-  g.ow = (g.w + 2 * p.pad_w - int64_t(p.dilation_w) * (p.kernel_w - 1) - 1) / p.stride_w + 1;
+  WindowGeometry g{image.shape[0], image.shape[1], image.shape[2], image.shape[3], 0, 0,
+                   p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w};
+  g.oh = window_output_extent(g.h, p.kernel_h, p.stride_h, p.pad_h, p.dilation_h);
+  g.ow = window_output_extent(g.w, p.kernel_w, p.stride_w, p.pad_w, p.dilation_w);
   return g;
 }
 

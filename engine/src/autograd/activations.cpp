@@ -49,7 +49,7 @@ namespace {
 Tensor softmax_forward(const Tensor& x, bool log) {
   Tensor in = x.contiguous();
   Tensor y = Tensor::empty(in.shape(), in.dtype(), in.device());
-  kestrel_softmax_params params{sizeof(kestrel_softmax_params), log ? 1 : 0};
+  kestrel_softmax_params params{abi_size<kestrel_softmax_params>, log ? 1 : 0};
   if (ops::launch_if_supported(in.device(), ops::make_op(KESTREL_OP_SOFTMAX, &params, {in}, {y}))) return y;
   int last = in.rank() - 1;
   Tensor shifted = math::sub(in, ops::reduce(KESTREL_REDUCE_MAX, in, {last}, true));

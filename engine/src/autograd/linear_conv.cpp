@@ -36,7 +36,7 @@ Var linear(const Var& x, const Var& weight, const Var& bias, kestrel_activation 
   Tensor wt = w.transpose(0, 1);  // (in, out) as a strided view: the GEMM reads it transposed
   Tensor y = Tensor::empty({input.size(0), w.size(0)}, input.dtype(), input.device());
   Tensor pre = activation == KESTREL_ACTIVATION_GELU ? Tensor::empty(y.shape(), y.dtype(), y.device()) : Tensor();
-  kestrel_linear_params params{sizeof(kestrel_linear_params), activation};
+  kestrel_linear_params params{abi_size<kestrel_linear_params>, activation};
   kestrel_op op = bias.defined() ? ops::make_op(KESTREL_OP_LINEAR, &params, {input, wt, bias.value()}, {y})
                                  : ops::make_op(KESTREL_OP_LINEAR, &params, {input, wt}, {y});
   if (pre.defined()) op.outputs[op.num_outputs++] = pre.descriptor();

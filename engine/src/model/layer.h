@@ -11,26 +11,40 @@
 
 namespace kestrel {
 
-// Reads a layer's arguments with torch.nn names; every mistake becomes a ModelError with the JSON path.
+struct LayerKind;
+
+// One argument of a layer kind, named as in torch.nn. The registry (layer_kinds()) lists them; Args
+// checks a layer's JSON object against them and the JSON Schema is generated from them, so the loader,
+// its error messages and the published schema cannot disagree.
+struct ArgSpec {
+  enum class Kind { integer, pair, number, boolean };
+  std::string name;
+  Kind kind = Kind::integer;
+  bool required = false;
+  double min = 0, max = 0;    // inclusive; integers and pairs also stay within int32 (what the ops take)
+  bool max_exclusive = false;  // numbers: [min, max)
+  nlohmann::json fallback;     // the value when absent; null where the layer derives it (a pool's stride)
+};
+
+// A layer's arguments, checked against its kind's ArgSpecs when constructed — types, ranges, required
+// arguments, unknown keys — so every mistake is a ModelError naming the JSON path before any layer is
+// built. The getters return the given value or the fallback.
 class Args {
  public:
-  Args(const nlohmann::json& object, std::string where, std::string type);
-  int64_t integer(const std::string& key, int64_t fallback, int64_t min);
-  int64_t required_integer(const std::string& key, int64_t min);
-  // An int or a [h, w] pair, as torch's kernel_size/stride/padding.
-  std::pair<int64_t, int64_t> pair(const std::string& key, std::pair<int64_t, int64_t> fallback, int64_t min,
-                                   bool required = false);
-  double number(const std::string& key, double fallback, double min, double max);
-  bool boolean(const std::string& key, bool fallback);
-  // Throws for any key not read, naming the valid ones.
-  void finish() const;
+  Args(const nlohmann::json& object, std::string where, const LayerKind& kind);
+  bool has(const std::string& key) const { return object_.contains(key); }
+  int64_t integer(const std::string& key) const;
+  // An int or an [h, w] pair, as torch's kernel_size/stride/padding.
+  std::pair<int64_t, int64_t> pair(const std::string& key) const;
+  double number(const std::string& key) const;
+  bool boolean(const std::string& key) const;
 
  private:
-  [[noreturn]] void fail(const std::string& key, const std::string& message) const;
-  const nlohmann::json* take(const std::string& key);
+  const nlohmann::json& value(const std::string& key, ArgSpec::Kind kind) const;
+  void check(const ArgSpec& spec, const nlohmann::json& value) const;
   const nlohmann::json& object_;
-  std::string where_, type_;
-  std::vector<std::string> known_;
+  std::string where_;
+  const LayerKind& kind_;
 };
 
 struct ParamSpec {
@@ -74,8 +88,23 @@ struct ShapeError : std::runtime_error {
 };
 std::string batch_shape_str(const Shape& shape);  // "(N, 16, 14, 14)"
 
-std::unique_ptr<Layer> make_layer(const std::string& type, Args& args);
-const std::vector<std::string>& layer_types();
+// A layer kind: its name in model files, its arguments, and how to build one (the layer's class then
+// gives its shape rule, parameters and forward pass, with backward beside each differentiable function).
+struct LayerKind {
+  std::string name;
+  std::vector<ArgSpec> args;
+  std::unique_ptr<Layer> (*make)(const Args&);
+};
+
+// The one registry of layer kinds (layers.cpp), in the order documentation lists them.
+const std::vector<LayerKind>& layer_kinds();
+const LayerKind* find_layer_kind(const std::string& name);  // nullptr when unknown
+std::string layer_kind_names();                             // "linear, conv2d, ...", for messages
+// What an argument accepts, in words ("an integer from 1 to 2147483647").
+std::string describe(const ArgSpec& spec);
+// The JSON Schema of one layer object, generated from the registry (model_schema.cpp).
+nlohmann::json layer_schema();
+
 void mark_activation_fused(Layer& layer);
 
 }  // namespace kestrel

@@ -38,7 +38,7 @@ Shape windowed_shape(const char* type, const Shape& in, int64_t channels, const 
 
 class Linear : public Layer {
  public:
-  explicit Linear(Args& a) : out_(a.required_integer("out_features", 1)), bias_(a.boolean("bias", true)) {}
+  explicit Linear(const Args& a) : out_(a.integer("out_features")), bias_(a.boolean("bias")) {}
   Shape infer(const std::vector<Shape>& in) const override {
     need_rank("linear", in[0], 2, "(N, features)", in[0].size() > 2 ? "; add a flatten layer before it" : "");
     return {in[0][0], out_};
@@ -66,11 +66,10 @@ class Linear : public Layer {
 
 class Conv2d : public Layer {
  public:
-  explicit Conv2d(Args& a)
-      : out_(a.required_integer("out_channels", 1)),
-        window_(make_window(a.pair("kernel_size", {1, 1}, 1, true), a.pair("stride", {1, 1}, 1),
-                            a.pair("padding", {0, 0}, 0), a.pair("dilation", {1, 1}, 1))),
-        bias_(a.boolean("bias", true)) {}
+  explicit Conv2d(const Args& a)
+      : out_(a.integer("out_channels")),
+        window_(make_window(a.pair("kernel_size"), a.pair("stride"), a.pair("padding"), a.pair("dilation"))),
+        bias_(a.boolean("bias")) {}
   Shape infer(const std::vector<Shape>& in) const override {
     need_rank("conv2d", in[0], 4, "(N, C, H, W)", "");
     return windowed_shape("conv2d", in[0], out_, window_);
@@ -94,11 +93,11 @@ class Conv2d : public Layer {
 
 class Pool2d : public Layer {
  public:
-  Pool2d(Args& a, bool max) : max_(max) {
-    auto kernel = a.pair("kernel_size", {1, 1}, 1, true);
-    auto stride = a.pair("stride", kernel, 1);  // torch: stride defaults to kernel_size
-    auto padding = a.pair("padding", {0, 0}, 0);
-    auto dilation = max ? a.pair("dilation", {1, 1}, 1) : std::pair<int64_t, int64_t>{1, 1};
+  Pool2d(const Args& a, bool max) : max_(max) {
+    auto kernel = a.pair("kernel_size");
+    auto stride = a.has("stride") ? a.pair("stride") : kernel;  // torch: stride defaults to kernel_size
+    auto padding = a.pair("padding");
+    auto dilation = max ? a.pair("dilation") : std::pair<int64_t, int64_t>{1, 1};
     window_ = make_window(kernel, stride, padding, dilation);
     if (padding.first * 2 > kernel.first || padding.second * 2 > kernel.second)
       shape_error(fmt::format("padding must be at most half the kernel size, got {}x{} for a {}x{} kernel",
@@ -120,9 +119,8 @@ class Pool2d : public Layer {
 
 class BatchNorm2d : public Layer {
  public:
-  explicit BatchNorm2d(Args& a)
-      : features_(a.integer("num_features", 0, 0)), eps_(a.number("eps", 1e-5, 0, 1)),
-        momentum_(a.number("momentum", 0.1, 0, 1)) {}
+  explicit BatchNorm2d(const Args& a)
+      : features_(a.integer("num_features")), eps_(a.number("eps")), momentum_(a.number("momentum")) {}
   Shape infer(const std::vector<Shape>& in) const override {
     need_rank("batchnorm2d", in[0], 4, "(N, C, H, W)", "");
     if (features_ && features_ != in[0][1])
@@ -180,7 +178,7 @@ class Activation : public Layer {
 
 class Dropout : public Layer {
  public:
-  explicit Dropout(Args& a) : p_(a.number("p", 0.5, 0, 0.999)) {}
+  explicit Dropout(const Args& a) : p_(a.number("p")) {}
   Shape infer(const std::vector<Shape>& in) const override { return in[0]; }
   Var forward(const std::vector<Var>& in, LayerContext& c) const override {
     if (!c.training || p_ == 0) return in[0];
@@ -196,7 +194,7 @@ class Dropout : public Layer {
 
 class Softmax : public Layer {
  public:
-  explicit Softmax(Args& a) : dim_(a.integer("dim", -1, -8)) {}
+  explicit Softmax(const Args& a) : dim_(a.integer("dim")) {}
   Shape infer(const std::vector<Shape>& in) const override {
     int64_t rank = static_cast<int64_t>(in[0].size());
     if (dim_ != -1 && dim_ != rank - 1)
@@ -223,29 +221,83 @@ class Add : public Layer {
   Var forward(const std::vector<Var>& in, LayerContext&) const override { return fn::add(in[0], in[1]); }
 };
 
-}  // namespace
+// ---- the registry ----
 
-const std::vector<std::string>& layer_types() {
-  static const std::vector<std::string> types = {"linear",  "conv2d", "maxpool2d", "avgpool2d", "batchnorm2d",
-                                                 "flatten", "relu",   "gelu",      "tanh",      "sigmoid",
-                                                 "dropout", "softmax", "add"};
-  return types;
+constexpr double kIntMax = 2147483647;  // window and size arguments narrow to int32 in the ops
+
+ArgSpec integer(std::string name, double min, nlohmann::json fallback, double max = kIntMax) {
+  return {std::move(name), ArgSpec::Kind::integer, fallback.is_null(), min, max, false, std::move(fallback)};
+}
+ArgSpec pair(std::string name, double min, nlohmann::json fallback) {
+  return {std::move(name), ArgSpec::Kind::pair, false, min, kIntMax, false, std::move(fallback)};
+}
+ArgSpec required_pair(std::string name, double min) {
+  return {std::move(name), ArgSpec::Kind::pair, true, min, kIntMax, false, nullptr};
+}
+ArgSpec number(std::string name, double min, double max, double fallback, bool max_exclusive = false) {
+  return {std::move(name), ArgSpec::Kind::number, false, min, max, max_exclusive, fallback};
+}
+ArgSpec boolean(std::string name, bool fallback) {
+  return {std::move(name), ArgSpec::Kind::boolean, false, 0, 1, false, fallback};
 }
 
-std::unique_ptr<Layer> make_layer(const std::string& type, Args& args) {
-  std::unique_ptr<Layer> layer;
-  if (type == "linear") layer = std::make_unique<Linear>(args);
-  else if (type == "conv2d") layer = std::make_unique<Conv2d>(args);
-  else if (type == "maxpool2d") layer = std::make_unique<Pool2d>(args, true);
-  else if (type == "avgpool2d") layer = std::make_unique<Pool2d>(args, false);
-  else if (type == "batchnorm2d") layer = std::make_unique<BatchNorm2d>(args);
-  else if (type == "flatten") layer = std::make_unique<Flatten>();
-  else if (type == "relu" || type == "gelu" || type == "tanh" || type == "sigmoid") layer = std::make_unique<Activation>(type);
-  else if (type == "dropout") layer = std::make_unique<Dropout>(args);
-  else if (type == "softmax") layer = std::make_unique<Softmax>(args);
-  else if (type == "add") layer = std::make_unique<Add>();
-  args.finish();
-  return layer;
+template <class L>
+std::unique_ptr<Layer> make(const Args& a) {
+  return std::make_unique<L>(a);
+}
+template <bool max>
+std::unique_ptr<Layer> make_pool(const Args& a) {
+  return std::make_unique<Pool2d>(a, max);
+}
+template <const char* type>
+std::unique_ptr<Layer> make_activation(const Args&) {
+  return std::make_unique<Activation>(type);
+}
+std::unique_ptr<Layer> make_flatten(const Args&) { return std::make_unique<Flatten>(); }
+std::unique_ptr<Layer> make_add(const Args&) { return std::make_unique<Add>(); }
+
+constexpr char kRelu[] = "relu", kGelu[] = "gelu", kTanh[] = "tanh", kSigmoid[] = "sigmoid";
+
+}  // namespace
+
+const std::vector<LayerKind>& layer_kinds() {
+  static const std::vector<LayerKind> kinds = {
+      {"linear", {integer("out_features", 1, nullptr), boolean("bias", true)}, make<Linear>},
+      {"conv2d",
+       {integer("out_channels", 1, nullptr), required_pair("kernel_size", 1), pair("stride", 1, 1), pair("padding", 0, 0),
+        pair("dilation", 1, 1), boolean("bias", true)},
+       make<Conv2d>},
+      // A pool's stride defaults to its kernel size (no fallback here: the layer derives it).
+      {"maxpool2d",
+       {required_pair("kernel_size", 1), pair("stride", 1, nullptr), pair("padding", 0, 0), pair("dilation", 1, 1)},
+       make_pool<true>},
+      {"avgpool2d", {required_pair("kernel_size", 1), pair("stride", 1, nullptr), pair("padding", 0, 0)}, make_pool<false>},
+      // num_features 0: taken from the input's channels.
+      {"batchnorm2d",
+       {integer("num_features", 0, 0), number("eps", 0, 1, 1e-5), number("momentum", 0, 1, 0.1)},
+       make<BatchNorm2d>},
+      {"flatten", {}, make_flatten},
+      {"relu", {}, make_activation<kRelu>},
+      {"gelu", {}, make_activation<kGelu>},
+      {"tanh", {}, make_activation<kTanh>},
+      {"sigmoid", {}, make_activation<kSigmoid>},
+      {"dropout", {number("p", 0, 1, 0.5, true)}, make<Dropout>},
+      {"softmax", {integer("dim", -KESTREL_MAX_RANK, -1, KESTREL_MAX_RANK - 1)}, make<Softmax>},
+      {"add", {}, make_add},
+  };
+  return kinds;
+}
+
+const LayerKind* find_layer_kind(const std::string& name) {
+  for (const LayerKind& kind : layer_kinds())
+    if (kind.name == name) return &kind;
+  return nullptr;
+}
+
+std::string layer_kind_names() {
+  std::vector<std::string> names;
+  for (const LayerKind& kind : layer_kinds()) names.push_back(kind.name);
+  return fmt::format("{}", fmt::join(names, ", "));
 }
 
 // Lets the loader mark an activation as folded into the preceding linear layer.

@@ -100,7 +100,7 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
     std::string where = fmt::format("{}: /{}/{}", source, list_key, i);
     const auto& object = list[i];
     if (!object.is_object() || !object.contains("type") || !object["type"].is_string())
-      throw ModelError(fmt::format("{}: expected an object with a \"type\" (one of {})", where, fmt::join(layer_types(), ", ")));
+      throw ModelError(fmt::format("{}: expected an object with a \"type\" (one of {})", where, layer_kind_names()));
     LayerInfo info;
     info.type = object["type"].get<std::string>();
     info.json_path = fmt::format("/{}/{}", list_key, i);
@@ -109,13 +109,12 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
     info.name = object.contains("name") && object["name"].is_string() ? object["name"].get<std::string>() : std::to_string(i);
     if (by_name.count(info.name)) throw ModelError(fmt::format("{}/name: the name '{}' is used twice", where, info.name));
 
-    if (std::find(layer_types().begin(), layer_types().end(), info.type) == layer_types().end())
-      throw ModelError(fmt::format("{}/type: unknown layer type '{}'; known types: {}", where, info.type,
-                                   fmt::join(layer_types(), ", ")));
+    const LayerKind* kind = find_layer_kind(info.type);
+    if (!kind)
+      throw ModelError(fmt::format("{}/type: unknown layer type '{}'; known types: {}", where, info.type, layer_kind_names()));
     std::unique_ptr<Layer> layer;
     try {
-      Args args(object, where, info.type);
-      layer = make_layer(info.type, args);
+      layer = kind->make(Args(object, where, *kind));
     } catch (const ShapeError& e) {
       throw ModelError(fmt::format("{}: {}", where, e.what()));
     }

@@ -40,7 +40,7 @@ void Optimizer::step(double lr, double grad_scale) {
   ++steps_;
   if (config_.type == OptimizerKind::sgd) {
     kestrel_sgd_params p{};
-    p.struct_size = sizeof(p);
+    p.struct_size = abi_size<kestrel_adam_params>;
     p.lr = lr, p.momentum = config_.momentum, p.dampening = config_.dampening;
     p.weight_decay = config_.weight_decay, p.grad_scale = grad_scale;
     p.nesterov = config_.nesterov, p.first_step = steps_ == 1;
@@ -50,7 +50,7 @@ void Optimizer::step(double lr, double grad_scale) {
     return;
   }
   kestrel_adam_params p{};
-  p.struct_size = sizeof(p);
+  p.struct_size = abi_size<kestrel_sgd_params>;
   p.lr = lr, p.beta1 = config_.beta1, p.beta2 = config_.beta2, p.eps = config_.eps;
   p.weight_decay = config_.weight_decay, p.grad_scale = grad_scale, p.step = steps_;
   p.decoupled = config_.type == OptimizerKind::adamw;

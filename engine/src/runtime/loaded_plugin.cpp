@@ -62,16 +62,23 @@ LoadOutcome LoadedPlugin::load(const std::string& path) {
   if (table->abi_major != KESTREL_PLUGIN_ABI_MAJOR)
     return skip(fmt::format("built for plugin ABI {}, this engine speaks {}.{}: rebuild the plugin against this Kestrel",
                             outcome.abi, KESTREL_PLUGIN_ABI_MAJOR, KESTREL_PLUGIN_ABI_MINOR));
+  // Before 1.2 plugins compared struct_size with sizeof and refuse the padded parameter blocks this host
+  // sends (plugin.h's changelog).
+  if (table->abi_minor < 2)
+    return skip(fmt::format("built for plugin ABI {}, which measured struct sizes differently; this engine speaks "
+                            "{}.{}: rebuild the plugin against this Kestrel",
+                            outcome.abi, KESTREL_PLUGIN_ABI_MAJOR, KESTREL_PLUGIN_ABI_MINOR));
   if (!table->name || !*table->name) return skip("the function table has no backend name");
   plugin->name_ = table->name;
   plugin->version_ = table->version ? table->version : "";
-  std::string missing = missing_required_entries(*table);
-  if (!missing.empty()) return skip(fmt::format("plugin '{}' lacks required entries: {}", plugin->name_, missing));
+  // Only the first struct_size bytes of the table are the plugin's: entries past them count as missing.
   plugin->api_ = complete_plugin_api(*table);
   const kestrel_plugin_api& api = plugin->api_;
+  std::string missing = missing_required_entries(api);
+  if (!missing.empty()) return skip(fmt::format("plugin '{}' lacks required entries: {}", plugin->name_, missing));
 
   kestrel_probe_result probe{};
-  probe.struct_size = sizeof(probe);
+  probe.struct_size = abi_size<kestrel_probe_result>;
   if (api.probe(&probe) != KESTREL_STATUS_OK) return skip("probe failed: " + plugin->last_error());
   probe.reason[sizeof(probe.reason) - 1] = '\0';
   if (!probe.usable) return skip(probe.reason[0] ? probe.reason : "the plugin's probe says it cannot run here");

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kestrel/plugin.h"
+#include "kestrel/plugin_struct_size.hpp"
 
 namespace kestrel {
 
@@ -48,9 +49,7 @@ class LoadedPlugin {
 kestrel_plugin_api complete_plugin_api(const kestrel_plugin_api& from_plugin);
 // The names of required entries that the table leaves NULL, comma-separated; empty when complete.
 std::string missing_required_entries(const kestrel_plugin_api& api);
-// Whether the plugin filled the optional entry groups itself (true) or runs on the host's defaults.
+// Whether the plugin filled the capture entries itself (true) or runs on the host's refusals.
 bool offers_capture(const kestrel_plugin_api& api);
-bool offers_collectives(const kestrel_plugin_api& api);
-bool offers_pinned_memory(const kestrel_plugin_api& api);
 
 }  // namespace kestrel

@@ -64,7 +64,7 @@ kestrel_plugin_api complete_plugin_api(const kestrel_plugin_api& from_plugin) {
   // An older plugin declares a shorter table: copy what it knows, leave the rest NULL (then default).
   size_t known = from_plugin.struct_size < sizeof(api) ? from_plugin.struct_size : sizeof(api);
   std::memcpy(&api, &from_plugin, known);
-  api.struct_size = sizeof(api);
+  api.struct_size = abi_size<kestrel_plugin_api>;
   default_to(api.probe, default_probe);
   default_to(api.initialize, default_initialize);
   default_to(api.shutdown, default_shutdown);
@@ -98,8 +98,6 @@ kestrel_plugin_api complete_plugin_api(const kestrel_plugin_api& from_plugin) {
 }
 
 bool offers_capture(const kestrel_plugin_api& api) { return api.capture_begin != unsupported_capture_begin; }
-bool offers_collectives(const kestrel_plugin_api& api) { return api.comm_create != unsupported_comm_create; }
-bool offers_pinned_memory(const kestrel_plugin_api& api) { return api.host_alloc != default_host_alloc; }
 
 std::string missing_required_entries(const kestrel_plugin_api& api) {
   std::vector<const char*> missing;

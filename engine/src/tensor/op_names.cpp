@@ -1,9 +1,9 @@
 #include "kestrel/ops.h"
-#include "kestrel/plugin_shapes.hpp"
+#include "kestrel/plugin_families.hpp"
 
 namespace kestrel {
 
-const char* op_kind_name(kestrel_op_kind kind) { return plugin_shapes::op_kind_name(kind); }
+const char* op_kind_name(kestrel_op_kind kind) { return plugin_sdk::op_kind_name(kind); }
 
 const char* unary_fn_name(kestrel_unary_fn fn) {
   static const char* names[] = {"neg",  "abs",       "exp",  "log",    "sqrt",       "rsqrt", "tanh",   "sigmoid", "relu",

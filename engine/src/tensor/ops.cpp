@@ -16,7 +16,7 @@ namespace {
 struct OpBuilder {
   kestrel_op op{};
   OpBuilder(kestrel_op_kind kind, const void* params) {
-    op.struct_size = sizeof(op);
+    op.struct_size = abi_size<kestrel_op>;
     op.kind = kind;
     op.params = params;
   }
@@ -32,9 +32,7 @@ struct OpBuilder {
 
 template <class P>
 P make_params() {
-  P params{};
-  params.struct_size = sizeof(P);
-  return params;
+  return abi_init<P>();
 }
 
 // The one device every tensor is on; otherwise a DeviceMismatch naming both and what to do.

@@ -1,0 +1,114 @@
+// The ABI's versioning rules, checked on the header and on every loaded plugin: struct_size is the end
+// of the last field (so a field appended into what used to be tail padding is visible), a parameter
+// block shorter than the reader's version is refused, and an op kind a plugin does not know is
+// unsupported rather than a crash.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "kestrel/engine.h"
+#include "kestrel/plugin.h"
+#include "kestrel/plugin_struct_size.hpp"
+
+namespace {
+
+// kestrel_sgd_params as a later minor version might extend it: one int32_t appended.
+struct SgdParamsWithAppendedField {
+  size_t struct_size;
+  double lr, momentum, dampening, weight_decay, grad_scale;
+  int32_t nesterov, first_step, zero_grad;
+  int32_t appended;
+};
+
+TEST(PluginAbi, StructSizeIsTheEndOfTheLastField) {
+  EXPECT_EQ(kestrel::abi_size<kestrel_sgd_params>, offsetof(kestrel_sgd_params, zero_grad) + sizeof(int32_t));
+  EXPECT_EQ(kestrel::abi_size<kestrel_window_params>, offsetof(kestrel_window_params, mode) + sizeof(kestrel_pool_mode));
+  EXPECT_EQ(kestrel::abi_size<kestrel_op>, sizeof(kestrel_op));  // ends in a pointer: no padding
+  EXPECT_LE(kestrel::abi_size<kestrel_device_properties>, sizeof(kestrel_device_properties));
+  EXPECT_EQ(kestrel::abi_init<kestrel_adam_params>().struct_size, kestrel::abi_size<kestrel_adam_params>);
+}
+
+TEST(PluginAbi, AFieldAppendedIntoTailPaddingIsDetectable) {
+  // sizeof cannot tell the two versions apart: the new field sits where the padding was...
+  ASSERT_EQ(sizeof(SgdParamsWithAppendedField), sizeof(kestrel_sgd_params));
+  // ...the end of the last field can.
+  const size_t old_size = KESTREL_STRUCT_SIZE(kestrel_sgd_params, zero_grad);
+  const size_t new_size = KESTREL_STRUCT_SIZE(SgdParamsWithAppendedField, appended);
+  EXPECT_EQ(new_size, old_size + sizeof(int32_t));
+  // A newer reader handed this host's block sees that `appended` is absent.
+  const kestrel_sgd_params from_this_host = kestrel::abi_init<kestrel_sgd_params>();
+  EXPECT_LT(from_this_host.struct_size, new_size);
+  EXPECT_TRUE(kestrel::abi_complete(&from_this_host));
+}
+
+// Every loaded plugin's raw table (the engine has loaded them; dlopen returns the same copy).
+std::vector<const kestrel_plugin_api*> loaded_tables() {
+  std::vector<const kestrel_plugin_api*> tables;
+  for (const kestrel::PluginInfo& plugin : kestrel::Engine::global().plugins()) {
+    if (!plugin.loaded || plugin.devices.empty()) continue;
+    void* library = dlopen(plugin.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    auto entry = library ? reinterpret_cast<kestrel_plugin_entry_fn>(dlsym(library, KESTREL_PLUGIN_ENTRY_SYMBOL)) : nullptr;
+    if (entry) tables.push_back(entry());
+  }
+  return tables;
+}
+
+kestrel_tensor vector_f32(int64_t n) {
+  kestrel_tensor t = kestrel::abi_init<kestrel_tensor>();
+  t.dtype = KESTREL_DTYPE_F32;
+  t.rank = 1;
+  t.shape[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
+// A plain SGD update over four f32 values (param, grad), with the given parameter block.
+kestrel_op sgd_op(const kestrel_sgd_params* params) {
+  kestrel_op op = kestrel::abi_init<kestrel_op>();
+  op.kind = KESTREL_OP_SGD_UPDATE;
+  op.num_inputs = 2;
+  op.inputs[0] = op.inputs[1] = vector_f32(4);
+  op.params = params;
+  return op;
+}
+
+TEST(PluginAbi, EveryPluginRefusesAParameterBlockShorterThanItsVersion) {
+  const auto tables = loaded_tables();
+  ASSERT_FALSE(tables.empty());
+  for (const kestrel_plugin_api* api : tables) {
+    kestrel_sgd_params params = kestrel::abi_init<kestrel_sgd_params>();
+    params.lr = 0.1;
+    kestrel_op op = sgd_op(&params);
+    // Plugins that fuse the update accept the complete block; none may accept a truncated one.
+    const int32_t complete = api->supports_op(nullptr, &op);
+    params.struct_size = kestrel::abi_size<kestrel_sgd_params> - 1;
+    EXPECT_EQ(api->supports_op(nullptr, &op), 0) << api->name;
+    if (std::string(api->name) == "cpu") EXPECT_EQ(complete, 1);
+  }
+}
+
+TEST(PluginAbi, AnOpKindAPluginDoesNotKnowIsUnsupported) {
+  for (const kestrel_plugin_api* api : loaded_tables()) {
+    kestrel_fill_params params = kestrel::abi_init<kestrel_fill_params>();
+    kestrel_op op = kestrel::abi_init<kestrel_op>();
+    op.kind = static_cast<kestrel_op_kind>(63);  // a fused family of some later minor version
+    op.num_outputs = 1;
+    op.outputs[0] = vector_f32(4);
+    op.params = &params;
+    EXPECT_EQ(api->supports_op(nullptr, &op), 0) << api->name;
+
+    kestrel_context* context = nullptr;
+    kestrel_stream* stream = nullptr;
+    ASSERT_EQ(api->context_create(0, &context), KESTREL_STATUS_OK) << api->name;
+    ASSERT_EQ(api->stream_create(context, &stream), KESTREL_STATUS_OK) << api->name;
+    EXPECT_EQ(api->launch(stream, &op), KESTREL_STATUS_UNSUPPORTED) << api->name;
+    EXPECT_FALSE(std::string(api->last_error()).empty()) << api->name;
+    api->stream_destroy(stream);
+    api->context_destroy(context);
+  }
+}
+
+}  // namespace
