@@ -27,8 +27,9 @@ struct ArgSpec {
 };
 
 // A layer's arguments, checked against its kind's ArgSpecs when constructed — types, ranges, required
-// arguments, unknown keys — so every mistake is a ModelError naming the JSON path before any layer is
-// built. The getters return the given value or the fallback.
+// arguments, unknown keys, by the checked-JSON reader run configs use too (io/json_reader.h) — so every
+// mistake is a ModelError naming the JSON path before any layer is built. The getters return the given
+// value or the fallback.
 class Args {
  public:
   Args(const nlohmann::json& object, std::string where, const LayerKind& kind);
@@ -41,9 +42,7 @@ class Args {
 
  private:
   const nlohmann::json& value(const std::string& key, ArgSpec::Kind kind) const;
-  void check(const ArgSpec& spec, const nlohmann::json& value) const;
   const nlohmann::json& object_;
-  std::string where_;
   const LayerKind& kind_;
 };
 

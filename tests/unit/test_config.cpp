@@ -1,0 +1,59 @@
+// Run configs: the kinds become enums once, defaults stay where they are declared, and every mistake
+// names the file, the JSON path and what belongs there (the same checked-JSON reader as model files).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "kestrel/config.h"
+
+namespace {
+
+using kestrel::RunConfig;
+
+std::string error_of(const std::string& text) {
+  try {
+    RunConfig::parse(text, "runs/c.train.json");
+  } catch (const kestrel::ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(RunConfig, KindsAndDefaults) {
+  RunConfig c = RunConfig::parse(R"({"model": "m.json", "loss": "mse", "optimizer": {"type": "adamw"},
+                                      "schedule": {"type": "cosine", "warmup_steps": 5}, "seed": 7})",
+                                 "runs/c.train.json");
+  EXPECT_EQ(c.model_path, "runs/m.json");
+  EXPECT_EQ(c.loss, kestrel::LossKind::mse);
+  EXPECT_EQ(c.optimizer.type, kestrel::OptimizerKind::adamw);
+  EXPECT_EQ(c.optimizer.weight_decay, 0.01);  // torch's AdamW default
+  EXPECT_EQ(c.schedule.type, kestrel::ScheduleKind::cosine);
+  EXPECT_EQ(c.schedule.warmup_steps, 5);
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_EQ(c.batch_size, 64);  // as declared in config.h
+  EXPECT_EQ(c.data.dataset, "fashion-mnist");
+  EXPECT_EQ(RunConfig::parse(R"({"model": "m.json", "optimizer": {"type": "adamw", "weight_decay": 0}})", "c.json")
+                .optimizer.weight_decay,
+            0.0);
+}
+
+TEST(RunConfig, MistakesNameTheFileThePathAndWhatBelongsThere) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"model": "m.json", "data": {"workers": 0}})", "runs/c.train.json: /data/workers: expected an integer >= 1, got 0"},
+      {R"({"model": "m.json", "seed": 18446744073709551615})", "/seed: expected an integer >= 0, got 18446744073709551615"},
+      {R"({"model": "m.json", "optimizer": {"lr": "big"}})", "/optimizer/lr: expected a number in [0, 10], got \"big\""},
+      {R"({"model": "m.json", "schedule": {"type": "linear"}})",
+       "/schedule/type: expected one of constant, step, cosine, got \"linear\""},
+      {R"({"model": "m.json", "loss": 3})", "/loss: expected one of cross_entropy, mse, got 3"},
+      {R"({"model": "m.json", "data": {"mean": [0.5, "x"]}})", "/data/mean: expected a number or an array of numbers"},
+      {R"({"model": "m.json", "data": {"input_shape": [2, 0]}})", "/data/input_shape: expected an array of positive integers"},
+      {R"({"model": "m.json", "backend": {"preference": []}})",
+       "/backend/preference: expected a non-empty array of backend names, got []"},
+      {R"({"model": "m.json", "eval": {"batch": 5}})", "/eval/batch: unknown key; valid keys here: batch_size"},
+      {R"({"model": "m.json", "data": 3})", "/data: expected a JSON object, got 3"},
+      {R"({"data": {}})", "/model: name the model file"},
+  };
+  for (const auto& [text, expected] : cases) EXPECT_NE(error_of(text).find(expected), std::string::npos) << error_of(text);
+}
+
+}  // namespace
