@@ -72,6 +72,8 @@ TEST(FashionMnist, LoadsTheDebianPackage) {
   }
   EXPECT_EQ(train.labels[0], 9);  // the first training image is an ankle boot
   EXPECT_EQ(test.labels[0], 9);
+  EXPECT_EQ(train.class_name(9), "Ankle boot");  // the class names come with the data, and with subsets
+  EXPECT_EQ(test.subset(3).class_name(0), "T-shirt/top");
   // Pixels are bytes / 255.
   for (int64_t i = 0; i < 784; ++i) {
     const float scaled = train.features[i] * 255.0f;
@@ -487,6 +489,7 @@ TEST(Subset, KeepsTheFirstSamples) {
   EXPECT_EQ(s.num_classes, 4);
   EXPECT_EQ(s.features, std::vector<float>(d.features.begin(), d.features.begin() + 30));
   EXPECT_EQ(s.labels, std::vector<int64_t>(d.labels.begin(), d.labels.begin() + 5));
+  EXPECT_EQ(s.class_name(3), "class 3");  // data without class names
   EXPECT_EQ(d.subset(0).size, 20);
   EXPECT_EQ(d.subset(-3).size, 20);
   EXPECT_EQ(d.subset(25).size, 20);

@@ -22,8 +22,11 @@ struct Dataset {
   int64_t num_classes = 0;       // > 0 for classification
   Shape target_shape;            // regression: per-sample target shape (e.g. {5})
   std::vector<float> targets;    // regression: size * target_numel()
+  std::vector<std::string> class_names;  // classification: a name per class where the data has them
 
   bool is_classification() const { return num_classes > 0; }
+  // For printing: the class's name, or "class N".
+  std::string class_name(int64_t label) const;
   int64_t sample_numel() const;
   int64_t target_numel() const;  // 1 for classification
   // A copy of the first `count` samples (all of them when count <= 0 or count >= size).
@@ -43,7 +46,7 @@ struct TrainTest {
 };
 
 // Fashion-MNIST as installed by Debian's dataset-fashion-mnist package:
-// {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz in `dir`. A missing folder is an InvalidArgument that
+// {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz in `dir`, with its class names. A missing folder is an InvalidArgument that
 // says to install that package.
 TrainTest load_fashion_mnist(const std::string& dir = "/usr/share/datasets/fashion-mnist");
 

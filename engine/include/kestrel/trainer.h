@@ -43,6 +43,10 @@ struct TrainOptions {
   int64_t interrupt_after = 0;
 };
 
+struct TrainState;   // engine-internal: epoch, batch, step, RNG offset, metrics window
+struct RunIdentity;  // engine-internal: model, device and their names, for reports
+class MetricsWindow;  // engine-internal: training metrics since the last report
+
 struct Prediction {
   int64_t label = -1;                              // the true label
   std::vector<std::pair<int64_t, double>> top;     // (class, probability), best first
@@ -65,23 +69,14 @@ class Trainer {
   Model& model() { return *model_; }
   const data::Dataset& train_data() const { return *train_; }
   const data::Dataset& test_data() const { return *test_; }
-  // Class names for printing predictions (Fashion-MNIST's, or "class N").
+  // Class names for printing predictions: the test set's (Fashion-MNIST's), or "class N".
   std::string class_name(int64_t label) const;
 
  private:
-  struct State {
-    int64_t epoch = 0;  // the epoch in progress
-    int64_t batch = 0;  // batches of it already done
-    int64_t step = 0;   // optimizer steps done
-    uint64_t rng_offset = 0;  // Philox blocks used by dropout so far
-    // The metrics window open since the last report, so a resumed run reports the same figures.
-    double window_loss = 0, window_correct = 0;
-    int64_t window_steps = 0, window_samples = 0;
-  };
-  Var loss_of(const Var& output, const Tensor& targets);
+  RunIdentity identity() const;
   EvalResult evaluate_on(const std::shared_ptr<const data::Dataset>& dataset);
-  void save_checkpoint(State state, const Tensor& loss_sum, const Tensor& correct);
-  State restore_checkpoint(const std::string& path);
+  void save_checkpoint(TrainState state, const MetricsWindow& metrics);
+  TrainState restore_checkpoint(const std::string& path);
   // Copies named tensors from a safetensors file into the model (and the optimizer when asked).
   void load_tensors(const std::string& weights_path, const std::string& expected_sha256, bool with_optimizer);
 

@@ -12,6 +12,11 @@ int64_t Dataset::sample_numel() const { return shape_numel(sample_shape); }
 
 int64_t Dataset::target_numel() const { return is_classification() ? 1 : shape_numel(target_shape); }
 
+std::string Dataset::class_name(int64_t label) const {
+  if (label >= 0 && label < static_cast<int64_t>(class_names.size())) return class_names[label];
+  return fmt::format("class {}", label);
+}
+
 Dataset Dataset::subset(int64_t count) const {
   if (count <= 0 || count >= size) return *this;
   const auto fits = [&](size_t available, int64_t per_sample) {
@@ -28,6 +33,7 @@ Dataset Dataset::subset(int64_t count) const {
   out.size = count;
   out.num_classes = num_classes;  // the classes of the whole set, so label ranges stay comparable
   out.target_shape = target_shape;
+  out.class_names = class_names;
   out.features.assign(features.begin(), features.begin() + count * sample_numel());
   if (!labels.empty()) out.labels.assign(labels.begin(), labels.begin() + count);
   if (!targets.empty()) out.targets.assign(targets.begin(), targets.begin() + count * target_numel());

@@ -194,6 +194,8 @@ TrainTest load_fashion_mnist(const std::string& dir) {
     Dataset d = load_idx((folder / fmt::format("{}-images-idx3-ubyte.gz", prefix)).string(),
                          (folder / fmt::format("{}-labels-idx1-ubyte.gz", prefix)).string());
     d.name = name;
+    d.class_names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                     "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
     return d;
   };
   return TrainTest{load("train", "fashion-mnist-train"), load("t10k", "fashion-mnist-test")};

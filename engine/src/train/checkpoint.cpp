@@ -8,6 +8,8 @@
 
 #include "kestrel/io.h"
 #include "kestrel/trainer.h"
+#include "metrics_window.h"
+#include "train_state.h"
 
 namespace kestrel {
 
@@ -24,10 +26,9 @@ constexpr const char* weights_format = "kestrel-weights-1";
 }
 }  // namespace
 
-void Trainer::save_checkpoint(State state, const Tensor& loss_sum, const Tensor& correct) {
+void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
   const std::string out = config_.out_dir;
-  state.window_loss = loss_sum.to_doubles()[0];
-  state.window_correct = correct.to_doubles()[0];
+  state.window = metrics.totals();
   const std::string name = fmt::format("checkpoints/step-{:09}.safetensors", state.step);
   std::vector<io::NamedTensor> tensors;
   for (auto& p : model_->parameters()) tensors.push_back(io::to_named(p.name, p.var.value()));
@@ -49,8 +50,8 @@ void Trainer::save_checkpoint(State state, const Tensor& loss_sum, const Tensor&
                       {"step", state.step},
                       {"optimizer_steps", optimizer_->steps()},
                       {"rng_offset", state.rng_offset},
-                      {"window", {{"loss", state.window_loss}, {"correct", state.window_correct},
-                                  {"steps", state.window_steps}, {"samples", state.window_samples}}},
+                      {"window", {{"loss", state.window.loss}, {"correct", state.window.correct},
+                                  {"steps", state.window.steps}, {"samples", state.window.samples}}},
                       {"seed", config_.seed},
                       {"device", device_.str()}};
   io::write_file_atomically(out + "/checkpoint.json", json.dump(2) + "\n");
@@ -82,7 +83,7 @@ void Trainer::load_tensors(const std::string& weights_path, const std::string& e
     for (auto& [name, tensor] : optimizer_->state()) copy_into(name, tensor);
 }
 
-Trainer::State Trainer::restore_checkpoint(const std::string& path) {
+TrainState Trainer::restore_checkpoint(const std::string& path) {
   std::string state_path = fs::is_directory(path) ? (fs::path(path) / "checkpoint.json").string() : path;
   if (!fs::exists(state_path))
     throw InvalidArgument(fmt::format("{}: no checkpoint to resume from; train without --resume first", state_path));
@@ -92,7 +93,7 @@ Trainer::State Trainer::restore_checkpoint(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     corrupt(state_path, fmt::format("invalid JSON ({})", e.what()));
   }
-  State state;
+  TrainState state;
   try {
     if (json.at("format") != state_format) corrupt(state_path, fmt::format("unknown format {}", json.at("format").dump()));
     if (json.at("model_fingerprint") != model_->spec().fingerprint())
@@ -104,10 +105,10 @@ Trainer::State Trainer::restore_checkpoint(const std::string& path) {
     state.step = json.at("step").get<int64_t>();
     state.rng_offset = json.at("rng_offset").get<uint64_t>();
     const auto& window = json.at("window");
-    state.window_loss = window.at("loss").get<double>();
-    state.window_correct = window.at("correct").get<double>();
-    state.window_steps = window.at("steps").get<int64_t>();
-    state.window_samples = window.at("samples").get<int64_t>();
+    state.window.loss = window.at("loss").get<double>();
+    state.window.correct = window.at("correct").get<double>();
+    state.window.steps = window.at("steps").get<int64_t>();
+    state.window.samples = window.at("samples").get<int64_t>();
     if (json.at("seed").get<uint64_t>() != config_.seed)
       corrupt(state_path, fmt::format("it was trained with seed {} but the config says {}", json.at("seed").get<uint64_t>(),
                                       config_.seed));

@@ -1,0 +1,48 @@
+// One optimizer step on a batch. Engine-internal.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kestrel/config.h"
+#include "kestrel/loader.h"
+#include "kestrel/model.h"
+#include "kestrel/optim.h"
+#include "captured_step.h"
+#include "metrics_window.h"
+
+namespace kestrel {
+
+// Forward, loss, backward and metric accumulation, launched op by op or replayed from a capture (every
+// full batch after the warm-up step, when the backend can capture and the config allows), then the
+// optimizer update as one launch outside the capture, since its learning rate and step count change.
+// What a step will do differently lives here: gradient accumulation loops over micro-batches in body()
+// (zeroing lazily before the first only), and a loss scaler scales the loss before backward and hands
+// 1 / scale to the optimizer as its grad_scale.
+class TrainStep {
+ public:
+  using Note = std::function<void(const std::string&)>;  // told once when the step starts replaying, or can't
+  TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer, MetricsWindow& metrics, Note note);
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
+
+  // Advances rng_offset by the counters the step's random draws (dropout) used.
+  void run(const data::Batch& batch, double lr, uint64_t& rng_offset);
+  int64_t replayed() const { return replayed_; }  // steps run as one replay
+
+ private:
+  // inputs: (N, ...input_shape); targets: (N,) labels or (N, ...) regression targets.
+  void body(const Tensor& inputs, const Tensor& targets, uint64_t& rng_offset);
+  void forward_backward(const data::Batch& batch, uint64_t& rng_offset);
+
+  const RunConfig& config_;
+  Model& model_;
+  Optimizer& optimizer_;
+  MetricsWindow& metrics_;
+  Note note_;
+  std::unique_ptr<CapturedStep> captured_;  // null when capture is off or unsupported
+  int64_t replayed_ = 0;
+  bool told_eager_ = false;
+};
+
+}  // namespace kestrel
