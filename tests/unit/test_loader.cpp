@@ -46,6 +46,41 @@ std::vector<int64_t> epoch_labels(DataLoader& loader, int64_t epoch, int64_t ski
   return labels;
 }
 
+// Token-id samples with one label per position (what a sequence model trains on) travel as i64 batches
+// (B, T) with (B, T) labels, each sample's ids beside its own labels, in the seeded order.
+TEST(DataLoader, TokenSamplesWithALabelPerPosition) {
+  auto d = std::make_shared<kestrel::data::Dataset>();
+  d->name = "tokens";
+  d->sample_shape = {3};
+  d->sample_dtype = kestrel::DType::i64;
+  d->label_shape = {3};
+  d->num_classes = 1000;
+  d->size = 11;
+  for (int64_t i = 0; i < d->size; ++i)
+    for (int64_t t = 0; t < 3; ++t) {
+      d->tokens.push_back(10 * i + t);      // sample i, position t
+      d->labels.push_back(10 * i + t + 1);  // the next token
+    }
+  DataLoader loader(d, {4, true, false, 9, 2, 4}, cpu());
+  loader.start_epoch(0);
+  std::vector<int64_t> order;
+  Batch batch;
+  while (loader.next(batch)) {
+    EXPECT_EQ(batch.inputs.dtype(), kestrel::DType::i64);
+    EXPECT_EQ(batch.inputs.shape(), (kestrel::Shape{batch.size, 3}));
+    EXPECT_EQ(batch.targets.shape(), (kestrel::Shape{batch.size, 3}));
+    auto x = batch.inputs.to_vector<int64_t>();
+    auto y = batch.targets.to_vector<int64_t>();
+    for (int64_t k = 0; k < batch.size * 3; ++k) EXPECT_EQ(y[k], x[k] + 1);
+    for (int64_t b = 0; b < batch.size; ++b) order.push_back(x[3 * b] / 10);
+  }
+  EXPECT_EQ(order, kestrel::data::epoch_permutation(11, 9, 0));
+  auto first = d->subset(5);
+  EXPECT_EQ(first.tokens.size(), 15u);
+  EXPECT_EQ(first.labels.size(), 15u);
+  EXPECT_EQ(first.sample_dtype, kestrel::DType::i64);
+}
+
 TEST(DataLoader, EachEpochIsTheSeededPermutation) {
   auto data = numbered(103);
   DataLoader loader(data, {10, true, false, 5, 3, 4}, cpu());

@@ -16,8 +16,8 @@ struct DataLoader::Slot {
   enum class State { free, filling, ready, copying } state = State::free;
   int64_t batch = -1;
   uint64_t generation = 0;
-  void* inputs = nullptr;   // pinned: batch_size * sample_numel floats
-  void* targets = nullptr;  // pinned: batch_size labels (i64) or target values (f32)
+  void* inputs = nullptr;   // pinned: batch_size * sample_numel values (f32) or token ids (i64)
+  void* targets = nullptr;  // pinned: batch_size * target_numel labels (i64) or target values (f32)
   kestrel_event* copied = nullptr;
 };
 
@@ -30,8 +30,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   DeviceRuntime& runtime = device_.runtime();
   for (int i = 0; i < options_.prefetch; ++i) {
     auto slot = std::make_unique<Slot>();
-    slot->inputs = runtime.host_allocate(options_.batch_size * dataset_->sample_numel() * sizeof(float));
-    slot->targets = runtime.host_allocate(options_.batch_size * dataset_->target_numel() * 8);
+    slot->inputs = runtime.host_allocate(options_.batch_size * sample_bytes());
+    slot->targets = runtime.host_allocate(options_.batch_size * target_bytes());
     runtime.check(runtime.api().event_create(runtime.context(), &slot->copied), "creating an event");
     slots_.push_back(std::move(slot));
   }
@@ -106,18 +106,22 @@ void DataLoader::worker_loop() {
   }
 }
 
+int64_t DataLoader::sample_bytes() const {
+  return dataset_->sample_numel() * (dataset_->sample_dtype == DType::f32 ? 4 : 8);
+}
+
+int64_t DataLoader::target_bytes() const { return dataset_->target_numel() * (dataset_->is_classification() ? 8 : 4); }
+
 void DataLoader::fill(Slot& slot, const std::vector<int64_t>& samples) {
   const Dataset& d = *dataset_;
-  const int64_t features = d.sample_numel(), targets = d.target_numel();
-  float* inputs = static_cast<float*>(slot.inputs);
+  const int64_t x_bytes = sample_bytes(), y_bytes = target_bytes();
+  const char* x = d.sample_dtype == DType::f32 ? reinterpret_cast<const char*>(d.features.data())
+                                                : reinterpret_cast<const char*>(d.tokens.data());
+  const char* y = d.is_classification() ? reinterpret_cast<const char*>(d.labels.data())
+                                        : reinterpret_cast<const char*>(d.targets.data());
   for (size_t i = 0; i < samples.size(); ++i) {
-    int64_t sample = samples[i];
-    std::memcpy(inputs + i * features, d.features.data() + sample * features, features * sizeof(float));
-    if (d.is_classification())
-      static_cast<int64_t*>(slot.targets)[i] = d.labels[sample];
-    else
-      std::memcpy(static_cast<float*>(slot.targets) + i * targets, d.targets.data() + sample * targets,
-                  targets * sizeof(float));
+    std::memcpy(static_cast<char*>(slot.inputs) + i * x_bytes, x + samples[i] * x_bytes, x_bytes);
+    std::memcpy(static_cast<char*>(slot.targets) + i * y_bytes, y + samples[i] * y_bytes, y_bytes);
   }
 }
 
@@ -144,18 +148,19 @@ bool DataLoader::next(Batch& out) {
   const int64_t size = batch_size_of(batch);
   Shape input_shape{size}, target_shape{size};
   input_shape.insert(input_shape.end(), d.sample_shape.begin(), d.sample_shape.end());
-  if (!d.is_classification()) target_shape.insert(target_shape.end(), d.target_shape.begin(), d.target_shape.end());
-  out.inputs = Tensor::empty(input_shape, DType::f32, device_);
+  const Shape& per_sample_target = d.is_classification() ? d.label_shape : d.target_shape;
+  target_shape.insert(target_shape.end(), per_sample_target.begin(), per_sample_target.end());
+  out.inputs = Tensor::empty(input_shape, d.sample_dtype, device_);
   out.targets = Tensor::empty(target_shape, d.is_classification() ? DType::i64 : DType::f32, device_);
   out.index = batch;
   out.size = size;
   DeviceRuntime& runtime = device_.runtime();
   const auto& api = runtime.api();
   runtime.check(api.copy_host_to_device(runtime.stream(), out.inputs.storage()->buffer(), 0, slot.inputs,
-                                        size * d.sample_numel() * sizeof(float)),
+                                        size * sample_bytes()),
                 "copying a batch to the device");
   runtime.check(api.copy_host_to_device(runtime.stream(), out.targets.storage()->buffer(), 0, slot.targets,
-                                        size * d.target_numel() * (d.is_classification() ? 8 : 4)),
+                                        size * target_bytes()),
                 "copying a batch to the device");
   runtime.check(api.event_record(slot.copied, runtime.stream()), "recording a copy event");
 
