@@ -211,4 +211,14 @@ TEST(Autograd, AModelRefusesInputOfAnotherDtype) {
   }
 }
 
+// A tape as long as a model with a million layers is released without a stack frame per node (it used
+// to overflow the stack).
+TEST(Autograd, AMillionNodeTapeIsReleasedIteratively) {
+  Tensor one = Tensor::from_vector<float>({1}, {1}, cpu());
+  Var x(one, true);
+  for (int i = 0; i < 1000000; ++i) x = kestrel::make_var(one, {x}, "chain", [](const Tensor&) {});
+  x = Var();  // releases the chain
+  SUCCEED();
+}
+
 }  // namespace

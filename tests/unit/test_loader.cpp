@@ -1,8 +1,13 @@
 // The data loader: every sample once per epoch in the (seed, epoch) order, batches on the device,
 // drop_last, resuming mid-epoch, and restarting an epoch while workers are busy.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <limits>
 #include <numeric>
 
 #include "kestrel/engine.h"
@@ -79,6 +84,48 @@ TEST(DataLoader, TokenSamplesWithALabelPerPosition) {
   EXPECT_EQ(first.tokens.size(), 15u);
   EXPECT_EQ(first.labels.size(), 15u);
   EXPECT_EQ(first.sample_dtype, kestrel::DType::i64);
+}
+
+// A batch size near 2^62 (a typo'd flag) gives one batch of the whole dataset, not an overflowed size
+// and a write past the pinned buffer.
+TEST(DataLoader, AHugeBatchSizeIsOneBatchOfEverything) {
+  auto data = numbered(25);
+  DataLoader loader(data, {int64_t(1) << 62, true, false, 3, 2, 4}, cpu());
+  EXPECT_EQ(loader.batches_per_epoch(), 1);
+  auto labels = epoch_labels(loader, 0);
+  EXPECT_EQ(labels, kestrel::data::epoch_permutation(25, 3, 0));
+  DataLoader dropping(data, {std::numeric_limits<int64_t>::max(), true, true, 3, 2, 4}, cpu());
+  EXPECT_EQ(dropping.batches_per_epoch(), 0);
+}
+
+// Worker threads that cannot be created (here: an address-space limit leaves no room for their stacks)
+// are an error naming data.workers, not "terminate called without an active exception".
+TEST(DataLoader, WorkersThatCannotStartAreAClearError) {
+  auto data = numbered(25);
+  cpu();  // the engine and its plugins are loaded before the limit
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    rlimit limit{};
+    getrlimit(RLIMIT_AS, &limit);
+    std::ifstream status("/proc/self/statm");
+    uint64_t pages = 0;
+    status >> pages;
+    limit.rlim_cur = pages * uint64_t(sysconf(_SC_PAGESIZE)) + (uint64_t(64) << 20);  // 64 MiB more than now
+    setrlimit(RLIMIT_AS, &limit);
+    try {
+      DataLoader loader(data, {5, true, false, 3, 64, 4}, cpu());  // 64 stacks of 8 MiB do not fit
+      _exit(1);
+    } catch (const kestrel::Error& e) {
+      _exit(std::string(e.what()).find("data.workers") != std::string::npos ? 0 : 2);
+    } catch (...) {
+      _exit(3);
+    }
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the threads started; 2: another message; 3: another exception";
 }
 
 TEST(DataLoader, EachEpochIsTheSeededPermutation) {

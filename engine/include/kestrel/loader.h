@@ -47,6 +47,8 @@ class DataLoader {
   struct Slot;
   void worker_loop();
   void fill(Slot& slot, const std::vector<int64_t>& samples);
+  int64_t checked_bytes(int64_t samples, int64_t bytes_per_sample) const;  // throws on overflow
+  void stop_and_release();       // joins the workers, frees the pinned buffers (destructor, failed constructor)
   int64_t sample_bytes() const;  // one sample's inputs
   int64_t target_bytes() const;  // one sample's labels or targets
   void release_copied_slots(int keep);

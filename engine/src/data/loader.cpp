@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <system_error>
 
 #include "../runtime/device_runtime.h"
 #include "../tensor/storage.h"
@@ -27,18 +29,43 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   if (dataset_->size < 1) throw InvalidArgument(fmt::format("dataset '{}' is empty", dataset_->name));
   options_.workers = std::max(1, options_.workers);
   options_.prefetch = std::max(2, options_.prefetch);
-  DeviceRuntime& runtime = device_.runtime();
-  for (int i = 0; i < options_.prefetch; ++i) {
-    auto slot = std::make_unique<Slot>();
-    slot->inputs = runtime.host_allocate(options_.batch_size * sample_bytes());
-    slot->targets = runtime.host_allocate(options_.batch_size * target_bytes());
-    runtime.check(runtime.api().event_create(runtime.context(), &slot->copied), "creating an event");
-    slots_.push_back(std::move(slot));
+  // No batch holds more samples than the dataset, however large the batch size asked for.
+  const int64_t slot_samples = std::min(options_.batch_size, dataset_->size);
+  try {
+    DeviceRuntime& runtime = device_.runtime();
+    for (int i = 0; i < options_.prefetch; ++i) {
+      auto slot = std::make_unique<Slot>();
+      slots_.push_back(std::move(slot));
+      slots_.back()->inputs = runtime.host_allocate(checked_bytes(slot_samples, sample_bytes()));
+      slots_.back()->targets = runtime.host_allocate(checked_bytes(slot_samples, target_bytes()));
+      runtime.check(runtime.api().event_create(runtime.context(), &slots_.back()->copied), "creating an event");
+    }
+    for (int i = 0; i < options_.workers; ++i) {
+      try {
+        workers_.emplace_back([this] { worker_loop(); });
+      } catch (const std::system_error& e) {
+        throw Error(fmt::format("cannot start data loader thread {} of {}: {}; ask for fewer (data.workers in the run "
+                                "config)",
+                                i + 1, options_.workers, e.what()));
+      }
+    }
+  } catch (...) {
+    stop_and_release();  // the destructor will not run for a constructor that throws
+    throw;
   }
-  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
-DataLoader::~DataLoader() {
+int64_t DataLoader::checked_bytes(int64_t samples, int64_t bytes_per_sample) const {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(samples, bytes_per_sample, &bytes))
+    throw InvalidArgument(fmt::format("dataset '{}': {} samples of {} bytes overflow a size; use a smaller batch",
+                                      dataset_->name, samples, bytes_per_sample));
+  return bytes;
+}
+
+DataLoader::~DataLoader() { stop_and_release(); }
+
+void DataLoader::stop_and_release() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -48,15 +75,17 @@ DataLoader::~DataLoader() {
   DeviceRuntime& runtime = device_.runtime();
   runtime.synchronize();  // no copy may still read a buffer we free
   for (auto& slot : slots_) {
-    runtime.api().event_destroy(slot->copied);
-    runtime.host_release(slot->inputs);
-    runtime.host_release(slot->targets);
+    if (slot->copied) runtime.api().event_destroy(slot->copied);
+    if (slot->inputs) runtime.host_release(slot->inputs);
+    if (slot->targets) runtime.host_release(slot->targets);
   }
+  slots_.clear();
+  workers_.clear();
 }
 
 int64_t DataLoader::batches_per_epoch() const {
   int64_t n = dataset_->size, b = options_.batch_size;
-  return options_.drop_last ? n / b : (n + b - 1) / b;
+  return options_.drop_last ? n / b : n / b + (n % b != 0);  // no n + b - 1: b may be near 2^63
 }
 
 int64_t DataLoader::batch_size_of(int64_t batch) const {

@@ -66,7 +66,7 @@ const char* dtype_meaning(DType dtype) { return dtype == DType::i64 ? "i64 token
 ModelSpec ModelSpec::load(const std::string& path) {
   std::string text;
   try {
-    text = io::read_file(path);
+    text = io::read_file(path, io::kMaxTextFileBytes);
   } catch (const InvalidArgument& e) {
     throw ModelError(e.what());
   }

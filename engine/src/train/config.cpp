@@ -116,7 +116,7 @@ class Section {
 RunConfig RunConfig::load(const std::string& path) {
   std::string text;
   try {
-    text = io::read_file(path);
+    text = io::read_file(path, io::kMaxTextFileBytes);
   } catch (const InvalidArgument& e) {
     throw ConfigError(e.what());
   }
