@@ -3,7 +3,6 @@
 // run, so the matrix and the suite can never disagree.
 #include <fmt/format.h>
 
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -11,6 +10,7 @@
 #include "commands.h"
 #include "conformance.hpp"
 #include "kestrel/engine.h"
+#include "kestrel/io.h"
 
 namespace kestrel::cli {
 
@@ -99,7 +99,7 @@ void add_ops_command(CLI::App& app, Action& action) {
         }
       }
       fmt::print("{}", doc.str());
-      if (!markdown.empty()) std::ofstream(markdown) << doc.str();
+      if (!markdown.empty()) io::write_file_atomically(markdown, doc.str());  // a folder or bad path throws
       return failures ? 1 : 0;
     };
   });

@@ -54,7 +54,7 @@ TEST(CliDevices, JsonShowsTheCpuPluginAndTheSkippedOnes) {
     }
   }
   EXPECT_TRUE(cpu_seen) << r.output;
-  EXPECT_EQ(skipped, 9) << r.output;  // every library in tests/plugins (fault_plugins)
+  EXPECT_EQ(skipped, 10) << r.output;  // every library in tests/plugins (fault_plugins)
 }
 
 TEST(CliDevices, TableAndCheck) {
@@ -84,6 +84,14 @@ TEST(CliOps, MatrixShowsSupportAndConformance) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("| gemm | yes"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("| fused adam_update | fused 2 | composed"), std::string::npos) << r.output;
+}
+
+// --markdown naming a folder is an error naming it (it used to exit 0 having written nothing).
+TEST(CliOps, MarkdownIntoAFolderIsAnError) {
+  const std::string folder = std::filesystem::temp_directory_path().string();
+  CliRun r = run("ops --backend no-such-backend --markdown " + folder);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(folder), std::string::npos) << r.output;
 }
 
 }  // namespace

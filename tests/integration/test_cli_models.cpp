@@ -120,6 +120,8 @@ TEST(CliModels, BadModelFilesGetPathQualifiedErrors) {
       {"too_small.json", R"({"input": {"shape": [1, 4, 4]}, "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 5}]})",
        "does not fit the 4x4 input"},
       {"bad_input.json", R"({"input": {"shape": [0]}, "layers": [{"type": "relu"}]})", "/input/shape/0: expected a positive integer"},
+      {"bad_dtype.json", R"({"input": {"shape": [4], "dtype": "f16"}, "layers": [{"type": "relu"}]})",
+       "/input/dtype: expected \"f32\" (values) or \"i64\" (token ids), got \"f16\""},
       {"bad_graph.json", R"({"input": {"shape": [4]}, "nodes": [{"name": "a", "type": "add", "inputs": ["input", "b"]}]})",
        "/nodes/0/inputs/1: \"b\" is not \"input\" or the name of an earlier node"},
   };

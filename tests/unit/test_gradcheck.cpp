@@ -185,4 +185,40 @@ TEST(Autograd, ModelGradientsAddOrOverwriteAfterALazyZero) {
   expect_scaled(model.flat_gradients().to_vector<float>(), once, 0);
 }
 
+// A model states what its input holds; a tensor of another dtype is refused with both named.
+TEST(Autograd, AModelRefusesInputOfAnotherDtype) {
+  kestrel::ModelSpec spec = kestrel::ModelSpec::parse(
+      R"({"input": {"shape": [3]}, "layers": [{"type": "linear", "out_features": 2}]})", "inline");
+  EXPECT_EQ(spec.input_dtype(), DType::f32);
+  kestrel::Model model(spec, cpu(), 1);
+  uint64_t rng_offset = 0;
+  Tensor tokens = Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {2, 3}, cpu());  // (N, 3) i64
+  try {
+    model.forward(tokens, false, 0, rng_offset);
+    FAIL() << "an i64 input was accepted by an f32 model";
+  } catch (const kestrel::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("takes f32 input"), std::string::npos) << e.what();
+  }
+  // Token ids go only to layers that read them; none of today's kinds does.
+  try {
+    kestrel::ModelSpec::parse(R"({"input": {"shape": [8], "dtype": "i64"}, "layers": [{"type": "linear", "out_features": 2}]})",
+                              "tokens.json");
+    FAIL() << "a linear layer was given token ids";
+  } catch (const kestrel::ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokens.json: /layers/0: linear reads f32 values, but its input 0 holds i64 token ids"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A tape as long as a model with a million layers is released without a stack frame per node (it used
+// to overflow the stack).
+TEST(Autograd, AMillionNodeTapeIsReleasedIteratively) {
+  Tensor one = Tensor::from_vector<float>({1}, {1}, cpu());
+  Var x(one, true);
+  for (int i = 0; i < 1000000; ++i) x = kestrel::make_var(one, {x}, "chain", [](const Tensor&) {});
+  x = Var();  // releases the chain
+  SUCCEED();
+}
+
 }  // namespace

@@ -1,5 +1,6 @@
 // Checkpoint file IO: atomic writes, the safetensors format byte for byte, its validation, SHA-256.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -263,6 +264,34 @@ TEST(Safetensors, LoadNamesThePathOfACorruptOrMissingFile) {
   } catch (const kestrel::InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("absent.safetensors"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("No such file"), std::string::npos) << e.what();
+  }
+}
+
+// --- reading -------------------------------------------------------------------------------------
+
+// Only regular files are read: a FIFO would block for ever, /dev/zero never end; a size limit stops a
+// mistaken path to a huge file before it is read.
+TEST(ReadFile, RefusesFifosDevicesAndFilesAboveTheLimit) {
+  TempFolder folder;
+  const std::string fifo = folder.file("model.json");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero")}) {
+    try {
+      kestrel::io::read_file(path, kestrel::io::kMaxTextFileBytes);
+      FAIL() << path << " was read";
+    } catch (const kestrel::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(kestrel::io::check_regular_file(path, "CSV file"), kestrel::InvalidArgument);
+  }
+  const std::string big = folder.file("big.json");
+  kestrel::io::write_file_atomically(big, std::string(1000, ' '));
+  EXPECT_EQ(kestrel::io::read_file(big, 1000).size(), 1000u);
+  try {
+    kestrel::io::read_file(big, 999);
+    FAIL() << "a file above the limit was read";
+  } catch (const kestrel::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("above the 999"), std::string::npos) << e.what();
   }
 }
 

@@ -1,8 +1,13 @@
 // The data loader: every sample once per epoch in the (seed, epoch) order, batches on the device,
 // drop_last, resuming mid-epoch, and restarting an epoch while workers are busy.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <limits>
 #include <numeric>
 
 #include "kestrel/engine.h"
@@ -44,6 +49,83 @@ std::vector<int64_t> epoch_labels(DataLoader& loader, int64_t epoch, int64_t ski
     }
   }
   return labels;
+}
+
+// Token-id samples with one label per position (what a sequence model trains on) travel as i64 batches
+// (B, T) with (B, T) labels, each sample's ids beside its own labels, in the seeded order.
+TEST(DataLoader, TokenSamplesWithALabelPerPosition) {
+  auto d = std::make_shared<kestrel::data::Dataset>();
+  d->name = "tokens";
+  d->sample_shape = {3};
+  d->sample_dtype = kestrel::DType::i64;
+  d->label_shape = {3};
+  d->num_classes = 1000;
+  d->size = 11;
+  for (int64_t i = 0; i < d->size; ++i)
+    for (int64_t t = 0; t < 3; ++t) {
+      d->tokens.push_back(10 * i + t);      // sample i, position t
+      d->labels.push_back(10 * i + t + 1);  // the next token
+    }
+  DataLoader loader(d, {4, true, false, 9, 2, 4}, cpu());
+  loader.start_epoch(0);
+  std::vector<int64_t> order;
+  Batch batch;
+  while (loader.next(batch)) {
+    EXPECT_EQ(batch.inputs.dtype(), kestrel::DType::i64);
+    EXPECT_EQ(batch.inputs.shape(), (kestrel::Shape{batch.size, 3}));
+    EXPECT_EQ(batch.targets.shape(), (kestrel::Shape{batch.size, 3}));
+    auto x = batch.inputs.to_vector<int64_t>();
+    auto y = batch.targets.to_vector<int64_t>();
+    for (int64_t k = 0; k < batch.size * 3; ++k) EXPECT_EQ(y[k], x[k] + 1);
+    for (int64_t b = 0; b < batch.size; ++b) order.push_back(x[3 * b] / 10);
+  }
+  EXPECT_EQ(order, kestrel::data::epoch_permutation(11, 9, 0));
+  auto first = d->subset(5);
+  EXPECT_EQ(first.tokens.size(), 15u);
+  EXPECT_EQ(first.labels.size(), 15u);
+  EXPECT_EQ(first.sample_dtype, kestrel::DType::i64);
+}
+
+// A batch size near 2^62 (a typo'd flag) gives one batch of the whole dataset, not an overflowed size
+// and a write past the pinned buffer.
+TEST(DataLoader, AHugeBatchSizeIsOneBatchOfEverything) {
+  auto data = numbered(25);
+  DataLoader loader(data, {int64_t(1) << 62, true, false, 3, 2, 4}, cpu());
+  EXPECT_EQ(loader.batches_per_epoch(), 1);
+  auto labels = epoch_labels(loader, 0);
+  EXPECT_EQ(labels, kestrel::data::epoch_permutation(25, 3, 0));
+  DataLoader dropping(data, {std::numeric_limits<int64_t>::max(), true, true, 3, 2, 4}, cpu());
+  EXPECT_EQ(dropping.batches_per_epoch(), 0);
+}
+
+// Worker threads that cannot be created (here: an address-space limit leaves no room for their stacks)
+// are an error naming data.workers, not "terminate called without an active exception".
+TEST(DataLoader, WorkersThatCannotStartAreAClearError) {
+  auto data = numbered(25);
+  cpu();  // the engine and its plugins are loaded before the limit
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    rlimit limit{};
+    getrlimit(RLIMIT_AS, &limit);
+    std::ifstream status("/proc/self/statm");
+    uint64_t pages = 0;
+    status >> pages;
+    limit.rlim_cur = pages * uint64_t(sysconf(_SC_PAGESIZE)) + (uint64_t(64) << 20);  // 64 MiB more than now
+    setrlimit(RLIMIT_AS, &limit);
+    try {
+      DataLoader loader(data, {5, true, false, 3, 64, 4}, cpu());  // 64 stacks of 8 MiB do not fit
+      _exit(1);
+    } catch (const kestrel::Error& e) {
+      _exit(std::string(e.what()).find("data.workers") != std::string::npos ? 0 : 2);
+    } catch (...) {
+      _exit(3);
+    }
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the threads started; 2: another message; 3: another exception";
 }
 
 TEST(DataLoader, EachEpochIsTheSeededPermutation) {

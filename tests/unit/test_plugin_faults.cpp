@@ -2,6 +2,9 @@
 // the others; asking for a skipped backend explicitly is an error carrying that reason.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "kestrel/engine.h"
@@ -38,10 +41,27 @@ TEST(PluginFaults, EachBrokenPluginIsSkippedWithItsReason) {
   expect_skipped(engine, "incomplete", "lacks required entries: supports_op, launch");
   expect_skipped(engine, "old_minor", "built for plugin ABI 1.1");
   expect_skipped(engine, "short_table", "lacks required entries: supports_op, launch");
+  expect_skipped(engine, "countless_devices", "reports 2147483647 devices");
   expect_skipped(engine, "libkestrel_no_entry.so", "no entry symbol 'kestrel_plugin_v1'");
   expect_skipped(engine, "libkestrel_missing_dependency.so", "libkestrel_vanishing_dependency.so");
   expect_skipped(engine, "libkestrel_not_elf.so", "cannot load the library");
   expect_skipped(engine, "libkestrel_ghost.so", "not found");
+}
+
+// A FIFO named like a plugin is skipped without being opened (opening it would wait for a writer).
+TEST(PluginFaults, AFifoNamedLikeAPluginIsSkipped) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("kestrel_fifo_test_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path fifo = dir / "libkestrel_fifo.so";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  kestrel::EngineOptions options;
+  options.plugin_path = {dir.string()};
+  options.use_environment = false;
+  options.use_default_locations = false;
+  kestrel::Engine engine(options);
+  expect_skipped(engine, "libkestrel_fifo.so", "not a regular file");
+  fs::remove_all(dir);
 }
 
 TEST(PluginFaults, TheEngineKeepsWorkingWithTheOtherPlugins) {

@@ -39,6 +39,11 @@ struct VarNode {
   std::vector<std::shared_ptr<VarNode>> parents;
   BackwardFn backward;  // given dloss/dvalue, accumulates into the parents; empty for leaves
   const char* op = "leaf";
+
+  VarNode() = default;
+  VarNode(const VarNode&) = delete;
+  VarNode& operator=(const VarNode&) = delete;
+  ~VarNode();  // iterative: a tape as deep as a model is long must not use a stack frame per node
 };
 
 class Var {

@@ -12,13 +12,17 @@
 namespace kestrel::data {
 
 // A whole dataset in host memory. Either a classification set (labels, num_classes > 0) or a
-// regression set (targets, target_shape); features are stored the same way for both.
+// regression set (targets, target_shape). Samples are f32 values (features) or i64 token ids (tokens,
+// for sequence models), stored the same way for both kinds of set.
 struct Dataset {
   std::string name;
-  Shape sample_shape;            // per-sample shape without the batch dim, e.g. {1, 28, 28}
+  Shape sample_shape;            // per-sample shape without the batch dim, e.g. {1, 28, 28}, or {T} tokens
+  DType sample_dtype = DType::f32;  // f32: `features` holds the samples; i64: `tokens` does
   int64_t size = 0;              // number of samples
-  std::vector<float> features;   // size * sample_numel(), row-major, sample after sample
-  std::vector<int64_t> labels;   // classification: one label per sample, in [0, num_classes)
+  std::vector<float> features;   // f32 samples: size * sample_numel(), row-major, sample after sample
+  std::vector<int64_t> tokens;   // i64 samples (token ids), laid out the same way
+  Shape label_shape;             // classification: {} for one label per sample, {T} for one per position
+  std::vector<int64_t> labels;   // classification: label_numel() per sample, in [0, num_classes)
   int64_t num_classes = 0;       // > 0 for classification
   Shape target_shape;            // regression: per-sample target shape (e.g. {5})
   std::vector<float> targets;    // regression: size * target_numel()
@@ -28,7 +32,7 @@ struct Dataset {
   // For printing: the class's name, or "class N".
   std::string class_name(int64_t label) const;
   int64_t sample_numel() const;
-  int64_t target_numel() const;  // 1 for classification
+  int64_t target_numel() const;  // classification: labels per sample (1, or one per position)
   // A copy of the first `count` samples (all of them when count <= 0 or count >= size).
   Dataset subset(int64_t count) const;
 };

@@ -18,8 +18,17 @@ namespace kestrel::io {
 // missing parent folders. Throws kestrel::Error naming the path and the OS error on failure.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
-// The whole file. Throws kestrel::InvalidArgument naming the path when it is missing or unreadable.
-std::string read_file(const std::string& path);
+// The whole file. Only regular files are read (a FIFO would block and /dev/zero never end), and at most
+// `max_bytes` of them. Throws kestrel::InvalidArgument naming the path when it is missing, unreadable,
+// not a regular file or larger than that.
+std::string read_file(const std::string& path, uint64_t max_bytes = UINT64_MAX);
+
+// The most a model file or run config may hold: far above any real one, far below a mistaken path.
+inline constexpr uint64_t kMaxTextFileBytes = uint64_t(64) << 20;
+
+// Throws InvalidArgument naming `what` and the path unless it names a regular file (or a link to one),
+// for readers that open files themselves (IDX, CSV).
+void check_regular_file(const std::string& path, const char* what);
 
 // A host-side tensor: row-major, little-endian element bytes (data.size() == numel * dtype_size).
 struct NamedTensor {

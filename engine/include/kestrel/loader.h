@@ -23,8 +23,8 @@ struct LoaderOptions {
 };
 
 struct Batch {
-  Tensor inputs;   // (B, sample_shape...) f32 on the device
-  Tensor targets;  // (B) i64 labels, or (B, target_shape...) f32 for regression
+  Tensor inputs;   // (B, sample_shape...) on the device: f32 values or i64 token ids, as the dataset holds
+  Tensor targets;  // (B, label_shape...) i64 labels (one per sample or per position), or (B, target_shape...) f32
   int64_t index = 0;
   int64_t size = 0;
 };
@@ -47,6 +47,10 @@ class DataLoader {
   struct Slot;
   void worker_loop();
   void fill(Slot& slot, const std::vector<int64_t>& samples);
+  int64_t checked_bytes(int64_t samples, int64_t bytes_per_sample) const;  // throws on overflow
+  void stop_and_release();       // joins the workers, frees the pinned buffers (destructor, failed constructor)
+  int64_t sample_bytes() const;  // one sample's inputs
+  int64_t target_bytes() const;  // one sample's labels or targets
   void release_copied_slots(int keep);
   int64_t batch_size_of(int64_t batch) const;
 

@@ -26,6 +26,7 @@ struct LayerInfo {
   std::string json_path;    // "/layers/3"
   std::vector<int> inputs;  // indices of the producing layers; -1 is the model input
   Shape output_shape;       // with the batch dimension first (-1: any batch size)
+  DType output_dtype = DType::f32;
   int64_t parameters = 0;
 };
 
@@ -39,6 +40,7 @@ class ModelSpec {
   const std::string& source() const { return source_; }
   const std::string& fingerprint() const { return fingerprint_; }  // SHA-256 of the file's text
   const Shape& input_shape() const { return input_shape_; }        // without the batch dimension
+  DType input_dtype() const { return input_dtype_; }               // f32 values or i64 token ids
   const std::vector<LayerInfo>& layers() const { return layers_; }
   int output() const { return output_; }
   int64_t parameter_count() const;
@@ -50,6 +52,7 @@ class ModelSpec {
  private:
   std::string name_, source_, fingerprint_;
   Shape input_shape_;
+  DType input_dtype_ = DType::f32;
   std::vector<LayerInfo> layers_;
   std::vector<std::shared_ptr<const Layer>> impls_;
   int output_ = -1;

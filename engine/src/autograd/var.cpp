@@ -15,6 +15,22 @@ bool grad_enabled() { return grad_mode; }
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
 NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
 
+VarNode::~VarNode() {
+  // Releasing the parents one by one would recurse once per node of the chain behind them. Instead the
+  // nodes this one held the last reference to are unlinked here, their parents taken into a list first
+  // (then their backward closures, whose captures the list still holds, can go without recursing).
+  std::vector<std::shared_ptr<VarNode>> pending = std::move(parents);
+  backward = nullptr;
+  while (!pending.empty()) {
+    std::shared_ptr<VarNode> node = std::move(pending.back());
+    pending.pop_back();
+    if (node.use_count() != 1) continue;  // someone else still holds it
+    for (auto& parent : node->parents) pending.push_back(std::move(parent));
+    node->parents.clear();
+    node->backward = nullptr;
+  }  // each node dies here with no parents left to release
+}
+
 Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<VarNode>()) {
   node_->value = std::move(value);
   node_->requires_grad = requires_grad;

@@ -11,6 +11,7 @@
 
 #include "kestrel/data.h"
 #include "kestrel/error.h"
+#include "kestrel/io.h"
 
 namespace kestrel::data {
 namespace {
@@ -103,6 +104,7 @@ struct CellParser {
 }  // namespace
 
 Dataset load_csv(const std::string& path, const CsvOptions& options) {
+  io::check_regular_file(path, "CSV file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InvalidArgument(fmt::format("CSV file '{}' not found or not readable", path));
 

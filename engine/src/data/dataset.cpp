@@ -10,7 +10,7 @@ namespace kestrel::data {
 
 int64_t Dataset::sample_numel() const { return shape_numel(sample_shape); }
 
-int64_t Dataset::target_numel() const { return is_classification() ? 1 : shape_numel(target_shape); }
+int64_t Dataset::target_numel() const { return shape_numel(is_classification() ? label_shape : target_shape); }
 
 std::string Dataset::class_name(int64_t label) const {
   if (label >= 0 && label < static_cast<int64_t>(class_names.size())) return class_names[label];
@@ -22,20 +22,26 @@ Dataset Dataset::subset(int64_t count) const {
   const auto fits = [&](size_t available, int64_t per_sample) {
     return static_cast<int64_t>(available) >= count * per_sample;
   };
-  if (!fits(features.size(), sample_numel()) || (!labels.empty() && !fits(labels.size(), 1)) ||
-      (!targets.empty() && !fits(targets.size(), target_numel())))
-    throw InvalidArgument(fmt::format("Dataset '{}': its feature, label or target vectors are shorter than its "
+  const bool values = sample_dtype == DType::f32;  // else token ids
+  if ((values ? !fits(features.size(), sample_numel()) : !fits(tokens.size(), sample_numel())) ||
+      (!labels.empty() && !fits(labels.size(), target_numel())) || (!targets.empty() && !fits(targets.size(), target_numel())))
+    throw InvalidArgument(fmt::format("Dataset '{}': its sample, label or target vectors are shorter than its "
                                       "size {} and sample shape {} say; fill them before taking a subset",
                                       name, size, shape_str(sample_shape)));
   Dataset out;
   out.name = name;
   out.sample_shape = sample_shape;
+  out.sample_dtype = sample_dtype;
+  out.label_shape = label_shape;
   out.size = count;
   out.num_classes = num_classes;  // the classes of the whole set, so label ranges stay comparable
   out.target_shape = target_shape;
   out.class_names = class_names;
-  out.features.assign(features.begin(), features.begin() + count * sample_numel());
-  if (!labels.empty()) out.labels.assign(labels.begin(), labels.begin() + count);
+  if (values)
+    out.features.assign(features.begin(), features.begin() + count * sample_numel());
+  else
+    out.tokens.assign(tokens.begin(), tokens.begin() + count * sample_numel());
+  if (!labels.empty()) out.labels.assign(labels.begin(), labels.begin() + count * target_numel());
   if (!targets.empty()) out.targets.assign(targets.begin(), targets.begin() + count * target_numel());
   return out;
 }
@@ -53,6 +59,9 @@ std::vector<double> per_channel(const std::vector<double>& values, int64_t chann
 }  // namespace
 
 void normalize(Dataset& dataset, const std::vector<double>& mean, const std::vector<double>& std) {
+  if (dataset.sample_dtype != DType::f32)
+    throw InvalidArgument(fmt::format("normalize '{}': its samples are token ids, which are not normalised; give no mean "
+                                      "or std for this data", dataset.name));
   const int64_t channels = dataset.sample_shape.empty() ? 1 : dataset.sample_shape[0];
   if (channels <= 0)
     throw InvalidArgument(fmt::format("normalize '{}': sample shape {} has no channels", dataset.name,

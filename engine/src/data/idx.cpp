@@ -11,6 +11,7 @@
 
 #include "kestrel/data.h"
 #include "kestrel/error.h"
+#include "kestrel/io.h"
 
 namespace kestrel::data {
 namespace {
@@ -24,9 +25,7 @@ constexpr size_t kChunkBytes = size_t{1} << 24;
 class IdxFile {
  public:
   explicit IdxFile(const std::string& path) : path_(path) {
-    std::error_code ignored;
-    if (!std::filesystem::exists(path, ignored))
-      throw InvalidArgument(fmt::format("IDX file '{}' not found", path));
+    io::check_regular_file(path, "IDX file");
     file_ = gzopen(path.c_str(), "rb");
     if (!file_) throw InvalidArgument(fmt::format("IDX file '{}' cannot be opened for reading", path));
   }

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <system_error>
 
 #include "../runtime/device_runtime.h"
 #include "../tensor/storage.h"
@@ -16,8 +18,8 @@ struct DataLoader::Slot {
   enum class State { free, filling, ready, copying } state = State::free;
   int64_t batch = -1;
   uint64_t generation = 0;
-  void* inputs = nullptr;   // pinned: batch_size * sample_numel floats
-  void* targets = nullptr;  // pinned: batch_size labels (i64) or target values (f32)
+  void* inputs = nullptr;   // pinned: batch_size * sample_numel values (f32) or token ids (i64)
+  void* targets = nullptr;  // pinned: batch_size * target_numel labels (i64) or target values (f32)
   kestrel_event* copied = nullptr;
 };
 
@@ -27,18 +29,43 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   if (dataset_->size < 1) throw InvalidArgument(fmt::format("dataset '{}' is empty", dataset_->name));
   options_.workers = std::max(1, options_.workers);
   options_.prefetch = std::max(2, options_.prefetch);
-  DeviceRuntime& runtime = device_.runtime();
-  for (int i = 0; i < options_.prefetch; ++i) {
-    auto slot = std::make_unique<Slot>();
-    slot->inputs = runtime.host_allocate(options_.batch_size * dataset_->sample_numel() * sizeof(float));
-    slot->targets = runtime.host_allocate(options_.batch_size * dataset_->target_numel() * 8);
-    runtime.check(runtime.api().event_create(runtime.context(), &slot->copied), "creating an event");
-    slots_.push_back(std::move(slot));
+  // No batch holds more samples than the dataset, however large the batch size asked for.
+  const int64_t slot_samples = std::min(options_.batch_size, dataset_->size);
+  try {
+    DeviceRuntime& runtime = device_.runtime();
+    for (int i = 0; i < options_.prefetch; ++i) {
+      auto slot = std::make_unique<Slot>();
+      slots_.push_back(std::move(slot));
+      slots_.back()->inputs = runtime.host_allocate(checked_bytes(slot_samples, sample_bytes()));
+      slots_.back()->targets = runtime.host_allocate(checked_bytes(slot_samples, target_bytes()));
+      runtime.check(runtime.api().event_create(runtime.context(), &slots_.back()->copied), "creating an event");
+    }
+    for (int i = 0; i < options_.workers; ++i) {
+      try {
+        workers_.emplace_back([this] { worker_loop(); });
+      } catch (const std::system_error& e) {
+        throw Error(fmt::format("cannot start data loader thread {} of {}: {}; ask for fewer (data.workers in the run "
+                                "config)",
+                                i + 1, options_.workers, e.what()));
+      }
+    }
+  } catch (...) {
+    stop_and_release();  // the destructor will not run for a constructor that throws
+    throw;
   }
-  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
-DataLoader::~DataLoader() {
+int64_t DataLoader::checked_bytes(int64_t samples, int64_t bytes_per_sample) const {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(samples, bytes_per_sample, &bytes))
+    throw InvalidArgument(fmt::format("dataset '{}': {} samples of {} bytes overflow a size; use a smaller batch",
+                                      dataset_->name, samples, bytes_per_sample));
+  return bytes;
+}
+
+DataLoader::~DataLoader() { stop_and_release(); }
+
+void DataLoader::stop_and_release() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -48,15 +75,17 @@ DataLoader::~DataLoader() {
   DeviceRuntime& runtime = device_.runtime();
   runtime.synchronize();  // no copy may still read a buffer we free
   for (auto& slot : slots_) {
-    runtime.api().event_destroy(slot->copied);
-    runtime.host_release(slot->inputs);
-    runtime.host_release(slot->targets);
+    if (slot->copied) runtime.api().event_destroy(slot->copied);
+    if (slot->inputs) runtime.host_release(slot->inputs);
+    if (slot->targets) runtime.host_release(slot->targets);
   }
+  slots_.clear();
+  workers_.clear();
 }
 
 int64_t DataLoader::batches_per_epoch() const {
   int64_t n = dataset_->size, b = options_.batch_size;
-  return options_.drop_last ? n / b : (n + b - 1) / b;
+  return options_.drop_last ? n / b : n / b + (n % b != 0);  // no n + b - 1: b may be near 2^63
 }
 
 int64_t DataLoader::batch_size_of(int64_t batch) const {
@@ -106,18 +135,22 @@ void DataLoader::worker_loop() {
   }
 }
 
+int64_t DataLoader::sample_bytes() const {
+  return dataset_->sample_numel() * (dataset_->sample_dtype == DType::f32 ? 4 : 8);
+}
+
+int64_t DataLoader::target_bytes() const { return dataset_->target_numel() * (dataset_->is_classification() ? 8 : 4); }
+
 void DataLoader::fill(Slot& slot, const std::vector<int64_t>& samples) {
   const Dataset& d = *dataset_;
-  const int64_t features = d.sample_numel(), targets = d.target_numel();
-  float* inputs = static_cast<float*>(slot.inputs);
+  const int64_t x_bytes = sample_bytes(), y_bytes = target_bytes();
+  const char* x = d.sample_dtype == DType::f32 ? reinterpret_cast<const char*>(d.features.data())
+                                                : reinterpret_cast<const char*>(d.tokens.data());
+  const char* y = d.is_classification() ? reinterpret_cast<const char*>(d.labels.data())
+                                        : reinterpret_cast<const char*>(d.targets.data());
   for (size_t i = 0; i < samples.size(); ++i) {
-    int64_t sample = samples[i];
-    std::memcpy(inputs + i * features, d.features.data() + sample * features, features * sizeof(float));
-    if (d.is_classification())
-      static_cast<int64_t*>(slot.targets)[i] = d.labels[sample];
-    else
-      std::memcpy(static_cast<float*>(slot.targets) + i * targets, d.targets.data() + sample * targets,
-                  targets * sizeof(float));
+    std::memcpy(static_cast<char*>(slot.inputs) + i * x_bytes, x + samples[i] * x_bytes, x_bytes);
+    std::memcpy(static_cast<char*>(slot.targets) + i * y_bytes, y + samples[i] * y_bytes, y_bytes);
   }
 }
 
@@ -144,18 +177,19 @@ bool DataLoader::next(Batch& out) {
   const int64_t size = batch_size_of(batch);
   Shape input_shape{size}, target_shape{size};
   input_shape.insert(input_shape.end(), d.sample_shape.begin(), d.sample_shape.end());
-  if (!d.is_classification()) target_shape.insert(target_shape.end(), d.target_shape.begin(), d.target_shape.end());
-  out.inputs = Tensor::empty(input_shape, DType::f32, device_);
+  const Shape& per_sample_target = d.is_classification() ? d.label_shape : d.target_shape;
+  target_shape.insert(target_shape.end(), per_sample_target.begin(), per_sample_target.end());
+  out.inputs = Tensor::empty(input_shape, d.sample_dtype, device_);
   out.targets = Tensor::empty(target_shape, d.is_classification() ? DType::i64 : DType::f32, device_);
   out.index = batch;
   out.size = size;
   DeviceRuntime& runtime = device_.runtime();
   const auto& api = runtime.api();
   runtime.check(api.copy_host_to_device(runtime.stream(), out.inputs.storage()->buffer(), 0, slot.inputs,
-                                        size * d.sample_numel() * sizeof(float)),
+                                        size * sample_bytes()),
                 "copying a batch to the device");
   runtime.check(api.copy_host_to_device(runtime.stream(), out.targets.storage()->buffer(), 0, slot.targets,
-                                        size * d.target_numel() * (d.is_classification() ? 8 : 4)),
+                                        size * target_bytes()),
                 "copying a batch to the device");
   runtime.check(api.event_record(slot.copied, runtime.stream()), "recording a copy event");
 

@@ -122,12 +122,13 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   sync_folder(folder, path);
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, uint64_t max_bytes) {
   auto unreadable = [&](int error_number) {
     return InvalidArgument(
         fmt::format("cannot read '{}': {}; check the path and its permissions", path, os_error(error_number)));
   };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking, so that opening a FIFO returns at once and is refused below.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw unreadable(errno);
   // Closes on every path out, including throws.
   struct Closer {
@@ -138,9 +139,17 @@ std::string read_file(const std::string& path) {
   struct stat info {};
   if (::fstat(fd, &info) != 0) throw unreadable(errno);
   if (S_ISDIR(info.st_mode)) throw unreadable(EISDIR);
+  if (!S_ISREG(info.st_mode))
+    throw InvalidArgument(fmt::format("cannot read '{}': not a regular file (a FIFO, socket or device); give the path "
+                                      "of a file", path));
+  auto too_large = [&](uint64_t bytes) {
+    return InvalidArgument(fmt::format("cannot read '{}': {} bytes or more, above the {} this file may hold; check the path",
+                                       path, bytes, max_bytes));
+  };
+  if (uint64_t(info.st_size) > max_bytes) throw too_large(uint64_t(info.st_size));
   std::string contents;
-  // The size is only a hint (the file may change, or be a pipe): read until end of file.
-  if (S_ISREG(info.st_mode)) contents.reserve(static_cast<size_t>(info.st_size));
+  // The size is only a hint (the file may grow while it is read): read until end of file.
+  contents.reserve(static_cast<size_t>(info.st_size));
   char buffer[1 << 16];
   for (;;) {
     ssize_t got = ::read(fd, buffer, sizeof buffer);
@@ -150,8 +159,19 @@ std::string read_file(const std::string& path) {
     }
     if (got == 0) break;
     contents.append(buffer, static_cast<size_t>(got));
+    if (contents.size() > max_bytes) throw too_large(contents.size());
   }
   return contents;
+}
+
+void check_regular_file(const std::string& path, const char* what) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (error || !std::filesystem::exists(status))
+    throw InvalidArgument(fmt::format("{} '{}' not found", what, path));
+  if (!std::filesystem::is_regular_file(status))
+    throw InvalidArgument(fmt::format("{} '{}' is not a regular file (a FIFO, device or folder); give the path of a file",
+                                      what, path));
 }
 
 }  // namespace kestrel::io

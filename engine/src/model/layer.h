@@ -71,6 +71,10 @@ class Layer {
  public:
   virtual ~Layer() = default;
   virtual int arity() const { return 1; }  // number of inputs
+  // What every input holds and what the output holds: f32 values, or i64 token ids (which only a layer
+  // that reads them, such as an embedding, takes).
+  virtual DType input_dtype() const { return DType::f32; }
+  virtual DType output_dtype() const { return DType::f32; }
   // Output shape (batch first, -1 when unknown); throws ModelError-ready text via shape_error().
   virtual Shape infer(const std::vector<Shape>& inputs) const = 0;
   virtual std::vector<ParamSpec> params(const std::vector<Shape>&) const { return {}; }

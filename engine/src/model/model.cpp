@@ -70,6 +70,9 @@ Var Model::forward(const Tensor& x, bool training, uint64_t seed, uint64_t& rng_
   if (x.rank() != static_cast<int>(expected.size()) + 1 || got != expected)
     throw InvalidArgument(fmt::format("{}: the model takes input (N, {}), got {}", spec_.source(),
                                       fmt::join(expected, ", "), x.describe()));
+  if (x.dtype() != spec_.input_dtype())
+    throw InvalidArgument(fmt::format("{}: the model takes {} input, got {}; convert it with .to(dtype) or check the data",
+                                      spec_.source(), dtype_name(spec_.input_dtype()), x.describe()));
   if (x.device() != device_)
     throw DeviceMismatch(fmt::format("{}: the model is on {} but the input {} is on {}; move it with .to(device)",
                                      spec_.source(), device_.str(), x.describe(), x.device().str()));

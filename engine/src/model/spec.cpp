@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <map>
+#include <tuple>
 #include <sstream>
 
 #include "kestrel/io.h"
@@ -27,7 +28,9 @@ std::string position(const std::string& text, size_t byte) {
   return fmt::format("line {}, column {}", line, column);
 }
 
-Shape read_input_shape(const nlohmann::json& doc, const std::string& source) {
+// The model's input: its per-sample shape and what it holds — f32 values, or i64 token ids for layers
+// that read them.
+std::pair<Shape, DType> read_input(const nlohmann::json& doc, const std::string& source) {
   auto input = doc.find("input");
   if (input == doc.end() || !input->is_object() || !input->contains("shape"))
     throw ModelError(fmt::format("{}: /input: expected {{\"shape\": [C, H, W] or [features]}} (without the batch dimension)",
@@ -41,20 +44,29 @@ Shape read_input_shape(const nlohmann::json& doc, const std::string& source) {
       throw ModelError(fmt::format("{}: /input/shape/{}: expected a positive integer, got {}", source, i, shape[i].dump()));
     out.push_back(shape[i].get<int64_t>());
   }
-  if (input->contains("dtype") && (*input)["dtype"] != "f32")
-    throw ModelError(fmt::format("{}: /input/dtype: models take f32 input, got {}", source, (*input)["dtype"].dump()));
+  DType dtype = DType::f32;
+  if (input->contains("dtype")) {
+    const auto& given = (*input)["dtype"];
+    if (given == "i64")
+      dtype = DType::i64;
+    else if (given != "f32")
+      throw ModelError(fmt::format("{}: /input/dtype: expected \"f32\" (values) or \"i64\" (token ids), got {}", source,
+                                   given.dump()));
+  }
   for (const auto& [key, value] : input->items())
     if (key != "shape" && key != "dtype")
       throw ModelError(fmt::format("{}: /input/{}: unknown key; valid keys: shape, dtype", source, key));
-  return out;
+  return {out, dtype};
 }
+
+const char* dtype_meaning(DType dtype) { return dtype == DType::i64 ? "i64 token ids" : "f32 values"; }
 
 }  // namespace
 
 ModelSpec ModelSpec::load(const std::string& path) {
   std::string text;
   try {
-    text = io::read_file(path);
+    text = io::read_file(path, io::kMaxTextFileBytes);
   } catch (const InvalidArgument& e) {
     throw ModelError(e.what());
   }
@@ -79,7 +91,7 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
   spec.source_ = source;
   spec.fingerprint_ = io::sha256_hex(text);
   spec.name_ = doc.value("name", std::filesystem::path(source).stem().string());
-  spec.input_shape_ = read_input_shape(doc, source);
+  std::tie(spec.input_shape_, spec.input_dtype_) = read_input(doc, source);
 
   const bool graph = doc.contains("nodes");
   if (graph == doc.contains("layers"))
@@ -95,6 +107,7 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
   Shape input_with_batch{-1};
   input_with_batch.insert(input_with_batch.end(), spec.input_shape_.begin(), spec.input_shape_.end());
   auto shape_of = [&](int index) { return index < 0 ? input_with_batch : shapes[index]; };
+  auto dtype_of = [&](int index) { return index < 0 ? spec.input_dtype_ : spec.layers_[index].output_dtype; };
 
   for (size_t i = 0; i < list.size(); ++i) {
     std::string where = fmt::format("{}: /{}/{}", source, list_key, i);
@@ -136,6 +149,13 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
     if (static_cast<int>(info.inputs.size()) != layer->arity())
       throw ModelError(fmt::format("{}/inputs: {} takes {} input(s), got {}", where, info.type, layer->arity(), info.inputs.size()));
 
+    for (size_t k = 0; k < info.inputs.size(); ++k)
+      if (dtype_of(info.inputs[k]) != layer->input_dtype())
+        throw ModelError(fmt::format("{}: {} reads {}, but its input {} holds {}; {}", where, info.type,
+                                     dtype_meaning(layer->input_dtype()), k, dtype_meaning(dtype_of(info.inputs[k])),
+                                     layer->input_dtype() == DType::f32 ? "only a layer that reads token ids can take them"
+                                                                        : "give it the model's i64 input"));
+    info.output_dtype = layer->output_dtype();
     std::vector<Shape> in_shapes;
     for (int index : info.inputs) in_shapes.push_back(shape_of(index));
     try {

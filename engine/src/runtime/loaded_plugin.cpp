@@ -11,6 +11,10 @@
 
 namespace kestrel {
 
+namespace {
+constexpr int32_t kMaxDevicesPerPlugin = 1024;
+}  // namespace
+
 LoadedPlugin::~LoadedPlugin() {
   if (initialized_) api_.shutdown();
 }
@@ -31,6 +35,8 @@ LoadOutcome LoadedPlugin::load(const std::string& path) {
   };
   std::error_code fs_error;
   if (!fs::exists(path, fs_error)) return skip("not found: " + path);
+  // A FIFO or device named like a plugin would block or stream forever when the loader opens it.
+  if (!fs::is_regular_file(path, fs_error)) return skip("not a regular file (a FIFO, device or folder): " + path);
 
   std::shared_ptr<LoadedPlugin> plugin(new LoadedPlugin());
   plugin->path_ = path;
@@ -91,6 +97,10 @@ LoadOutcome LoadedPlugin::load(const std::string& path) {
   int32_t count = 0;
   if (api.device_count(&count) != KESTREL_STATUS_OK) return skip("cannot count devices: " + plugin->last_error());
   if (count <= 0) return skip("the plugin found no devices");
+  // Every device is described when the engine starts: a count no machine has would stall every command.
+  if (count > kMaxDevicesPerPlugin)
+    return skip(fmt::format("the plugin reports {} devices, more than the {} the engine accepts: a broken plugin", count,
+                            kMaxDevicesPerPlugin));
   outcome.plugin = plugin;
   return outcome;
 }

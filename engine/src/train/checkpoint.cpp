@@ -89,7 +89,7 @@ TrainState Trainer::restore_checkpoint(const std::string& path) {
     throw InvalidArgument(fmt::format("{}: no checkpoint to resume from; train without --resume first", state_path));
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(io::read_file(state_path));
+    json = nlohmann::json::parse(io::read_file(state_path, io::kMaxTextFileBytes));
   } catch (const nlohmann::json::parse_error& e) {
     corrupt(state_path, fmt::format("invalid JSON ({})", e.what()));
   }
@@ -126,7 +126,7 @@ void Trainer::load_weights(const std::string& path) {
     std::string state_path = fs::is_directory(path) ? (fs::path(path) / "checkpoint.json").string() : path;
     nlohmann::json json;
     try {
-      json = nlohmann::json::parse(io::read_file(state_path));
+      json = nlohmann::json::parse(io::read_file(state_path, io::kMaxTextFileBytes));
       load_tensors((fs::path(state_path).parent_path() / json.at("weights").get<std::string>()).string(),
                    json.at("weights_sha256").get<std::string>(), false);
     } catch (const nlohmann::json::exception& e) {

@@ -18,7 +18,7 @@ void raise_config_error(const std::string& message) { throw ConfigError(message)
 RunConfig RunConfig::load(const std::string& path) {
   std::string text;
   try {
-    text = io::read_file(path);
+    text = io::read_file(path, io::kMaxTextFileBytes);
   } catch (const InvalidArgument& e) {
     throw ConfigError(e.what());
   }

@@ -46,6 +46,11 @@ RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
   if (out.train.sample_shape != spec.input_shape())
     throw ConfigError(fmt::format("{}: the data's samples are {} but the model {} takes {}", config.source,
                                   shape_str(out.train.sample_shape), spec.source(), shape_str(spec.input_shape())));
+  if (out.train.sample_dtype != spec.input_dtype())
+    throw ConfigError(fmt::format("{}: the data's samples are {} but the model {} takes {}; set the model's input dtype "
+                                  "to what the data holds",
+                                  config.source, dtype_name(out.train.sample_dtype), spec.source(),
+                                  dtype_name(spec.input_dtype())));
   const Shape& model_out = spec.layers()[spec.output()].output_shape;
   if (config.loss == LossKind::cross_entropy) {
     if (!out.train.is_classification())

@@ -1,0 +1,18 @@
+// Reports INT32_MAX devices: the engine must skip it instead of describing devices for ever.
+#include <cstdint>
+
+#include "fake_table.hpp"
+
+static kestrel_status device_count(int32_t* count) {
+  *count = INT32_MAX;
+  return KESTREL_STATUS_OK;
+}
+
+KESTREL_PLUGIN_ENTRY {
+  static kestrel_plugin_api api = [] {
+    kestrel_plugin_api a = fake::table("countless_devices");
+    a.device_count = device_count;
+    return a;
+  }();
+  return &api;
+}
