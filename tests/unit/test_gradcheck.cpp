@@ -10,6 +10,7 @@
 #include "kestrel/engine.h"
 #include "kestrel/functional.h"
 #include "kestrel/model.h"
+#include "kestrel/optim.h"
 
 namespace {
 
@@ -219,6 +220,20 @@ TEST(Autograd, AMillionNodeTapeIsReleasedIteratively) {
   for (int i = 0; i < 1000000; ++i) x = kestrel::make_var(one, {x}, "chain", [](const Tensor&) {});
   x = Var();  // releases the chain
   SUCCEED();
+}
+
+// The engine's parameter blocks are what the plugin expects, so the CPU backend runs every update kind
+// as its one fused launch (a block sized as another struct would be refused and silently composed).
+TEST(Autograd, EveryOptimizerKindRunsFusedOnTheCpu) {
+  for (kestrel::OptimizerKind kind : {kestrel::OptimizerKind::sgd, kestrel::OptimizerKind::adam, kestrel::OptimizerKind::adamw}) {
+    kestrel::OptimizerConfig config;
+    config.type = kind;
+    config.momentum = 0.9;
+    Tensor params = random_f64({8}, 40).to(DType::f32), grads = random_f64({8}, 41).to(DType::f32);  // (8), (8)
+    kestrel::Optimizer optimizer(config, params, grads);
+    optimizer.step(0.01);
+    EXPECT_TRUE(optimizer.last_step_fused()) << kestrel::optimizer_kind_names[int(kind)];
+  }
 }
 
 }  // namespace

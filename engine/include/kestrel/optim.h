@@ -33,6 +33,9 @@ class Optimizer {
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }
   const OptimizerConfig& config() const { return config_; }
+  // Whether the last step ran as the backend's one fused update (false: composed from primitives, when
+  // the backend lacks the fused op or fused ops are switched off).
+  bool last_step_fused() const { return last_step_fused_; }
   // State tensors for checkpoints, named like torch's state_dict entries.
   std::vector<std::pair<std::string, Tensor>> state() const;
 
@@ -44,6 +47,7 @@ class Optimizer {
   Tensor params_, grads_;
   Tensor exp_avg_, exp_avg_sq_, momentum_;
   int64_t steps_ = 0;
+  bool last_step_fused_ = false;
 };
 
 enum class ScheduleKind { constant, step, cosine };

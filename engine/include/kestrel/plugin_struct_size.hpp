@@ -46,6 +46,12 @@ KESTREL_ABI_STRUCT(kestrel_plugin_api, all_reduce_sum)
 template <class T>
 constexpr size_t abi_size = AbiStruct<T>::size;
 
+// Sets struct_size for the type of `value` (deduced, so a block cannot be given another struct's size).
+template <class T>
+void set_abi_size(T& value) {
+  value.struct_size = abi_size<T>;
+}
+
 // A zeroed T with struct_size set, ready to hand over.
 template <class T>
 T abi_init() {

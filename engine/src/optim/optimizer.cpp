@@ -33,14 +33,15 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
 
 void Optimizer::launch_or_compose(const kestrel_op& op, void (Optimizer::*composed)(double, double), double lr,
                                   double grad_scale) {
-  if (!ops::launch_if_supported(params_.device(), op)) (this->*composed)(lr, grad_scale);
+  last_step_fused_ = ops::launch_if_supported(params_.device(), op);
+  if (!last_step_fused_) (this->*composed)(lr, grad_scale);
 }
 
 void Optimizer::step(double lr, double grad_scale) {
   ++steps_;
   if (config_.type == OptimizerKind::sgd) {
     kestrel_sgd_params p{};
-    p.struct_size = abi_size<kestrel_adam_params>;
+    set_abi_size(p);
     p.lr = lr, p.momentum = config_.momentum, p.dampening = config_.dampening;
     p.weight_decay = config_.weight_decay, p.grad_scale = grad_scale;
     p.nesterov = config_.nesterov, p.first_step = steps_ == 1;
@@ -50,7 +51,7 @@ void Optimizer::step(double lr, double grad_scale) {
     return;
   }
   kestrel_adam_params p{};
-  p.struct_size = abi_size<kestrel_sgd_params>;
+  set_abi_size(p);
   p.lr = lr, p.beta1 = config_.beta1, p.beta2 = config_.beta2, p.eps = config_.eps;
   p.weight_decay = config_.weight_decay, p.grad_scale = grad_scale, p.step = steps_;
   p.decoupled = config_.type == OptimizerKind::adamw;

@@ -94,14 +94,14 @@ void DeviceRuntime::host_release(void* ptr) { api().host_free(context_, ptr); }
 
 MemoryStats DeviceRuntime::memory_stats() const {
   kestrel_memory_stats raw{};
-  raw.struct_size = abi_size<kestrel_memory_stats>;
+  set_abi_size(raw);
   check(api().memory_stats(context_, &raw), "reading memory statistics");
   return MemoryStats{raw.allocated, raw.reserved, raw.peak_allocated, raw.alloc_count};
 }
 
 DeviceInfo DeviceRuntime::properties() const {
   kestrel_device_properties props{};
-  props.struct_size = abi_size<kestrel_device_properties>;
+  set_abi_size(props);
   check(api().device_properties(index_, &props), "reading device properties");
   return to_device_info(index_, props);
 }

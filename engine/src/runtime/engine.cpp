@@ -54,7 +54,7 @@ void Engine::discover(const EngineOptions& options) {
         plugin->api().device_count(&count);
         for (int32_t index = 0; index < count; ++index) {
           kestrel_device_properties props{};
-          props.struct_size = abi_size<kestrel_device_properties>;
+          set_abi_size(props);
           if (plugin->api().device_properties(index, &props) == KESTREL_STATUS_OK)
             info.devices.push_back(to_device_info(index, props));
         }

@@ -84,7 +84,7 @@ LoadOutcome LoadedPlugin::load(const std::string& path) {
   if (!missing.empty()) return skip(fmt::format("plugin '{}' lacks required entries: {}", plugin->name_, missing));
 
   kestrel_probe_result probe{};
-  probe.struct_size = abi_size<kestrel_probe_result>;
+  set_abi_size(probe);
   if (api.probe(&probe) != KESTREL_STATUS_OK) return skip("probe failed: " + plugin->last_error());
   probe.reason[sizeof(probe.reason) - 1] = '\0';
   if (!probe.usable) return skip(probe.reason[0] ? probe.reason : "the plugin's probe says it cannot run here");

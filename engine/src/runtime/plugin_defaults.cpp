@@ -64,7 +64,7 @@ kestrel_plugin_api complete_plugin_api(const kestrel_plugin_api& from_plugin) {
   // An older plugin declares a shorter table: copy what it knows, leave the rest NULL (then default).
   size_t known = from_plugin.struct_size < sizeof(api) ? from_plugin.struct_size : sizeof(api);
   std::memcpy(&api, &from_plugin, known);
-  api.struct_size = abi_size<kestrel_plugin_api>;
+  set_abi_size(api);
   default_to(api.probe, default_probe);
   default_to(api.initialize, default_initialize);
   default_to(api.shutdown, default_shutdown);

@@ -16,7 +16,7 @@ namespace {
 struct OpBuilder {
   kestrel_op op{};
   OpBuilder(kestrel_op_kind kind, const void* params) {
-    op.struct_size = abi_size<kestrel_op>;
+    set_abi_size(op);
     op.kind = kind;
     op.params = params;
   }

@@ -265,7 +265,7 @@ Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offs
 
 kestrel_tensor Tensor::descriptor() const {
   kestrel_tensor desc{};
-  desc.struct_size = abi_size<kestrel_tensor>;
+  set_abi_size(desc);
   desc.buffer = storage_ ? storage_->buffer() : nullptr;
   desc.offset = static_cast<uint64_t>(offset_);
   desc.dtype = to_c(dtype_);

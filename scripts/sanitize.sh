@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The engine, the CPU plugin and the tests built with sanitizers, and the tests that exercise them run:
+#   bash scripts/sanitize.sh            # AddressSanitizer + UndefinedBehaviorSanitizer, build-asan/
+#   bash scripts/sanitize.sh thread     # ThreadSanitizer on the loader and the CPU plugin's threads, build-tsan/
+# No CUDA, Vulkan or benchmarks (their drivers are not built with the sanitizers). Which tests run, and
+# why, is in SANITIZED_TESTS below; extra arguments go to ctest.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+kestrel_install_packages
+
+mode=${1:-address}
+[ $# -gt 0 ] && shift
+case "$mode" in
+  address)
+    build="$KESTREL_ROOT/build-asan"
+    sanitizers="address,undefined"
+    # Unit tests (IO, data, autograd, plugin faults, the ABI), the CPU conformance suite, training and
+    # exact resume, capture/replay, the model and config readers' error paths, and the fuzz corpora.
+    SANITIZED_TESTS='^(test_(io|data|loader|tensor|gradcheck|plugin_abi|plugin_faults|philox_half|training|capture|cli_models)|conformance|fuzz_corpus_.*)$'
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+    ;;
+  thread)
+    build="$KESTREL_ROOT/build-tsan"
+    sanitizers="thread"
+    # The threads: the loader's workers and the CPU plugin's pool (conformance's large cases use it).
+    SANITIZED_TESTS='^(test_loader|test_training|conformance)$'
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+    ;;
+  *) echo "usage: bash scripts/sanitize.sh [address|thread] [ctest arguments]" >&2; exit 2 ;;
+esac
+
+cmake -S "$KESTREL_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKESTREL_SANITIZE="$sanitizers" \
+  -DKESTREL_WITH_CUDA=OFF -DKESTREL_WITH_VULKAN=OFF -DKESTREL_BUILD_BENCH=OFF
+cmake --build "$build" -j "$KESTREL_JOBS"
+cd "$build"
+ctest --output-on-failure -j "$KESTREL_JOBS" -R "$SANITIZED_TESTS" "$@"
