@@ -27,5 +27,6 @@ for target in $targets; do
   case "$target" in model_file|run_config) seeds+=("$KESTREL_ROOT/models") ;; esac
   echo "== fuzz_$target for ${seconds}s"
   "bin/fuzz_$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
-    "corpus/$target" "${seeds[@]}"
+    "corpus/$target" "${seeds[@]}" 2>&1 | tee "fuzz_$target.log" | grep -E "^(#[0-9]+ +DONE|==|SUMMARY|stat::)|escaped" || true
+  if ls crash-* leak-* timeout-* oom-* >/dev/null 2>&1; then echo "fuzz_$target: finding kept in $build" >&2; exit 1; fi
 done

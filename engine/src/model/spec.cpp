@@ -90,6 +90,9 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
   ModelSpec spec;
   spec.source_ = source;
   spec.fingerprint_ = io::sha256_hex(text);
+  for (const char* key : {"name", "description", "$schema"})
+    if (doc.contains(key) && !doc[key].is_string())
+      throw ModelError(fmt::format("{}: /{}: expected a string, got {}", source, key, doc[key].dump()));
   spec.name_ = doc.value("name", std::filesystem::path(source).stem().string());
   std::tie(spec.input_shape_, spec.input_dtype_) = read_input(doc, source);
 
