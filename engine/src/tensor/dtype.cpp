@@ -77,7 +77,7 @@ void store_from_double(void* base, DType dtype, int64_t i, double v) {
 
 void convert_host_elements(const void* source, DType from, void* destination, DType to, int64_t count) {
   if (from == to) {
-    std::memcpy(destination, source, count * dtype_size(from));
+    if (count > 0) std::memcpy(destination, source, count * dtype_size(from));  // empty tensors may have no data
     return;
   }
   for (int64_t i = 0; i < count; ++i) store_from_double(destination, to, i, load_as_double(source, from, i));
