@@ -3,9 +3,11 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
+#include "numeric_flags.h"
 #include "kestrel/trainer.h"
 
 namespace kestrel::cli {
@@ -14,17 +16,15 @@ namespace {
 
 struct RunFlags {
   std::string config, backend, out, checkpoint;
-  int64_t epochs = 0, batch_size = 0, max_steps = -1, seed = -1, count = 5, train_subset = -1, test_subset = -1;
-  double lr = -1;
+  std::optional<int64_t> epochs, batch_size, max_steps, seed, count, train_subset, test_subset;
+  std::optional<double> lr;
   bool resume = false, quiet = false, no_progress = false, progress = false, no_capture = false;
 };
 
 void add_run_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("config", f.config, "Run config (JSON), e.g. models/fashion_mlp.train.json")->required();
-  cmd->add_option("--train-subset", f.train_subset, "Use only the first N training samples (0: all)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--test-subset", f.test_subset, "Use only the first N test samples (0: all)")
-      ->check(CLI::NonNegativeNumber);
+  add_integer_flag(cmd, "--train-subset", f.train_subset, "Use only the first N training samples (0: all)", 0);
+  add_integer_flag(cmd, "--test-subset", f.test_subset, "Use only the first N test samples (0: all)", 0);
   cmd->add_option("--backend", f.backend,
                   "Backend or device, or a comma-separated preference list (cuda:0 | vulkan | cpu | cuda,cpu). "
                   "Overrides KESTREL_BACKEND and the config");
@@ -44,16 +44,16 @@ RunConfig resolve(const RunFlags& f) {
     // Naming a single backend means "this one": its absence is an error with the reason, not a fallback.
     config.fallback = config.backends.size() == 1 ? "error" : "next";
   }
-  if (f.epochs > 0) config.epochs = f.epochs;
-  if (f.batch_size > 0) config.batch_size = f.batch_size;
-  if (f.max_steps >= 0) config.max_steps = f.max_steps;
-  if (f.seed >= 0) config.seed = static_cast<uint64_t>(f.seed);
-  if (f.lr >= 0) config.optimizer.lr = f.lr;
+  if (f.epochs) config.epochs = *f.epochs;
+  if (f.batch_size) config.batch_size = *f.batch_size;
+  if (f.max_steps) config.max_steps = *f.max_steps;
+  if (f.seed) config.seed = static_cast<uint64_t>(*f.seed);
+  if (f.lr) config.optimizer.lr = *f.lr;
   // Subsets cut file datasets and size synthetic ones.
-  if (f.train_subset >= 0) config.data.train_subset = f.train_subset;
-  if (f.train_subset > 0) config.data.train_samples = f.train_subset;
-  if (f.test_subset >= 0) config.data.test_subset = f.test_subset;
-  if (f.test_subset > 0) config.data.test_samples = f.test_subset;
+  if (f.train_subset) config.data.train_subset = *f.train_subset;
+  if (f.train_subset > 0) config.data.train_samples = *f.train_subset;
+  if (f.test_subset) config.data.test_subset = *f.test_subset;
+  if (f.test_subset > 0) config.data.test_samples = *f.test_subset;
   if (!f.out.empty()) config.out_dir = f.out;
   if (f.no_capture) config.capture = false;
   return config;
@@ -69,11 +69,11 @@ void add_train_commands(CLI::App& app, Action& action) {
 
   auto* t = app.add_subcommand("train", "Train the model of a run config on the best available backend");
   add_run_flags(t, train);
-  t->add_option("--epochs", train.epochs, "Number of epochs")->check(CLI::PositiveNumber);
-  t->add_option("--batch-size", train.batch_size, "Batch size")->check(CLI::PositiveNumber);
-  t->add_option("--max-steps", train.max_steps, "Stop after this many optimizer steps")->check(CLI::NonNegativeNumber);
-  t->add_option("--seed", train.seed, "Random seed")->check(CLI::NonNegativeNumber);
-  t->add_option("--lr", train.lr, "Learning rate")->check(CLI::NonNegativeNumber);
+  add_integer_flag(t, "--epochs", train.epochs, "Number of epochs", 1);
+  add_integer_flag(t, "--batch-size", train.batch_size, "Batch size", 1);
+  add_integer_flag(t, "--max-steps", train.max_steps, "Stop after this many optimizer steps (0: no limit)", 0);
+  add_integer_flag(t, "--seed", train.seed, "Random seed", 0);
+  add_number_flag(t, "--lr", train.lr, "Learning rate", 0, kMaxLearningRate);
   t->add_option("--out", train.out, "Output folder for metrics, checkpoints, summary and plot");
   t->add_flag("--resume", train.resume, "Continue from OUT/checkpoint.json");
   t->add_flag("--progress", train.progress, "Always draw a progress bar");
@@ -112,7 +112,7 @@ void add_train_commands(CLI::App& app, Action& action) {
   auto* p = app.add_subcommand("predict", "Show a few test samples with the model's top classes");
   add_run_flags(p, predict);
   p->add_option("--checkpoint", predict.checkpoint, "A .safetensors weights file, checkpoint.json, or a run folder")->required();
-  p->add_option("--count", predict.count, "How many samples")->check(CLI::PositiveNumber);
+  add_integer_flag(p, "--count", predict.count, "How many samples (default 5)", 1, 10000);
   p->callback([&action] {
     action = [] {
       Trainer trainer(resolve(predict));
@@ -120,7 +120,7 @@ void add_train_commands(CLI::App& app, Action& action) {
         throw InvalidArgument("predict shows classes; this run config's data is regression (use eval)");
       trainer.load_weights(predict.checkpoint);
       int64_t index = 0;
-      for (const Prediction& pr : trainer.predict(predict.count)) {
+      for (const Prediction& pr : trainer.predict(predict.count.value_or(5))) {
         std::string tops;
         for (auto [cls, prob] : pr.top) tops += fmt::format("  {} {:.1f}%", trainer.class_name(cls), prob * 100);
         fmt::print("sample {}: true {:<12} predicted{}{}\n", index++, trainer.class_name(pr.label), tops,

@@ -17,13 +17,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help exits 0; a bad flag is bad input like a bad config: 2.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   try {
     return action();
   } catch (const kestrel::InvalidArgument& e) {
     fmt::print(stderr, "kestrel: {}\n", e.what());
     return 2;
+  } catch (const kestrel::NonFiniteLossError& e) {
+    fmt::print(stderr, "kestrel: {}\n", e.what());
+    return 3;
   } catch (const std::exception& e) {
     fmt::print(stderr, "kestrel: {}\n", e.what());
     return 1;

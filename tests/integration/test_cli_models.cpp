@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "kestrel/engine.h"
 
@@ -87,9 +88,8 @@ TEST(CliModels, EvalAndPredictUseACheckpoint) {
 }
 
 struct BadModel {
-  const char* name;
-  const char* text;
-  const char* expected;  // part of the message
+  std::string name, text;
+  std::string expected;  // part of the message
 };
 
 TEST(CliModels, BadModelFilesGetPathQualifiedErrors) {
@@ -122,10 +122,20 @@ TEST(CliModels, BadModelFilesGetPathQualifiedErrors) {
       {"bad_input.json", R"({"input": {"shape": [0]}, "layers": [{"type": "relu"}]})", "/input/shape/0: expected a positive integer"},
       {"bad_dtype.json", R"({"input": {"shape": [4], "dtype": "f16"}, "layers": [{"type": "relu"}]})",
        "/input/dtype: expected \"f32\" (values) or \"i64\" (token ids), got \"f16\""},
+      {"duplicate_key.json", R"({"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 3, "out_features": 9}]})",
+       "/layers/0: the key 'out_features' appears twice in one object"},
+      {"nested_deep.json", "{\"input\": {\"shape\": [4]},\n \"layers\": " + std::string(5000, '[') + std::string(5000, ']') + "}",
+       "invalid JSON at line 2, column 75: nested deeper than 64 levels"},
       {"bad_graph.json", R"({"input": {"shape": [4]}, "nodes": [{"name": "a", "type": "add", "inputs": ["input", "b"]}]})",
        "/nodes/0/inputs/1: \"b\" is not \"input\" or the name of an earlier node"},
   };
-  for (const auto& c : cases) {
+  std::string many_layers = R"({"input": {"shape": [4]}, "layers": [)";
+  for (int i = 0; i < 100001; ++i) many_layers += R"({"type": "relu"},)";
+  many_layers.back() = ']';
+  many_layers += "}";
+  std::vector<BadModel> all(std::begin(cases), std::end(cases));
+  all.push_back({"many_layers.json", many_layers, "/layers: 100001 layers; a model may have at most 100000"});
+  for (const auto& c : all) {
     fs::path file = write_temp(c.name, c.text);
     CliRun r = run("check " + file.string());
     EXPECT_EQ(r.status, 2) << c.name << "\n" << r.output;
@@ -165,7 +175,7 @@ TEST(CliModels, BadRunConfigsAndFlagsGetClearErrors) {
       "wrong_data.train.json", R"({"model": ")" + model + R"(", "data": {"dataset": "fashion-mnist"}})");
   r = run("train " + wrong_data.string());
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("the data's samples are (1, 28, 28) but the model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the fashion-mnist train data has samples (1, 28, 28) but the model"), std::string::npos) << r.output;
 
   r = run("train " + (models / "seeds_mlp.train.json").string() + " --backend nosuchbackend");
   EXPECT_EQ(r.status, 1) << r.output;
@@ -180,9 +190,32 @@ TEST(CliModels, BadRunConfigsAndFlagsGetClearErrors) {
   EXPECT_NE(r.output.find("on " + best), std::string::npos) << r.output;
   if (best.rfind("vulkan", 0) == 0) ADD_FAILURE() << "auto preferred Vulkan over the CPU";
 
-  r = run("train " + (models / "seeds_mlp.train.json").string() + " --epochs -3");
-  EXPECT_NE(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("--epochs"), std::string::npos) << r.output;
+  // Numeric flags are read exactly, in the range the run config allows, or refused naming the flag.
+  const std::pair<const char*, const char*> bad_flags[] = {
+      {"--epochs -3", "--epochs: expected an integer >= 1, got '-3'"},
+      {"--seed 18446744073709551616", "--seed: expected an integer >= 0, got '18446744073709551616'"},
+      {"--batch-size 12abc", "--batch-size: expected an integer >= 1, got '12abc'"},
+      {"--lr nan", "--lr: expected a finite number in [0, 10], got 'nan'"},
+      {"--lr 1e30", "--lr: expected a finite number in [0, 10], got '1e30'"},
+      {"--epochs 9223372036854775807 --train-subset 256",
+       "epochs (9223372036854775807) x 2 batches per epoch is more steps than a run can count"},
+      {"--backend cpu:99999999999", "device 'cpu:99999999999': expected BACKEND or BACKEND:INDEX"},
+  };
+  for (const auto& [flags, expected] : bad_flags) {
+    r = run("train " + (models / "seeds_mlp.train.json").string() + " --quiet --out " +
+            (fs::temp_directory_path() / "kestrel_cli_flags").string() + " " + flags);
+    EXPECT_EQ(r.status, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << flags << "\n" << r.output;
+  }
+
+  // A diverging run stops with status 3, naming the step.
+  fs::path diverging = write_temp("diverging.train.json", R"({"model": ")" + (models / "linear_regression.json").string() +
+                                                              R"(", "data": {"dataset": "synthetic-regression"},
+      "loss": "mse", "optimizer": {"type": "sgd", "lr": 10}, "batch_size": 32, "epochs": 3})");
+  r = run("train " + diverging.string() + " --quiet --backend cpu --out " +
+          (fs::temp_directory_path() / "kestrel_cli_diverging").string());
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_NE(r.output.find("the training loss became NaN or infinite at step"), std::string::npos) << r.output;
 }
 
 }  // namespace

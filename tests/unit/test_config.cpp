@@ -39,7 +39,7 @@ TEST(RunConfig, KindsAndDefaults) {
 
 TEST(RunConfig, MistakesNameTheFileThePathAndWhatBelongsThere) {
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"model": "m.json", "data": {"workers": 0}})", "runs/c.train.json: /data/workers: expected an integer >= 1, got 0"},
+      {R"({"model": "m.json", "data": {"workers": 0}})", "runs/c.train.json: /data/workers: expected an integer from 1 to 2147483647, got 0"},
       {R"({"model": "m.json", "seed": 18446744073709551615})", "/seed: expected an integer >= 0, got 18446744073709551615"},
       {R"({"model": "m.json", "optimizer": {"lr": "big"}})", "/optimizer/lr: expected a number in [0, 10], got \"big\""},
       {R"({"model": "m.json", "schedule": {"type": "linear"}})",
@@ -52,8 +52,31 @@ TEST(RunConfig, MistakesNameTheFileThePathAndWhatBelongsThere) {
       {R"({"model": "m.json", "eval": {"batch": 5}})", "/eval/batch: unknown key; valid keys here: batch_size"},
       {R"({"model": "m.json", "data": 3})", "/data: expected a JSON object, got 3"},
       {R"({"data": {}})", "/model: name the model file"},
+      // Range-checked in the type they are stored in: 2^32 + 2 used to become 2.
+      {R"({"model": "m.json", "checkpoint": {"keep": 4294967298}})",
+       "/checkpoint/keep: expected an integer from 1 to 2147483647, got 4294967298"},
+      {R"({"model": "m.json", "data": {"workers": 2147483648}})", "/data/workers: expected an integer from 1 to 2147483647"},
+      {R"({"model": "m.json", "nonfinite_loss": "skip"})", "/nonfinite_loss: expected one of stop, continue"},
+      // nlohmann would keep the last of two keys silently.
+      {R"({"model": "m.json", "optimizer": {"lr": 0.1, "type": "sgd", "lr": 1}})",
+       "runs/c.train.json: /optimizer: the key 'lr' appears twice in one object"},
+      {R"({"model": "m.json", "data": {"mean": [0, 1]}, "data": {}})", "/: the key 'data' appears twice"},
   };
   for (const auto& [text, expected] : cases) EXPECT_NE(error_of(text).find(expected), std::string::npos) << error_of(text);
+}
+
+TEST(RunConfig, DeepNestingIsRefusedBeforeAnythingRecursesOverIt) {
+  // 100,000 levels used to overflow the stack while an error message printed the value. The object
+  // itself is the first level, so the 64th bracket (column 94) is one too many.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string error = error_of(R"({"model": "m.json", "epochs": )" + deep + "}");
+  EXPECT_NE(error.find("runs/c.train.json: invalid JSON at line 1, column 94: nested deeper than 64 levels"),
+            std::string::npos)
+      << error;
+  // 64 levels in all are fine for the parser; the reader then says what belongs there.
+  const std::string allowed = std::string(63, '[') + std::string(63, ']');
+  EXPECT_NE(error_of(R"({"model": "m.json", "epochs": )" + allowed + "}").find("/epochs: expected an integer >= 1"),
+            std::string::npos);
 }
 
 }  // namespace

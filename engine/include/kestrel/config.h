@@ -34,6 +34,14 @@ struct DataConfig {
   int target_columns = 1;
 };
 
+// The largest learning rate a run config or --lr accepts (and min_lr): far above any useful one.
+inline constexpr double kMaxLearningRate = 10;
+
+// What a training run does when its loss becomes NaN or infinite: stop (with an error naming the step,
+// exit status 3 from the CLI, the last checkpoint left as it was) or go on, saying so once.
+enum class NonFiniteLoss { stop, keep_going };
+inline constexpr const char* nonfinite_loss_names[] = {"stop", "continue"};  // in NonFiniteLoss's order
+
 enum class LossKind { cross_entropy, mse };
 inline constexpr const char* loss_kind_names[] = {"cross_entropy", "mse"};  // in LossKind's order
 
@@ -53,6 +61,7 @@ struct RunConfig {
   // Capture the training step after one warm-up step and replay it (when the backend offers capture).
   bool capture = true;
   int64_t log_every = 50;            // steps between metric records
+  NonFiniteLoss nonfinite_loss = NonFiniteLoss::stop;
   int64_t checkpoint_every = 0;      // steps between checkpoints (0: only at epoch ends)
   int keep_checkpoints = 2;
   std::vector<std::string> backends = {"auto"};  // preference order; "auto": highest priority

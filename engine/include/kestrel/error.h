@@ -46,4 +46,11 @@ class BackendError : public Error {
   using Error::Error;
 };
 
+// Training stopped because the loss became NaN or infinite (RunConfig::nonfinite_loss): the message
+// names the step and what to try.
+class NonFiniteLossError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace kestrel

@@ -18,6 +18,11 @@ namespace kestrel::io {
 // missing parent folders. Throws kestrel::Error naming the path and the OS error on failure.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
+// Removes the temporaries that write_file_atomically left in `folder` when its process was killed
+// mid-write (a checkpoint's can be as large as the model); those of running processes are kept.
+// A missing folder is fine.
+void remove_stale_temporaries(const std::string& folder);
+
 // The whole file. Only regular files are read (a FIFO would block and /dev/zero never end), and at most
 // `max_bytes` of them. Throws kestrel::InvalidArgument naming the path when it is missing, unreadable,
 // not a regular file or larger than that.

@@ -32,6 +32,10 @@ struct LayerInfo {
 
 class ModelSpec {
  public:
+  // Far beyond any real network (a 1000-layer Transformer has ~10^4), far below what exhausts memory
+  // building it.
+  static constexpr size_t kMaxLayers = 100000;
+
   // Reads and checks a model file; throws ModelError with file, JSON path and what to do.
   static ModelSpec load(const std::string& path);
   static ModelSpec parse(const std::string& text, const std::string& source);

@@ -76,8 +76,11 @@ class Trainer {
   RunIdentity identity() const;
   EvalResult evaluate_on(const std::shared_ptr<const data::Dataset>& dataset);
   void save_checkpoint(TrainState state, const MetricsWindow& metrics);
-  TrainState restore_checkpoint(const std::string& path);
+  // The state of the checkpoint at `path` (a run folder or its checkpoint.json), checked against this
+  // run (batches_per_epoch: the loader's), with the weights and optimizer state loaded.
+  TrainState restore_checkpoint(const std::string& path, int64_t batches_per_epoch);
   // Copies named tensors from a safetensors file into the model (and the optimizer when asked).
+  // expected_sha256: the file's digest from checkpoint.json, or empty for a bare weights file.
   void load_tensors(const std::string& weights_path, const std::string& expected_sha256, bool with_optimizer);
 
   RunConfig config_;

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <string_view>
 
 #include "kestrel/data.h"
@@ -88,6 +89,10 @@ struct CellParser {
                                         where(column), cell));
     if (!std::isfinite(value))
       throw InvalidArgument(fmt::format("{}: '{}' is not a finite number", where(column), cell));
+    // Checked in the precision it is used in: samples are f32, where this would become infinite.
+    if (std::abs(value) > std::numeric_limits<float>::max())
+      throw InvalidArgument(fmt::format("{}: '{}' is beyond the f32 range (about 3.4e38) that samples are stored in",
+                                        where(column), cell));
     return value;
   }
 

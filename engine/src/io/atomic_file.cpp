@@ -1,13 +1,16 @@
 // Whole-file reads and crash-safe whole-file writes (write a temporary, fsync, rename, fsync the folder).
 #include <fcntl.h>
+#include <signal.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 
 #include "kestrel/error.h"
@@ -29,6 +32,21 @@ std::string parent_folder(const std::string& path) {
 std::string temporary_name(const std::string& path) {
   static std::atomic<uint64_t> counter{0};
   return fmt::format("{}.tmp-{}-{}", path, static_cast<long>(::getpid()), counter.fetch_add(1));
+}
+
+// The writer's process id when `name` is one of temporary_name's ("<file>.tmp-<pid>-<counter>").
+std::optional<long> temporary_owner(const std::string& name) {
+  const size_t mark = name.rfind(".tmp-");
+  if (mark == std::string::npos) return std::nullopt;
+  const char* first = name.data() + mark + 5;
+  const char* last = name.data() + name.size();
+  long pid = 0;
+  uint64_t counter = 0;
+  auto [dash, error] = std::from_chars(first, last, pid);
+  if (error != std::errc() || dash == last || *dash != '-' || pid <= 0) return std::nullopt;
+  auto [end, counter_error] = std::from_chars(dash + 1, last, counter);
+  if (counter_error != std::errc() || end != last) return std::nullopt;
+  return pid;
 }
 
 // Owns the temporary until it has been renamed: on any early exit it is closed and removed.
@@ -172,6 +190,16 @@ void check_regular_file(const std::string& path, const char* what) {
   if (!std::filesystem::is_regular_file(status))
     throw InvalidArgument(fmt::format("{} '{}' is not a regular file (a FIFO, device or folder); give the path of a file",
                                       what, path));
+}
+
+void remove_stale_temporaries(const std::string& folder) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
+    const std::optional<long> pid = temporary_owner(entry.path().filename().string());
+    // kill(pid, 0) asks whether the process exists without signalling it.
+    if (pid && *pid != ::getpid() && ::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH)
+      std::filesystem::remove(entry.path(), error);
+  }
 }
 
 }  // namespace kestrel::io

@@ -1,5 +1,6 @@
 // Checked reading of one JSON object from a model file or a run config. Engine-internal.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -33,6 +34,9 @@ class JsonReader {
 
   template <class T>
   T integer(const std::string& key, T fallback, int64_t min, int64_t max = no_max) {
+    // Never wider than T: a value that would not survive the narrowing is refused like any other.
+    if constexpr (std::numeric_limits<T>::max() < std::numeric_limits<int64_t>::max())
+      max = std::min<int64_t>(max, std::numeric_limits<T>::max());
     const nlohmann::json* v = get(key);
     if (!v) return fallback;
     if (!integer_in(*v, min, max)) fail(key, integer_words(min, max), *v);

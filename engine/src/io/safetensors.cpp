@@ -12,6 +12,7 @@
 #include <set>
 
 #include "kestrel/error.h"
+#include "json_text.h"
 #include "kestrel/io.h"
 
 namespace kestrel::io {
@@ -61,39 +62,14 @@ std::optional<uint64_t> byte_size(const Shape& shape, DType dtype) {
   throw InvalidArgument(fmt::format("{}: corrupt safetensors file: {}; {}", source, what, advice));
 }
 
-// nlohmann keeps the last of duplicate keys silently; a checkpoint with two tensors of one name is
-// ambiguous, so the parser callback records the first key seen twice in any object.
-struct DuplicateKeyFinder {
-  std::vector<std::set<std::string>> open_objects;
-  std::optional<std::string> duplicate;
-  bool duplicate_is_tensor_name = false;
-
-  bool operator()(int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    if (event == Event::object_start) open_objects.emplace_back();
-    if (event == Event::object_end && !open_objects.empty()) open_objects.pop_back();
-    if (event == Event::key && !open_objects.empty() && !duplicate) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second) {
-        duplicate = key;
-        duplicate_is_tensor_name = open_objects.size() == 1;
-      }
-    }
-    return true;
-  }
-};
-
 nlohmann::json parse_header(std::string_view header, const std::string& source) {
-  DuplicateKeyFinder finder;
+  // parse_json refuses a key given twice (a tensor name twice would be ambiguous) and deep nesting.
   nlohmann::json parsed;
   try {
-    parsed = nlohmann::json::parse(header.begin(), header.end(), std::ref(finder));
-  } catch (const nlohmann::json::exception& e) {
-    corrupt(source, fmt::format("header is not valid JSON ({})", e.what()));
+    parsed = parse_json(header, "header");
+  } catch (const InvalidArgument& e) {
+    corrupt(source, e.what());
   }
-  if (finder.duplicate)
-    corrupt(source, fmt::format("duplicate {} '{}' in the header",
-                                finder.duplicate_is_tensor_name ? "tensor name" : "key", *finder.duplicate));
   if (!parsed.is_object()) corrupt(source, fmt::format("header is a JSON {}, not an object", parsed.type_name()));
   return parsed;
 }

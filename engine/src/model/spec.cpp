@@ -8,25 +8,13 @@
 #include <tuple>
 #include <sstream>
 
+#include "../io/json_text.h"
 #include "kestrel/io.h"
 #include "layer.h"
 
 namespace kestrel {
 
 namespace {
-
-std::string position(const std::string& text, size_t byte) {
-  size_t line = 1, column = 1;
-  for (size_t i = 0; i < byte && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return fmt::format("line {}, column {}", line, column);
-}
 
 // The model's input: its per-sample shape and what it holds — f32 values, or i64 token ids for layers
 // that read them.
@@ -76,9 +64,9 @@ ModelSpec ModelSpec::load(const std::string& path) {
 ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ModelError(fmt::format("{}: invalid JSON at {}: {}", source, position(text, e.byte), e.what()));
+    doc = io::parse_json(text, source);
+  } catch (const InvalidArgument& e) {
+    throw ModelError(e.what());
   }
   if (!doc.is_object()) throw ModelError(fmt::format("{}: expected a JSON object with \"input\" and \"layers\"", source));
   for (const auto& [key, value] : doc.items())
@@ -103,6 +91,9 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
   const auto& list = doc[list_key];
   if (!list.is_array() || list.empty())
     throw ModelError(fmt::format("{}: /{}: expected a non-empty array of layer objects", source, list_key));
+  if (list.size() > ModelSpec::kMaxLayers)
+    throw ModelError(fmt::format("{}: /{}: {} layers; a model may have at most {} (is the file generated wrongly?)",
+                                 source, list_key, list.size(), ModelSpec::kMaxLayers));
 
   std::map<std::string, int> by_name{{"input", -1}};
   std::vector<Shape> shapes;

@@ -1,6 +1,7 @@
 #include "kestrel/engine.h"
 
 #include <algorithm>
+#include <charconv>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -50,9 +51,7 @@ void Engine::discover(const EngineOptions& options) {
       } else {
         info.loaded = true;
         info.priority = plugin->priority();
-        int32_t count = 0;
-        plugin->api().device_count(&count);
-        for (int32_t index = 0; index < count; ++index) {
+        for (int32_t index = 0; index < plugin->device_count(); ++index) {
           kestrel_device_properties props{};
           set_abi_size(props);
           if (plugin->api().device_properties(index, &props) == KESTREL_STATUS_OK)
@@ -90,10 +89,12 @@ Device Engine::device(const std::string& spec) {
   int index = 0;
   if (auto colon = spec.find(':'); colon != std::string::npos) {
     backend = spec.substr(0, colon);
-    std::string digits = spec.substr(colon + 1);
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
-      throw InvalidArgument(fmt::format("device '{}': expected BACKEND or BACKEND:INDEX, e.g. cuda:0", spec));
-    index = std::stoi(digits);
+    const std::string digits = spec.substr(colon + 1);
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (digits.empty() || error != std::errc() || end != digits.data() + digits.size() || index < 0)
+      throw InvalidArgument(fmt::format("device '{}': expected BACKEND or BACKEND:INDEX with INDEX a device number, "
+                                        "e.g. cuda:0",
+                                        spec));
   }
   std::string available = fmt::format("{}", fmt::join(available_backends(), ", "));
   if (available.empty()) available = "none (run `kestrel devices` to see why)";

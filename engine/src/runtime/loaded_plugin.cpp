@@ -101,6 +101,7 @@ LoadOutcome LoadedPlugin::load(const std::string& path) {
   if (count > kMaxDevicesPerPlugin)
     return skip(fmt::format("the plugin reports {} devices, more than the {} the engine accepts: a broken plugin", count,
                             kMaxDevicesPerPlugin));
+  plugin->device_count_ = count;
   outcome.plugin = plugin;
   return outcome;
 }

@@ -25,6 +25,8 @@ class LoadedPlugin {
   const std::string& name() const { return name_; }
   const std::string& path() const { return path_; }
   int priority() const { return priority_; }
+  // Devices as counted (and bounded) when the plugin was loaded; never asked again.
+  int32_t device_count() const { return device_count_; }
   std::string abi() const;
   // The plugin's message for the last failure on this thread, never NULL.
   std::string last_error() const;
@@ -41,6 +43,7 @@ class LoadedPlugin {
   std::string path_;
   std::string version_;
   int priority_ = 0;
+  int32_t device_count_ = 0;
   bool initialized_ = false;  // shutdown is owed only after a successful initialize
 };
 

@@ -1,11 +1,11 @@
-// Checkpoints: weights, buffers and optimizer state in a safetensors file, and the training state
-// (epoch, batch, step, RNG offset, model fingerprint) in checkpoint.json pointing at it. Both files are
-// written atomically, the weights first, so an interrupted save leaves the previous checkpoint whole.
+// Checkpoints: weights, buffers and optimizer state in a safetensors file, and where the run stood in
+// checkpoint.json (checkpoint_state) pointing at it. Both files are written atomically, the weights
+// first, so an interrupted save leaves the previous checkpoint whole.
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
+#include "checkpoint_state.h"
 #include "kestrel/io.h"
 #include "kestrel/trainer.h"
 #include "metrics_window.h"
@@ -16,20 +16,27 @@ namespace kestrel {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr const char* state_format = "kestrel-train-state-1";
 constexpr const char* weights_format = "kestrel-weights-1";
 
-[[noreturn]] void corrupt(const std::string& path, const std::string& what) {
-  throw InvalidArgument(fmt::format("{}: unusable checkpoint: {}. Delete it (and the checkpoints/ folder) to start over, "
-                                    "or resume from another one.",
-                                    path, what));
+std::string state_file(const std::string& path) {
+  return fs::is_directory(path) ? (fs::path(path) / "checkpoint.json").string() : path;
+}
+
+CheckpointState read_state(const std::string& state_path) {
+  return decode_checkpoint_state(io::read_file(state_path, io::kMaxTextFileBytes), state_path);
+}
+
+std::string weights_path(const std::string& state_path, const CheckpointState& state) {
+  return (fs::path(state_path).parent_path() / state.weights).string();
 }
 }  // namespace
 
 void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
   const std::string out = config_.out_dir;
   state.window = metrics.totals();
-  const std::string name = fmt::format("checkpoints/step-{:09}.safetensors", state.step);
+  CheckpointState saved;
+  saved.train = state;
+  saved.weights = weights_file_name(state.step);
   std::vector<io::NamedTensor> tensors;
   for (auto& p : model_->parameters()) tensors.push_back(io::to_named(p.name, p.var.value()));
   for (auto& [buffer_name, tensor] : model_->buffers()) tensors.push_back(io::to_named(buffer_name, tensor));
@@ -37,24 +44,16 @@ void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
   std::string bytes = io::encode_safetensors(
       tensors, {{"format", weights_format}, {"model", model_->spec().name()},
                 {"model_fingerprint", model_->spec().fingerprint()}, {"step", std::to_string(state.step)}});
-  io::write_file_atomically(out + "/" + name, bytes);
+  io::write_file_atomically(out + "/" + saved.weights, bytes);
 
-  nlohmann::json json{{"format", state_format},
-                      {"weights", name},
-                      {"weights_sha256", io::sha256_hex(bytes)},
-                      {"model", model_->spec().source()},
-                      {"model_fingerprint", model_->spec().fingerprint()},
-                      {"config", config_.source},
-                      {"epoch", state.epoch},
-                      {"batch", state.batch},
-                      {"step", state.step},
-                      {"optimizer_steps", optimizer_->steps()},
-                      {"rng_offset", state.rng_offset},
-                      {"window", {{"loss", state.window.loss}, {"correct", state.window.correct},
-                                  {"steps", state.window.steps}, {"samples", state.window.samples}}},
-                      {"seed", config_.seed},
-                      {"device", device_.str()}};
-  io::write_file_atomically(out + "/checkpoint.json", json.dump(2) + "\n");
+  saved.weights_sha256 = io::sha256_hex(bytes);
+  saved.model_source = model_->spec().source();
+  saved.model_fingerprint = model_->spec().fingerprint();
+  saved.config_source = config_.source;
+  saved.device = device_.str();
+  saved.seed = config_.seed;
+  saved.optimizer_steps = optimizer_->steps();
+  io::write_file_atomically(out + "/checkpoint.json", encode_checkpoint_state(saved));
 
   // Keep the newest `keep_checkpoints` weight files.
   std::vector<fs::path> files;
@@ -67,14 +66,17 @@ void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
 void Trainer::load_tensors(const std::string& weights_path, const std::string& expected_sha256, bool with_optimizer) {
   std::string bytes = io::read_file(weights_path);
   if (!expected_sha256.empty() && io::sha256_hex(bytes) != expected_sha256)
-    corrupt(weights_path, "its contents do not match the SHA-256 recorded in checkpoint.json (a torn or altered file)");
+    unusable_checkpoint(weights_path,
+                        "its contents do not match the SHA-256 recorded in checkpoint.json (a torn or altered file)");
   io::SafetensorsFile file = io::decode_safetensors(bytes, weights_path);
   auto copy_into = [&](const std::string& name, Tensor target) {
     const io::NamedTensor* found = file.find(name);
-    if (!found) corrupt(weights_path, fmt::format("it has no tensor '{}' (was it saved from another model?)", name));
+    if (!found)
+      unusable_checkpoint(weights_path, fmt::format("it has no tensor '{}' (was it saved from another model?)", name));
     if (found->shape != target.shape() || found->dtype != target.dtype())
-      corrupt(weights_path, fmt::format("'{}' is {} {} but the model needs {} {}", name, dtype_name(found->dtype),
-                                        shape_str(found->shape), dtype_name(target.dtype()), shape_str(target.shape())));
+      unusable_checkpoint(weights_path,
+                          fmt::format("'{}' is {} {} but the model needs {} {}", name, dtype_name(found->dtype),
+                                      shape_str(found->shape), dtype_name(target.dtype()), shape_str(target.shape())));
     target.copy_from(io::to_tensor(*found, device_));
   };
   for (auto& p : model_->parameters()) copy_into(p.name, p.var.value());
@@ -83,55 +85,44 @@ void Trainer::load_tensors(const std::string& weights_path, const std::string& e
     for (auto& [name, tensor] : optimizer_->state()) copy_into(name, tensor);
 }
 
-TrainState Trainer::restore_checkpoint(const std::string& path) {
-  std::string state_path = fs::is_directory(path) ? (fs::path(path) / "checkpoint.json").string() : path;
+TrainState Trainer::restore_checkpoint(const std::string& path, int64_t batches_per_epoch) {
+  const std::string state_path = state_file(path);
   if (!fs::exists(state_path))
     throw InvalidArgument(fmt::format("{}: no checkpoint to resume from; train without --resume first", state_path));
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(io::read_file(state_path, io::kMaxTextFileBytes));
-  } catch (const nlohmann::json::parse_error& e) {
-    corrupt(state_path, fmt::format("invalid JSON ({})", e.what()));
-  }
-  TrainState state;
-  try {
-    if (json.at("format") != state_format) corrupt(state_path, fmt::format("unknown format {}", json.at("format").dump()));
-    if (json.at("model_fingerprint") != model_->spec().fingerprint())
-      corrupt(state_path, fmt::format("it was written for the model file {} as it was then, and {} is different now; "
-                                      "resume with the same model file, or train anew into another --out folder",
-                                      json.at("model").get<std::string>(), model_->spec().source()));
-    state.epoch = json.at("epoch").get<int64_t>();
-    state.batch = json.at("batch").get<int64_t>();
-    state.step = json.at("step").get<int64_t>();
-    state.rng_offset = json.at("rng_offset").get<uint64_t>();
-    const auto& window = json.at("window");
-    state.window.loss = window.at("loss").get<double>();
-    state.window.correct = window.at("correct").get<double>();
-    state.window.steps = window.at("steps").get<int64_t>();
-    state.window.samples = window.at("samples").get<int64_t>();
-    if (json.at("seed").get<uint64_t>() != config_.seed)
-      corrupt(state_path, fmt::format("it was trained with seed {} but the config says {}", json.at("seed").get<uint64_t>(),
-                                      config_.seed));
-    optimizer_->set_steps(json.at("optimizer_steps").get<int64_t>());
-    std::string weights = (fs::path(state_path).parent_path() / json.at("weights").get<std::string>()).string();
-    load_tensors(weights, json.at("weights_sha256").get<std::string>(), true);
-  } catch (const nlohmann::json::exception& e) {
-    corrupt(state_path, fmt::format("a field is missing or has the wrong type ({})", e.what()));
-  }
-  return state;
+  const CheckpointState saved = read_state(state_path);
+  const TrainState& t = saved.train;
+  if (saved.model_fingerprint != model_->spec().fingerprint())
+    unusable_checkpoint(state_path, fmt::format("it was written for the model file {} as it was then, and {} is "
+                                                "different now; resume with the same model file, or train anew into "
+                                                "another --out folder",
+                                                saved.model_source, model_->spec().source()));
+  if (saved.seed != config_.seed)
+    unusable_checkpoint(state_path,
+                        fmt::format("it was trained with seed {} but the config says {}", saved.seed, config_.seed));
+  // Where the run stood must be a place this run passes through: its epochs, its batches per epoch
+  // (which the batch size and the data decide), one optimizer step per batch.
+  if (t.epoch > config_.epochs || (t.epoch == config_.epochs && t.batch > 0))
+    unusable_checkpoint(state_path, fmt::format("it stands in epoch {} but the run has {} epochs; raise epochs to "
+                                                "continue it",
+                                                t.epoch + 1, config_.epochs));
+  if (t.batch > batches_per_epoch || t.step != t.epoch * batches_per_epoch + t.batch)
+    unusable_checkpoint(state_path, fmt::format("step {} is not epoch {} x {} batches + batch {}: the batch size or "
+                                                "the data changed since it was written (resume with the run config "
+                                                "it was written with)",
+                                                t.step, t.epoch, batches_per_epoch, t.batch));
+  if (t.window.samples > t.window.steps * config_.batch_size)
+    unusable_checkpoint(state_path, fmt::format("its metrics window counts {} samples in {} steps of at most {}",
+                                                t.window.samples, t.window.steps, config_.batch_size));
+  optimizer_->set_steps(saved.optimizer_steps);
+  load_tensors(weights_path(state_path, saved), saved.weights_sha256, true);
+  return t;
 }
 
 void Trainer::load_weights(const std::string& path) {
   if (fs::path(path).extension() == ".json" || fs::is_directory(path)) {
-    std::string state_path = fs::is_directory(path) ? (fs::path(path) / "checkpoint.json").string() : path;
-    nlohmann::json json;
-    try {
-      json = nlohmann::json::parse(io::read_file(state_path, io::kMaxTextFileBytes));
-      load_tensors((fs::path(state_path).parent_path() / json.at("weights").get<std::string>()).string(),
-                   json.at("weights_sha256").get<std::string>(), false);
-    } catch (const nlohmann::json::exception& e) {
-      corrupt(state_path, e.what());
-    }
+    const std::string state_path = state_file(path);
+    const CheckpointState saved = read_state(state_path);
+    load_tensors(weights_path(state_path, saved), saved.weights_sha256, false);
     return;
   }
   load_tensors(path, "", false);

@@ -8,6 +8,7 @@
 #include "kestrel/config.h"
 #include "kestrel/io.h"
 #include "../io/json_reader.h"
+#include "../io/json_text.h"
 
 namespace kestrel {
 
@@ -28,9 +29,9 @@ RunConfig RunConfig::load(const std::string& path) {
 RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ConfigError(fmt::format("{}: invalid JSON: {}", source, e.what()));
+    doc = io::parse_json(text, source);
+  } catch (const InvalidArgument& e) {
+    throw ConfigError(e.what());
   }
   RunConfig c;
   c.source = source;
@@ -76,7 +77,7 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   JsonReader opt = top.child("optimizer");
   OptimizerConfig& o = c.optimizer;
   o.type = opt.kind("type", o.type, optimizer_kind_names);
-  o.lr = opt.number("lr", o.lr, 0, 10);
+  o.lr = opt.number("lr", o.lr, 0, kMaxLearningRate);
   std::vector<double> betas = opt.numbers("betas", {});
   if (!betas.empty()) {
     if (betas.size() != 2 || betas[0] < 0 || betas[0] >= 1 || betas[1] < 0 || betas[1] >= 1)
@@ -98,7 +99,7 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   sc.step_size = schedule.integer("step_size", sc.step_size, 1);
   sc.gamma = schedule.number("gamma", sc.gamma, 0, 1);
   sc.warmup_steps = schedule.integer("warmup_steps", sc.warmup_steps, 0);
-  sc.min_lr = schedule.number("min_lr", sc.min_lr, 0, 10);
+  sc.min_lr = schedule.number("min_lr", sc.min_lr, 0, kMaxLearningRate);
   schedule.finish();
 
   c.batch_size = top.integer("batch_size", c.batch_size, 1);
@@ -108,6 +109,7 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   c.drop_last = top.boolean("drop_last", c.drop_last);
   c.capture = top.boolean("capture", c.capture);
   c.log_every = top.integer("log_every", c.log_every, 1);
+  c.nonfinite_loss = top.kind("nonfinite_loss", c.nonfinite_loss, nonfinite_loss_names);
 
   JsonReader eval = top.child("eval");
   c.eval_batch_size = eval.integer("batch_size", c.eval_batch_size, 1);

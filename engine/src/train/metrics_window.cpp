@@ -8,15 +8,21 @@
 
 namespace kestrel {
 
-MetricsWindow::MetricsWindow(const Device& device, bool classify, const WindowTotals& resumed)
+MetricsWindow::MetricsWindow(const Device& device, bool classify, const WindowTotals& resumed, int64_t step)
     : classify_(classify),
       loss_sum_(Tensor::full({}, resumed.loss, DType::f32, device)),
       correct_(Tensor::full({}, resumed.correct, DType::i64, device)),
+      finite_steps_(Tensor::full({}, std::isfinite(resumed.loss) ? double(resumed.steps) : 0.0, DType::f32, device)),
+      zero_(Tensor::full({}, 0.0, DType::f32, device)),
+      window_start_(step - resumed.steps),
       steps_(resumed.steps),
       samples_(resumed.samples) {}
 
 void MetricsWindow::add(const Tensor& loss, const Tensor& logits, const Tensor& targets) {
   ops::binary_(KESTREL_BINARY_ADD, loss_sum_, loss_sum_, loss);
+  // 0 * sum is 0 exactly when the sum is finite (0 * inf and 0 * NaN are NaN).
+  Tensor finite = ops::binary(KESTREL_BINARY_EQ, ops::unary(KESTREL_UNARY_AFFINE, loss_sum_, 0.0, 0.0), zero_);
+  ops::binary_(KESTREL_BINARY_ADD, finite_steps_, finite_steps_, finite);
   if (classify_) ops::binary_(KESTREL_BINARY_ADD, correct_, correct_, correct_count(logits, targets));
 }
 
@@ -27,6 +33,8 @@ MetricsWindow::Figures MetricsWindow::close() {
   figures.accuracy = classify_ ? correct_.to_doubles()[0] / double(samples_) : NAN;
   ops::fill_(loss_sum_, 0.0);
   ops::fill_(correct_, 0.0);
+  ops::fill_(finite_steps_, 0.0);
+  window_start_ += steps_;
   steps_ = samples_ = 0;
   clock_.restart();
   return figures;
@@ -34,6 +42,11 @@ MetricsWindow::Figures MetricsWindow::close() {
 
 WindowTotals MetricsWindow::totals() const {
   return {loss_sum_.to_doubles()[0], correct_.to_doubles()[0], steps_, samples_};
+}
+
+int64_t MetricsWindow::first_nonfinite_step() const {
+  if (std::isfinite(loss_sum_.to_doubles()[0])) return 0;
+  return window_start_ + static_cast<int64_t>(finite_steps_.to_doubles()[0]) + 1;
 }
 
 }  // namespace kestrel

@@ -11,7 +11,8 @@ namespace kestrel {
 // only when a report closes the window.
 class MetricsWindow {
  public:
-  MetricsWindow(const Device& device, bool classify, const WindowTotals& resumed);
+  // step: optimizer steps done when the window (or, resumed, the rest of it) opens.
+  MetricsWindow(const Device& device, bool classify, const WindowTotals& resumed, int64_t step);
 
   // Inside the step, eager or captured. loss: scalar; logits: (N, classes); targets: (N,) labels when
   // classifying.
@@ -29,10 +30,17 @@ class MetricsWindow {
   Figures close();
   // The running sums, for a checkpoint (reads the device).
   WindowTotals totals() const;
+  // The first step (counted from 1 over the run) whose loss made the window's sum NaN or infinite, or
+  // 0 when it is finite (reads the device). A non-finite sum stays so until close(), and the steps
+  // before it are counted on the device, so this is exact without a read per step.
+  int64_t first_nonfinite_step() const;
 
  private:
   bool classify_;
   Tensor loss_sum_, correct_;  // scalars on the device: f32, i64
+  Tensor finite_steps_;        // f32 scalar: steps of the window after which the sum was still finite
+  Tensor zero_;                // f32 scalar 0, to compare with
+  int64_t window_start_;       // steps done before the window opened
   int64_t steps_, samples_;
   Stopwatch clock_;
 };

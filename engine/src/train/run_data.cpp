@@ -5,6 +5,47 @@
 
 namespace kestrel {
 
+namespace {
+
+// Which data a split came from, for messages: the file when there is one.
+std::string origin(const RunConfig& config, const std::string& split) {
+  const DataConfig& d = config.data;
+  if (d.dataset == "csv") {
+    const std::string& file = split == "test" && !d.test_file.empty() ? d.test_file : d.train_file;
+    return fmt::format("{} data ({})", split, file);
+  }
+  return fmt::format("{} {} data{}", d.dataset, split, d.path.empty() ? "" : " in " + d.path);
+}
+
+// Each split against the model and the loss, so that a test file of another shape or with labels beyond
+// the model's classes fails here, naming it, and not at the first evaluation.
+void check_fits(const data::Dataset& split, const std::string& origin, const RunConfig& config, const ModelSpec& spec) {
+  if (split.sample_shape != spec.input_shape())
+    throw ConfigError(fmt::format("{}: the {} has samples {} but the model {} takes {}", config.source, origin,
+                                  shape_str(split.sample_shape), spec.source(), shape_str(spec.input_shape())));
+  if (split.sample_dtype != spec.input_dtype())
+    throw ConfigError(fmt::format("{}: the {} holds {} samples but the model {} takes {}; set the model's input dtype "
+                                  "to what the data holds",
+                                  config.source, origin, dtype_name(split.sample_dtype), spec.source(),
+                                  dtype_name(spec.input_dtype())));
+  const Shape& model_out = spec.layers()[spec.output()].output_shape;
+  if (config.loss == LossKind::cross_entropy) {
+    if (!split.is_classification())
+      throw ConfigError(fmt::format("{}: /loss: cross_entropy needs class labels; the {} is regression (use mse)",
+                                    config.source, origin));
+    if (model_out.size() != 2 || model_out[1] < split.num_classes)
+      throw ConfigError(fmt::format("{}: the model's output {} cannot score the {} classes of the {} (labels 0 to {})",
+                                    config.source, shape_str(model_out), split.num_classes, origin,
+                                    split.num_classes - 1));
+  } else if (split.is_classification()) {
+    throw ConfigError(fmt::format("{}: /loss: mse needs regression targets; the {} has class labels (use "
+                                  "cross_entropy)",
+                                  config.source, origin));
+  }
+}
+
+}  // namespace
+
 RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
   const DataConfig& d = config.data;
   RunData out;
@@ -43,25 +84,13 @@ RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
     data::normalize(out.train, mean, std);
     data::normalize(out.test, mean, std);
   }
-  if (out.train.sample_shape != spec.input_shape())
-    throw ConfigError(fmt::format("{}: the data's samples are {} but the model {} takes {}", config.source,
-                                  shape_str(out.train.sample_shape), spec.source(), shape_str(spec.input_shape())));
-  if (out.train.sample_dtype != spec.input_dtype())
-    throw ConfigError(fmt::format("{}: the data's samples are {} but the model {} takes {}; set the model's input dtype "
-                                  "to what the data holds",
-                                  config.source, dtype_name(out.train.sample_dtype), spec.source(),
-                                  dtype_name(spec.input_dtype())));
-  const Shape& model_out = spec.layers()[spec.output()].output_shape;
-  if (config.loss == LossKind::cross_entropy) {
-    if (!out.train.is_classification())
-      throw ConfigError(fmt::format("{}: /loss: cross_entropy needs class labels; this data is regression (use mse)", config.source));
-    if (model_out.size() != 2 || model_out[1] < out.train.num_classes)
-      throw ConfigError(fmt::format("{}: the model's output {} cannot score {} classes", config.source,
-                                    shape_str(model_out), out.train.num_classes));
-  } else if (out.train.is_classification()) {
-    throw ConfigError(fmt::format("{}: /loss: mse needs regression targets; this data has class labels (use cross_entropy)",
-                                  config.source));
-  }
+  check_fits(out.train, origin(config, "train"), config, spec);
+  check_fits(out.test, origin(config, "test"), config, spec);
+  if (out.test.is_classification() != out.train.is_classification() ||
+      (!out.train.is_classification() && out.test.target_shape != out.train.target_shape))
+    throw ConfigError(fmt::format("{}: the {} has other targets than the {} (class labels and regression targets of "
+                                  "one shape cannot mix)",
+                                  config.source, origin(config, "test"), origin(config, "train")));
   return out;
 }
 

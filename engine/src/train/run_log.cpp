@@ -6,8 +6,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "../io/json_text.h"
 #include "kestrel/io.h"
 
 namespace kestrel {
@@ -24,13 +26,19 @@ nlohmann::json to_json(const MetricRecord& r) {
   return j;
 }
 
+// A number, or NaN for null (how JSON writes a non-finite loss) and absent fields.
+double number_or_nan(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? NAN : it->get<double>();
+}
+
 MetricRecord from_json(const nlohmann::json& j) {
   MetricRecord r;
   r.kind = j.value("kind", "");
   r.epoch = j.value("epoch", int64_t{0});
   r.step = j.value("step", int64_t{0});
-  r.loss = j.value("loss", 0.0);
-  r.accuracy = j.value("accuracy", NAN);
+  r.loss = number_or_nan(j, "loss");
+  r.accuracy = number_or_nan(j, "accuracy");
   r.lr = j.value("lr", 0.0);
   r.samples_per_second = j.value("samples_per_second", 0.0);
   r.seconds = j.value("seconds", 0.0);
@@ -48,24 +56,27 @@ RunLog::RunLog(std::string out_dir, int64_t resume_step, bool quiet, int progres
     : out_dir_(std::move(out_dir)), quiet_(quiet), bar_(progress < 0 ? isatty(fileno(stdout)) != 0 : progress == 1) {
   std::filesystem::create_directories(out_dir_);
   std::string path = out_dir_ + "/metrics.jsonl";
-  if (resume_step >= 0 && std::filesystem::exists(path)) {
-    std::ifstream in(path);
+  // The lines kept are kept verbatim: re-encoding them could change how their numbers are written.
+  std::string kept;
+  if (resume_step >= 0 && std::filesystem::is_regular_file(path)) {
+    std::istringstream in(io::read_file(path));
     std::string line;
     while (std::getline(in, line)) {
       try {
-        MetricRecord r = from_json(nlohmann::json::parse(line));
-        if (r.step <= resume_step) records_.push_back(r);
-      } catch (const nlohmann::json::exception&) {
-        // a line cut short by the interruption: dropped
+        MetricRecord r = from_json(io::parse_json(line, path));
+        if (r.step > resume_step) continue;
+        records_.push_back(r);
+        kept += line + "\n";
+      } catch (const std::exception&) {
+        // a line cut short by the interruption (or not ours): dropped
       }
     }
   }
-  std::string text;
-  for (const auto& r : records_) text += to_json(r).dump() + "\n";
-  io::write_file_atomically(path, text);
+  io::write_file_atomically(path, kept);
 }
 
 void RunLog::record(const MetricRecord& record) {
+  reported_ = true;
   records_.push_back(record);
   std::ofstream out(out_dir_ + "/metrics.jsonl", std::ios::app);
   out << to_json(record).dump() << "\n";
@@ -75,7 +86,9 @@ void RunLog::progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batc
                       double samples_per_second, double eta_seconds) {
   if (quiet_) return;
   std::string acc = std::isnan(accuracy) ? "" : fmt::format(" acc {:5.1f}%", accuracy * 100);
-  std::string shown_loss = std::isnan(loss) ? "  -   " : fmt::format("{:.4f}", loss);  // nothing read yet
+  // NaN before the first report; after one, a non-finite loss is shown as such.
+  std::string shown_loss = std::isfinite(loss) ? fmt::format("{:.4f}", loss) : std::isinf(loss) ? fmt::format("{}", loss)
+                           : reported_ ? "nan" : "  -   ";
   if (bar_) {
     const int width = 24;
     int filled = batches ? static_cast<int>(double(batch) / batches * width) : width;
@@ -106,9 +119,9 @@ void RunLog::write_plot() const {
   std::vector<std::pair<double, double>> train_loss, test_loss, test_acc;
   for (const auto& r : records_) {
     if (r.kind == "eval") {
-      test_loss.push_back({double(r.epoch), r.loss});
+      if (std::isfinite(r.loss)) test_loss.push_back({double(r.epoch), r.loss});
       if (!std::isnan(r.accuracy)) test_acc.push_back({double(r.epoch), r.accuracy * 100});
-    } else {
+    } else if (std::isfinite(r.loss)) {
       train_loss.push_back({double(r.epoch), r.loss});
     }
   }

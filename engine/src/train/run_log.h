@@ -32,6 +32,7 @@ class RunLog {
   std::string out_dir_;
   bool quiet_, bar_;
   bool bar_open_ = false;
+  bool reported_ = false;  // a record written by this process (before it, the bar has no loss to show)
   std::vector<MetricRecord> records_;
 };
 

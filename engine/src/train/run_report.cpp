@@ -24,13 +24,13 @@ RunReport::RunReport(const RunConfig& config, const RunPlan& plan, RunIdentity i
   if (start.step > 0) log_.message(fmt::format("kestrel: resumed at epoch {}, step {}", start.epoch + 1, start.step));
 }
 
-bool RunReport::report_due(const TrainState& state) const {
+bool RunReport::due(const TrainState& state) const {
   return state.step % config_.log_every == 0 || state.batch == plan_.batches || state.step == plan_.total_steps;
 }
 
 void RunReport::stepped(const TrainState& state, double lr, int64_t samples, MetricsWindow& metrics) {
   run_samples_ += samples;
-  if (report_due(state)) {
+  if (due(state)) {
     MetricsWindow::Figures figures = metrics.close();
     last_loss_ = figures.loss;
     last_accuracy_ = figures.accuracy;

@@ -32,6 +32,8 @@ class RunReport {
             bool resuming, const TrainOptions& options);
 
   void message(const std::string& text) { log_.message(text); }
+  // Whether stepped() will close the metrics window at this state.
+  bool due(const TrainState& state) const;
   // After each optimizer step: every log_every steps, at an epoch's last batch and at the last step, a
   // record and a progress line with the figures of the window it closes; between them a live bar is
   // redrawn with the last figures, at most 10 times a second.
@@ -45,7 +47,6 @@ class RunReport {
  private:
   void show_progress(const TrainState& state, double loss, double accuracy, double samples_per_second);
   void write_summary(const TrainSummary& summary) const;
-  bool report_due(const TrainState& state) const;
   double run_rate() const;  // samples per second since the run (or its resumption) started
 
   const RunConfig& config_;

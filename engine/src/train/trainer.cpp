@@ -3,9 +3,12 @@
 // (evaluation) and checkpoints (checkpoint); this file decides when each runs.
 #include "kestrel/trainer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
+#include "kestrel/io.h"
 #include "kestrel/loader.h"
 #include "metrics_window.h"
 #include "run_data.h"
@@ -18,9 +21,39 @@ namespace kestrel {
 namespace {
 
 RunPlan plan_for(const RunConfig& config, int64_t batches_per_epoch) {
-  const int64_t all = config.epochs * batches_per_epoch;
+  int64_t all = 0;
+  if (__builtin_mul_overflow(config.epochs, batches_per_epoch, &all))
+    throw InvalidArgument(fmt::format("{}: epochs ({}) x {} batches per epoch is more steps than a run can count; "
+                                      "give fewer epochs (or --epochs)",
+                                      config.source, config.epochs, batches_per_epoch));
   return {batches_per_epoch, config.max_steps ? std::min(config.max_steps, all) : all};
 }
+
+// A loss that became NaN or infinite stops the run before that state is reported as progress or
+// saved, unless the config says to continue; then it is said once.
+class NonFiniteGuard {
+ public:
+  NonFiniteGuard(const RunConfig& config, int64_t batches) : config_(config), batches_(batches) {}
+
+  void check(const MetricsWindow& metrics, RunReport& report) {
+    const int64_t step = metrics.first_nonfinite_step();
+    if (!step || said_) return;
+    const std::string what = fmt::format("the training loss became NaN or infinite at step {} (epoch {})", step,
+                                         (step - 1) / batches_ + 1);
+    if (config_.nonfinite_loss == NonFiniteLoss::stop)
+      throw NonFiniteLossError(fmt::format(
+          "{}: {}; stopped there, the last checkpoint is from before it. Lower the learning rate, check the data, "
+          "or set \"nonfinite_loss\": \"continue\" in the run config to go on regardless",
+          config_.source, what));
+    report.message(fmt::format("kestrel: {}; continuing as the run config says (nonfinite_loss: continue)", what));
+    said_ = true;
+  }
+
+ private:
+  const RunConfig& config_;
+  int64_t batches_;
+  bool said_ = false;
+};
 
 // What fit() returns when TrainOptions::interrupt_after stops it, as if the process were killed there:
 // nothing more is evaluated or written.
@@ -63,13 +96,17 @@ RunIdentity Trainer::identity() const {
 // checkpoint_every steps and at each epoch's end, an evaluation per epoch.
 TrainSummary Trainer::fit(const TrainOptions& options) {
   const bool resuming = options.resume || !options.resume_from.empty();
-  TrainState state;
-  if (resuming) state = restore_checkpoint(options.resume_from.empty() ? config_.out_dir : options.resume_from);
+  io::remove_stale_temporaries(config_.out_dir);
+  io::remove_stale_temporaries(config_.out_dir + "/checkpoints");
   data::DataLoader loader(train_, {config_.batch_size, true, config_.drop_last, config_.seed, config_.data.workers, 4},
                           device_);
   const RunPlan plan = plan_for(config_, loader.batches_per_epoch());
+  TrainState state;
+  if (resuming)
+    state = restore_checkpoint(options.resume_from.empty() ? config_.out_dir : options.resume_from, plan.batches);
   RunReport report(config_, plan, identity(), state, resuming, options);
-  MetricsWindow metrics(device_, train_->is_classification(), state.window);
+  MetricsWindow metrics(device_, train_->is_classification(), state.window, state.step);
+  NonFiniteGuard nonfinite(config_, plan.batches);
   TrainStep step(config_, *model_, *optimizer_, metrics, [&](const std::string& note) { report.message(note); });
 
   EvalResult test{NAN, NAN, 0};
@@ -82,11 +119,15 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
       ++state.step;
       state.batch = batch.index + 1;
       metrics.count(batch.size);
+      // Reports and checkpoints read the device anyway: the loss is checked there.
+      const bool checkpoint_due = config_.checkpoint_every && state.step % config_.checkpoint_every == 0;
+      if (checkpoint_due || report.due(state)) nonfinite.check(metrics, report);
       report.stepped(state, lr, batch.size, metrics);
-      if (config_.checkpoint_every && state.step % config_.checkpoint_every == 0) save_checkpoint(state, metrics);
+      if (checkpoint_due) save_checkpoint(state, metrics);
       if (options.interrupt_after && state.step >= options.interrupt_after)
         return interrupted(device_, state, config_.out_dir);
     }
+    nonfinite.check(metrics, report);
     const bool epoch_done = state.batch >= plan.batches;
     test = evaluate();
     report.evaluated(state, test);

@@ -1,0 +1,146 @@
+#include "checkpoint_state.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "../io/json_reader.h"
+#include "../io/json_text.h"
+#include "kestrel/error.h"
+#include "kestrel/io.h"
+
+namespace kestrel {
+
+namespace {
+
+constexpr const char* kFormat = "kestrel-train-state-2";
+constexpr const char* kAdvice =
+    "Delete it (and the checkpoints/ folder) to start over, or resume from another one.";
+// The captured step keeps the dropout counter in a double: exact to 2^53.
+constexpr int64_t kMaxRngOffset = int64_t(1) << 53;
+
+void raise_unusable(const std::string& message) {
+  throw InvalidArgument(fmt::format("{}: this checkpoint is unusable. {}", message, kAdvice));
+}
+
+bool is_sha256_hex(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+nlohmann::json to_json(const CheckpointState& s) {
+  const TrainState& t = s.train;
+  return {{"format", kFormat},
+          {"weights", s.weights},
+          {"weights_sha256", s.weights_sha256},
+          {"model", s.model_source},
+          {"model_fingerprint", s.model_fingerprint},
+          {"config", s.config_source},
+          {"epoch", t.epoch},
+          {"batch", t.batch},
+          {"step", t.step},
+          {"optimizer_steps", s.optimizer_steps},
+          {"rng_offset", t.rng_offset},
+          // A non-finite loss sum (a run told to continue past one) is written as null.
+          {"window", {{"loss", std::isfinite(t.window.loss) ? nlohmann::json(t.window.loss) : nlohmann::json()},
+                      {"correct", static_cast<int64_t>(t.window.correct)},
+                      {"steps", t.window.steps},
+                      {"samples", t.window.samples}}},
+          {"seed", s.seed},
+          {"device", s.device}};
+}
+
+// Every field is required: a reader with a fallback would let a deleted field pass.
+struct Required {
+  JsonReader& reader;
+  template <class T>
+  T integer(const char* key, int64_t min, int64_t max = JsonReader::no_max) {
+    reader.require(key, JsonReader::integer_words(min, max));
+    return reader.integer<T>(key, 0, min, max);
+  }
+  std::string string(const char* key) {
+    reader.require(key, "a string");
+    return reader.string(key, "");
+  }
+};
+
+}  // namespace
+
+std::string weights_file_name(int64_t step) { return fmt::format("checkpoints/step-{:09}.safetensors", step); }
+
+void unusable_checkpoint(const std::string& path, const std::string& what) {
+  raise_unusable(fmt::format("{}: {}", path, what));
+  std::abort();  // raise_unusable throws
+}
+
+std::string encode_checkpoint_state(const CheckpointState& state) {
+  nlohmann::json json = to_json(state);
+  json["state_sha256"] = io::sha256_hex(json.dump());
+  return json.dump(2) + "\n";
+}
+
+CheckpointState decode_checkpoint_state(const std::string& text, const std::string& path) {
+  nlohmann::json json;
+  try {
+    json = io::parse_json(text, path);
+  } catch (const InvalidArgument& e) {
+    raise_unusable(e.what());
+  }
+  if (!json.is_object()) unusable_checkpoint(path, "expected a JSON object");
+  JsonReader top(json, path + ": ", raise_unusable, "a checkpoint");
+  Required need{top};
+
+  const std::string format = need.string("format");
+  if (format == "kestrel-train-state-1")
+    unusable_checkpoint(path, "it was written by an earlier Kestrel, before checkpoints carried a digest over their "
+                              "state; this version resumes only from checkpoints it can verify");
+  if (format != kFormat) unusable_checkpoint(path, fmt::format("/format: unknown format '{}'", format));
+
+  // The digest first: a field edited in range must not pass as a plausible run.
+  const std::string digest = need.string("state_sha256");
+  nlohmann::json covered = json;
+  covered.erase("state_sha256");
+  if (digest != io::sha256_hex(covered.dump()))
+    unusable_checkpoint(path, "its contents do not match its state_sha256 (the file was edited or damaged)");
+
+  CheckpointState s;
+  TrainState& t = s.train;
+  t.epoch = need.integer<int64_t>("epoch", 0);
+  t.batch = need.integer<int64_t>("batch", 0);
+  t.step = need.integer<int64_t>("step", 0);
+  s.optimizer_steps = need.integer<int64_t>("optimizer_steps", 0, t.step);
+  t.rng_offset = need.integer<uint64_t>("rng_offset", 0, kMaxRngOffset);
+  s.seed = need.integer<uint64_t>("seed", 0);
+  s.weights = need.string("weights");
+  if (s.weights != weights_file_name(t.step))
+    unusable_checkpoint(path, fmt::format("/weights: a checkpoint of step {} names {}, not '{}'", t.step,
+                                          weights_file_name(t.step), s.weights));
+  s.weights_sha256 = need.string("weights_sha256");
+  if (!is_sha256_hex(s.weights_sha256))
+    unusable_checkpoint(path, "/weights_sha256: expected 64 lowercase hex digits (the weights file's SHA-256)");
+  s.model_source = need.string("model");
+  s.model_fingerprint = need.string("model_fingerprint");
+  s.config_source = need.string("config");
+  s.device = need.string("device");
+
+  top.require("window", "the open metrics window");
+  JsonReader window = top.child("window");
+  Required in_window{window};
+  t.window.steps = in_window.integer<int64_t>("steps", 0, t.step);
+  t.window.samples = in_window.integer<int64_t>("samples", t.window.steps);
+  t.window.correct = double(in_window.integer<int64_t>("correct", 0, t.window.samples));
+  window.require("loss", "the window's loss sum, or null");
+  const nlohmann::json* loss = window.get("loss");
+  if (loss->is_null()) {
+    t.window.loss = NAN;
+  } else {
+    constexpr double big = std::numeric_limits<double>::max();
+    t.window.loss = window.number("loss", 0, -big, big);
+  }
+  window.finish();
+  top.get("state_sha256");
+  top.finish();
+  return s;
+}
+
+}  // namespace kestrel
