@@ -5,14 +5,14 @@
 # JSON readers). New interesting inputs collect in build-fuzz/corpus/<target>/. A finding stops the run
 # and leaves its input as build-fuzz/crash-*: fix the cause, then keep the input (minimised with
 # `build-fuzz/bin/fuzz_<target> -minimize_crash=1 crash-...`) in tests/fuzz/corpus/<target>/.
-#   bash scripts/fuzz.sh [model_file|run_config|safetensors|data_files|plugin_table|all] [SECONDS]
+#   bash scripts/fuzz.sh [model_file|run_config|checkpoint_state|safetensors|data_files|plugin_table|all] [SECONDS]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 KESTREL_PACKAGES+=(clang)
 kestrel_install_packages
 
 targets=${1:-all}
 seconds=${2:-60}
-[ "$targets" = all ] && targets="model_file run_config safetensors data_files plugin_table"
+[ "$targets" = all ] && targets="model_file run_config checkpoint_state safetensors data_files plugin_table"
 build="$KESTREL_ROOT/build-fuzz"
 CC=clang CXX=clang++ cmake -S "$KESTREL_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DKESTREL_SANITIZE=address,undefined -DKESTREL_FUZZ=ON -DKESTREL_WITH_CUDA=OFF -DKESTREL_WITH_VULKAN=OFF \

@@ -126,6 +126,8 @@ TEST(CliModels, BadModelFilesGetPathQualifiedErrors) {
        "/layers/0: the key 'out_features' appears twice in one object"},
       {"nested_deep.json", "{\"input\": {\"shape\": [4]},\n \"layers\": " + std::string(5000, '[') + std::string(5000, ']') + "}",
        "invalid JSON at line 2, column 75: nested deeper than 64 levels"},
+      {"number_overflow.json", R"({"input": {"shape": [1e999]}, "layers": [{"type": "relu"}]})",
+       "invalid JSON: [json.exception.out_of_range.406] number overflow parsing '1e999'"},
       {"bad_graph.json", R"({"input": {"shape": [4]}, "nodes": [{"name": "a", "type": "add", "inputs": ["input", "b"]}]})",
        "/nodes/0/inputs/1: \"b\" is not \"input\" or the name of an earlier node"},
   };

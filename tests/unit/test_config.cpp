@@ -61,6 +61,8 @@ TEST(RunConfig, MistakesNameTheFileThePathAndWhatBelongsThere) {
       {R"({"model": "m.json", "optimizer": {"lr": 0.1, "type": "sgd", "lr": 1}})",
        "runs/c.train.json: /optimizer: the key 'lr' appears twice in one object"},
       {R"({"model": "m.json", "data": {"mean": [0, 1]}, "data": {}})", "/: the key 'data' appears twice"},
+      // Found by fuzzing: a number beyond double's range escaped as a JSON library error (exit 1).
+      {R"({"model": "m.json", "epochs": 1e4334})", "runs/c.train.json: invalid JSON: "},
   };
   for (const auto& [text, expected] : cases) EXPECT_NE(error_of(text).find(expected), std::string::npos) << error_of(text);
 }

@@ -114,6 +114,9 @@ nlohmann::json parse_json(std::string_view text, const std::string& source) {
     // e.byte counts from 1 and points one past the offending character.
     throw InvalidArgument(fmt::format("{}: invalid JSON at {}: {}", source,
                                       text_position(text, e.byte > 0 ? e.byte - 1 : 0), e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    // Not only syntax: a number beyond double's range ("1e4334") is an out_of_range error.
+    throw InvalidArgument(fmt::format("{}: invalid JSON: {}", source, e.what()));
   }
   if (duplicates.found()) throw InvalidArgument(fmt::format("{}: {}", source, *duplicates.found()));
   return parsed;
