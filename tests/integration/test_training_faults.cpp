@@ -138,11 +138,12 @@ TEST(TrainingFaults, ANonFiniteLossStopsTheRunNamingItsStep) {
   }
   ASSERT_GT(first_bad, 32);
 
-  // By default the run stops, naming that step although it reads the loss only every 50 steps, and
-  // leaves no checkpoint of the diverged state.
+  // By default the run stops, naming that step although it reads the loss only every 50 steps (and no
+  // checkpoint reads it between), and leaves no checkpoint of the diverged state.
   fs::path dir = fresh_dir("nonfinite");
   kestrel::RunConfig config = regression_config(dir);
   config.optimizer.lr = 10;
+  config.checkpoint_every = 0;
   std::string error;
   try {
     kestrel::Trainer(config).fit(quiet());
@@ -154,6 +155,25 @@ TEST(TrainingFaults, ANonFiniteLossStopsTheRunNamingItsStep) {
       << error;
   EXPECT_NE(error.find("nonfinite_loss"), std::string::npos) << error;
   EXPECT_LT(read_json(dir / "checkpoint.json")["step"].get<int64_t>(), first_bad);
+
+  // A checkpoint of the run that continued, written inside a window with a NaN loss, resumes only
+  // where continuing is allowed.
+  fs::path again = fresh_dir("nonfinite_resume");
+  keep_going.out_dir = again.string();
+  keep_going.log_every = 50;
+  keep_going.checkpoint_every = first_bad + 1;
+  kestrel::TrainOptions interrupt = quiet();
+  interrupt.interrupt_after = first_bad + 2;
+  kestrel::Trainer(keep_going).fit(interrupt);
+  ASSERT_TRUE(read_json(again / "checkpoint.json")["window"]["loss"].is_null());
+  EXPECT_EQ(kestrel::Trainer(keep_going).fit(quiet(true)).steps, 64);
+  kestrel::RunConfig stop = keep_going;
+  stop.nonfinite_loss = kestrel::NonFiniteLoss::stop;
+  kestrel::Trainer(keep_going).fit(interrupt);
+  EXPECT_NE(error_of([&] { kestrel::Trainer(stop).fit(quiet(true)); })
+                .find("the checkpoint resumed from was written at step " + std::to_string(first_bad + 1) +
+                      " after the training loss had become NaN"),
+            std::string::npos);
 }
 
 TEST(TrainingFaults, AResumeRemovesTheTemporariesOfAKilledWriterAndKeepsTheLogVerbatim) {
@@ -163,20 +183,23 @@ TEST(TrainingFaults, AResumeRemovesTheTemporariesOfAKilledWriterAndKeepsTheLogVe
   interrupt.interrupt_after = 25;
   kestrel::Trainer(config).fit(interrupt);
 
-  // A writer killed mid-write leaves "<file>.tmp-<pid>-<n>"; one whose process still runs is kept.
+  // A writer killed mid-write leaves "<file>.tmp-<pid>-<nonce>-<n>": removed when its process is gone,
+  // or when it has this process's pid but not its nonce (a run before a container restart); kept while
+  // its writer runs.
   pid_t child = fork();
   if (child == 0) _exit(0);
   waitpid(child, nullptr, 0);
-  const fs::path stale = dir / "checkpoints" / fmt::format("step-000000030.safetensors.tmp-{}-0", child);
-  const fs::path live = dir / fmt::format("checkpoint.json.tmp-{}-3", getppid());
-  std::ofstream(stale) << "half a checkpoint";
-  std::ofstream(live) << "another process at work";
+  const fs::path stale = dir / "checkpoints" / fmt::format("step-000000030.safetensors.tmp-{}-0badcafe-0", child);
+  const fs::path earlier_container = dir / fmt::format("checkpoint.json.tmp-{}-00000000-7", getpid());
+  const fs::path live = dir / fmt::format("checkpoint.json.tmp-{}-12345678-3", getppid());
+  for (const fs::path& file : {stale, earlier_container, live}) std::ofstream(file) << "half a checkpoint";
   // A record before the resume point, written with other rounding than the engine's: kept byte for byte.
   const std::string hand_written = R"({"kind":"train", "step":1, "epoch":0, "loss":1.50, "seconds":0})";
   { std::ofstream(dir / "metrics.jsonl", std::ios::app) << hand_written << "\n"; }
 
   kestrel::Trainer(config).fit(quiet(true));
   EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists(earlier_container));
   EXPECT_TRUE(fs::exists(live));
   std::ifstream metrics(dir / "metrics.jsonl");
   bool kept = false;

@@ -12,7 +12,7 @@
 
 namespace kestrel::io {
 
-// Writes `bytes` to `path` atomically: a temporary file in the same folder (path + ".tmp-<pid>-<counter>"),
+// Writes `bytes` to `path` atomically: a temporary file in the same folder (path + ".tmp-<pid>-<nonce>-<n>"),
 // written, flushed and fsync'ed, then renamed over `path`, then the folder fsync'ed. A crash leaves either
 // the old file or the new one, never a torn file, and no temporary is left behind on failure. Creates
 // missing parent folders. Throws kestrel::Error naming the path and the OS error on failure.

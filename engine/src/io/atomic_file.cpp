@@ -10,7 +10,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <optional>
+#include <random>
 #include <system_error>
 
 #include "kestrel/error.h"
@@ -28,25 +30,52 @@ std::string parent_folder(const std::string& path) {
   return parent.empty() ? "." : parent;
 }
 
-// Unique per process and call, so concurrent writers (threads or processes) never share a temporary.
-std::string temporary_name(const std::string& path) {
-  static std::atomic<uint64_t> counter{0};
-  return fmt::format("{}.tmp-{}-{}", path, static_cast<long>(::getpid()), counter.fetch_add(1));
+// This process's mark in its temporaries' names besides its pid: a run restarted in a fresh container
+// often has the same pid (1) as the run that was killed, and must tell its own files from that run's.
+uint32_t process_nonce() {
+  static const uint32_t nonce = std::random_device{}();
+  return nonce;
 }
 
-// The writer's process id when `name` is one of temporary_name's ("<file>.tmp-<pid>-<counter>").
-std::optional<long> temporary_owner(const std::string& name) {
+// "<file>.tmp-<pid>-<nonce>-<counter>": unique per process and call, so concurrent writers (threads or
+// processes) never share a temporary.
+std::string temporary_name(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return fmt::format("{}.tmp-{}-{:08x}-{}", path, static_cast<long>(::getpid()), process_nonce(),
+                     counter.fetch_add(1));
+}
+
+// Who wrote a temporary, read back from its name.
+struct TemporaryOwner {
+  pid_t pid;
+  uint32_t nonce;
+};
+
+std::optional<TemporaryOwner> temporary_owner(const std::string& name) {
   const size_t mark = name.rfind(".tmp-");
   if (mark == std::string::npos) return std::nullopt;
-  const char* first = name.data() + mark + 5;
+  const char* cursor = name.data() + mark + 5;
   const char* last = name.data() + name.size();
-  long pid = 0;
+  int64_t pid = 0;
+  uint32_t nonce = 0;
   uint64_t counter = 0;
-  auto [dash, error] = std::from_chars(first, last, pid);
-  if (error != std::errc() || dash == last || *dash != '-' || pid <= 0) return std::nullopt;
-  auto [end, counter_error] = std::from_chars(dash + 1, last, counter);
-  if (counter_error != std::errc() || end != last) return std::nullopt;
-  return pid;
+  auto field = [&](auto& value, int base, bool final) {
+    const auto [end, error] = std::from_chars(cursor, last, value, base);
+    if (error != std::errc() || (final ? end != last : end == last || *end != '-')) return false;
+    cursor = end + (final ? 0 : 1);
+    return true;
+  };
+  if (!field(pid, 10, false) || !field(nonce, 16, false) || !field(counter, 10, true)) return std::nullopt;
+  if (pid <= 0 || pid > std::numeric_limits<pid_t>::max()) return std::nullopt;
+  return TemporaryOwner{static_cast<pid_t>(pid), nonce};
+}
+
+// Whether the writer of a temporary is gone: another run of this pid (an earlier container), or a pid
+// that no process on this machine has (kill(pid, 0) asks without signalling). A writer on another
+// machine sharing the folder cannot be asked, so its temporaries may be taken for stale.
+bool writer_is_gone(const TemporaryOwner& owner) {
+  if (owner.pid == ::getpid()) return owner.nonce != process_nonce();
+  return ::kill(owner.pid, 0) != 0 && errno == ESRCH;
 }
 
 // Owns the temporary until it has been renamed: on any early exit it is closed and removed.
@@ -194,11 +223,11 @@ void check_regular_file(const std::string& path, const char* what) {
 
 void remove_stale_temporaries(const std::string& folder) {
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
-    const std::optional<long> pid = temporary_owner(entry.path().filename().string());
-    // kill(pid, 0) asks whether the process exists without signalling it.
-    if (pid && *pid != ::getpid() && ::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH)
-      std::filesystem::remove(entry.path(), error);
+  std::filesystem::directory_iterator entry(folder, error), end;
+  for (; !error && entry != end; entry.increment(error)) {
+    const std::optional<TemporaryOwner> owner = temporary_owner(entry->path().filename().string());
+    std::error_code ignored;  // one that cannot be removed is left, as before
+    if (owner && writer_is_gone(*owner)) std::filesystem::remove(entry->path(), ignored);
   }
 }
 

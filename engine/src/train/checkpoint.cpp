@@ -110,9 +110,13 @@ TrainState Trainer::restore_checkpoint(const std::string& path, int64_t batches_
                                                 "the data changed since it was written (resume with the run config "
                                                 "it was written with)",
                                                 t.step, t.epoch, batches_per_epoch, t.batch));
-  if (t.window.samples > t.window.steps * config_.batch_size)
-    unusable_checkpoint(state_path, fmt::format("its metrics window counts {} samples in {} steps of at most {}",
-                                                t.window.samples, t.window.steps, config_.batch_size));
+  // Windows close at every epoch's end, so one holds at most the epoch's batches so far.
+  int64_t most_samples = 0;
+  if (t.window.steps > t.batch || __builtin_mul_overflow(t.window.steps, config_.batch_size, &most_samples) ||
+      t.window.samples > most_samples)
+    unusable_checkpoint(state_path, fmt::format("its metrics window counts {} samples in {} steps (of batches of at "
+                                                "most {}) at batch {} of its epoch",
+                                                t.window.samples, t.window.steps, config_.batch_size, t.batch));
   optimizer_->set_steps(saved.optimizer_steps);
   load_tensors(weights_path(state_path, saved), saved.weights_sha256, true);
   return t;

@@ -20,6 +20,12 @@ constexpr const char* kAdvice =
 // The captured step keeps the dropout counter in a double: exact to 2^53.
 constexpr int64_t kMaxRngOffset = int64_t(1) << 53;
 
+// Paths in the state need not be valid UTF-8; nlohmann's dump() would throw on them, so the digest and
+// the file are both written with invalid bytes replaced (the same text on every dump).
+std::string dump(const nlohmann::json& json, int indent = -1) {
+  return json.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void raise_unusable(const std::string& message) {
   throw InvalidArgument(fmt::format("{}: this checkpoint is unusable. {}", message, kAdvice));
 }
@@ -75,8 +81,8 @@ void unusable_checkpoint(const std::string& path, const std::string& what) {
 
 std::string encode_checkpoint_state(const CheckpointState& state) {
   nlohmann::json json = to_json(state);
-  json["state_sha256"] = io::sha256_hex(json.dump());
-  return json.dump(2) + "\n";
+  json["state_sha256"] = io::sha256_hex(dump(json));
+  return dump(json, 2) + "\n";
 }
 
 CheckpointState decode_checkpoint_state(const std::string& text, const std::string& path) {
@@ -100,7 +106,7 @@ CheckpointState decode_checkpoint_state(const std::string& text, const std::stri
   const std::string digest = need.string("state_sha256");
   nlohmann::json covered = json;
   covered.erase("state_sha256");
-  if (digest != io::sha256_hex(covered.dump()))
+  if (digest != io::sha256_hex(dump(covered)))
     unusable_checkpoint(path, "its contents do not match its state_sha256 (the file was edited or damaged)");
 
   CheckpointState s;

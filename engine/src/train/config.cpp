@@ -108,7 +108,8 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   c.seed = top.integer("seed", c.seed, 0);
   c.drop_last = top.boolean("drop_last", c.drop_last);
   c.capture = top.boolean("capture", c.capture);
-  c.log_every = top.integer("log_every", c.log_every, 1);
+  // At most 2^24: the device counts a window's steps in f32 (MetricsWindow), exact that far.
+  c.log_every = top.integer("log_every", c.log_every, 1, int64_t(1) << 24);
   c.nonfinite_loss = top.kind("nonfinite_loss", c.nonfinite_loss, nonfinite_loss_names);
 
   JsonReader eval = top.child("eval");

@@ -46,7 +46,10 @@ WindowTotals MetricsWindow::totals() const {
 
 int64_t MetricsWindow::first_nonfinite_step() const {
   if (std::isfinite(loss_sum_.to_doubles()[0])) return 0;
-  return window_start_ + static_cast<int64_t>(finite_steps_.to_doubles()[0]) + 1;
+  // Within the window whatever the device counted (a backend failing conformance's finite-test could
+  // count every step as finite).
+  const auto finite = static_cast<int64_t>(finite_steps_.to_doubles()[0]);
+  return window_start_ + std::clamp<int64_t>(finite + 1, 1, std::max<int64_t>(steps_, 1));
 }
 
 }  // namespace kestrel

@@ -35,6 +35,17 @@ class NonFiniteGuard {
  public:
   NonFiniteGuard(const RunConfig& config, int64_t batches) : config_(config), batches_(batches) {}
 
+  // A checkpoint written by a run told to continue may hold a non-finite window: said then already.
+  void resumed(const TrainState& state) {
+    if (std::isfinite(state.window.loss)) return;
+    if (config_.nonfinite_loss == NonFiniteLoss::stop)
+      throw NonFiniteLossError(fmt::format(
+          "{}: the checkpoint resumed from was written at step {} after the training loss had become NaN or infinite "
+          "(by a run told to continue); resume from an earlier checkpoint, or set \"nonfinite_loss\": \"continue\"",
+          config_.source, state.step));
+    said_ = true;
+  }
+
   void check(const MetricsWindow& metrics, RunReport& report) {
     const int64_t step = metrics.first_nonfinite_step();
     if (!step || said_) return;
@@ -107,6 +118,7 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
   RunReport report(config_, plan, identity(), state, resuming, options);
   MetricsWindow metrics(device_, train_->is_classification(), state.window, state.step);
   NonFiniteGuard nonfinite(config_, plan.batches);
+  nonfinite.resumed(state);
   TrainStep step(config_, *model_, *optimizer_, metrics, [&](const std::string& note) { report.message(note); });
 
   EvalResult test{NAN, NAN, 0};
