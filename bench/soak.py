@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """A long training run watched from outside: `kestrel train` for --steps optimizer steps (default 10^5)
-of the Fashion-MNIST MLP, with everything a long run does — the loader's worker threads, captured-step
-replay, an evaluation and a checkpoint at every epoch's end, checkpoints every 500 steps, the
+with everything a long run does — the loader's worker threads started every epoch, captured-step
+replay, an evaluation and a checkpoint at every epoch's end, checkpoints every `every_steps`, the
 metrics log — while its resident memory (VmRSS) is sampled twice a second. Memory that grows with
 steps is a leak; the target is growth <= 5% from the end of the first tenth of the run (allocations
-warmed up) to its end. Writes bench/results/<date>-<host>-soak.md with the command.
+warmed up) to its end. The default config, the seeds' linear regression (32 steps an epoch), turns
+10^5 steps into 3125 epochs, so per-epoch resources are churned thousands of times; --config
+models/fashion_mlp.train.json soaks a real dataset (938 steps an epoch). Writes
+bench/results/<date>-<host>-soak-<config name>.md with the command.
 
-    python3 bench/soak.py [--build build] [--backend cpu] [--steps 100000]
+    python3 bench/soak.py [--build build] [--backend cpu] [--steps 100000] [--config CONFIG]
 """
 import argparse
 import json
@@ -30,11 +33,11 @@ def main():
     parser.add_argument("--build", default="build")
     parser.add_argument("--backend", default="cpu")
     parser.add_argument("--steps", type=int, default=100000)
-    parser.add_argument("--config", default="models/fashion_mlp.train.json")
+    parser.add_argument("--config", default="models/linear_regression.train.json")
     args = parser.parse_args()
     out = pathlib.Path(tempfile.mkdtemp(prefix="kestrel_soak_"))
     command = [str(ROOT / args.build / "bin" / "kestrel"), "train", str(ROOT / args.config), "--backend", args.backend,
-               "--epochs", "1000", "--max-steps", str(args.steps), "--out", str(out), "--quiet"]
+               "--epochs", "1000000", "--max-steps", str(args.steps), "--out", str(out), "--quiet"]
     start = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     samples = []  # (seconds, KiB)
@@ -56,19 +59,20 @@ def main():
     growth = (end / warm - 1) * 100
     peak = max(kib for _, kib in samples)
     quarters = [next(kib for t, kib in samples if t >= seconds * q) for q in (0.1, 0.25, 0.5, 0.75)]
-    path, date = result_path("soak")
+    name = pathlib.Path(args.config).name.split(".")[0]
+    path, date = result_path(f"soak-{name}")
     shown = " ".join(["python3 bench/soak.py", "--build", args.build, "--backend", args.backend, "--steps",
-                      str(args.steps)])
+                      str(args.steps), "--config", args.config])
     write(path, [
         f"# Soak: {summary['steps']} training steps of {summary['model']} on {summary['device']} ({date})",
         "",
-        f"Command: `{shown}` (runs `{' '.join(command[1:3])} --backend {args.backend} --epochs 1000 "
+        f"Command: `{shown}` (runs `kestrel train {args.config} --backend {args.backend} --epochs 1000000 "
         f"--max-steps {args.steps} --quiet`)",
         "",
-        f"{summary['steps']} steps ({summary['epochs']} epochs, each ending with an evaluation of the 10,000 test "
-        f"images and a checkpoint; checkpoints every 500 steps besides) in {seconds:.0f} s; "
-        f"{summary['replayed_steps']} steps replayed from the captured step; final test accuracy "
-        f"{summary.get('test_accuracy', float('nan')) * 100:.2f}%.",
+        f"{summary['steps']} steps ({summary['epochs']} epochs, each ending with an evaluation of the test "
+        f"data and a checkpoint) in {seconds:.0f} s, {summary['replayed_steps']} of them replayed from the "
+        f"captured step; final test loss {summary['test_loss']:.4g}"
+        + (f", accuracy {summary['test_accuracy'] * 100:.2f}%." if "test_accuracy" in summary else "."),
         "",
         "| resident memory (VmRSS) | MiB |",
         "|---|---|",

@@ -54,6 +54,18 @@ TEST(CliModels, EveryShippedModelChecks) {
   EXPECT_GE(checked, 5);
 }
 
+// A sequence model's layers: token ids embedded, normalised per position, a linear layer over the last
+// axis of (N, T, features).
+TEST(CliModels, SequenceLayersCheck) {
+  fs::path file = write_temp("sequence.json", R"({"input": {"shape": [7], "dtype": "i64"}, "layers": [
+      {"type": "embedding", "num_embeddings": 50, "embedding_dim": 16, "padding_idx": 0},
+      {"type": "layernorm", "normalized_shape": 16}, {"type": "linear", "out_features": 50}]})");
+  CliRun r = run("check " + file.string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* expected : {"(N, 7, 16)", "(N, 7, 50)", "Total parameters: 1682"})
+    EXPECT_NE(r.output.find(expected), std::string::npos) << expected << "\n" << r.output;
+}
+
 TEST(CliModels, EveryShippedRunConfigTrains) {
   int trained = 0;
   for (const auto& entry : fs::directory_iterator(models)) {
@@ -116,7 +128,7 @@ TEST(CliModels, BadModelFilesGetPathQualifiedErrors) {
        "/layers/0/kernel_size: conv2d needs 'kernel_size'"},
       {"needs_flatten.json",
        R"({"input": {"shape": [3, 14, 14]}, "layers": [{"type": "conv2d", "out_channels": 16, "kernel_size": 3, "padding": 1}, {"type": "linear", "out_features": 10}]})",
-       "/layers/1: linear expects a rank-2 input (N, features), got (N, 16, 14, 14); add a flatten layer"},
+       "/layers/1: linear expects a rank-2 input (N, features) or a rank-3 sequence (N, T, features), got (N, 16, 14, 14); add a flatten layer"},
       {"too_small.json", R"({"input": {"shape": [1, 4, 4]}, "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 5}]})",
        "does not fit the 4x4 input"},
       {"bad_input.json", R"({"input": {"shape": [0]}, "layers": [{"type": "relu"}]})", "/input/shape/0: expected a positive integer"},
@@ -128,6 +140,15 @@ TEST(CliModels, BadModelFilesGetPathQualifiedErrors) {
        "invalid JSON at line 2, column 75: nested deeper than 64 levels"},
       {"number_overflow.json", R"({"input": {"shape": [1e999]}, "layers": [{"type": "relu"}]})",
        "invalid JSON: [json.exception.out_of_range.406] number overflow parsing '1e999'"},
+      {"embedding_of_values.json",
+       R"({"input": {"shape": [7]}, "layers": [{"type": "embedding", "num_embeddings": 5, "embedding_dim": 4}]})",
+       "/layers/0: embedding reads i64 token ids, but its input 0 holds f32 values; give it the model's i64 input"},
+      {"padding_outside.json",
+       R"({"input": {"shape": [7], "dtype": "i64"}, "layers": [{"type": "embedding", "num_embeddings": 5, "embedding_dim": 4, "padding_idx": 5}]})",
+       "embedding: padding_idx 5 is not a row of its 5 embeddings"},
+      {"layernorm_width.json",
+       R"({"input": {"shape": [4]}, "layers": [{"type": "layernorm", "normalized_shape": 8}]})",
+       "/layers/0: layernorm normalises a last axis of 8 features, but its input is (N, 4)"},
       {"bad_graph.json", R"({"input": {"shape": [4]}, "nodes": [{"name": "a", "type": "add", "inputs": ["input", "b"]}]})",
        "/nodes/0/inputs/1: \"b\" is not \"input\" or the name of an earlier node"},
   };

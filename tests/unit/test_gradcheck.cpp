@@ -117,6 +117,28 @@ TEST_P(Gradcheck, BatchNorm2d) {
   }
 }
 
+TEST_P(Gradcheck, LayerNorm) {
+  // Over the last axis of a sequence (N, T, D), with and without the affine parameters.
+  gradcheck([](auto& v) { return fn::layer_norm(v[0], v[1], v[2], 1, 1e-5); },
+            {random_f64({2, 3, 5}, 40), random_f64({5}, 41), random_f64({5}, 42)}, 1e-5);
+  gradcheck([](auto& v) { return fn::layer_norm(v[0], Var(), Var(), 1, 1e-5); }, {random_f64({4, 6}, 43)}, 1e-5);
+  // Over two axes.
+  gradcheck([](auto& v) { return fn::layer_norm(v[0], v[1], v[2], 2, 1e-5); },
+            {random_f64({3, 2, 4}, 44), random_f64({2, 4}, 45), random_f64({2, 4}, 46)}, 1e-5);
+}
+
+TEST_P(Gradcheck, Embedding) {
+  // Repeated ids accumulate; the padding row (2) gets no gradient.
+  Tensor tokens = Tensor::from_vector<int64_t>({1, 2, 1, 0, 4, 2}, {2, 3}, cpu());
+  gradcheck([&](auto& v) { return fn::embedding(tokens, v[0]); }, {random_f64({5, 3}, 47)});
+  Var table(random_f64({5, 3}, 48), true);
+  kestrel::backward(fn::sum(fn::embedding(tokens, table, 2)));
+  auto grad = table.grad().to_doubles();
+  const double want[5] = {1, 2, 0, 0, 1};  // uses of each row
+  for (int row = 0; row < 5; ++row)
+    for (int d = 0; d < 3; ++d) EXPECT_EQ(grad[row * 3 + d], want[row]) << "row " << row;
+}
+
 TEST_P(Gradcheck, Activations) {
   Tensor x = random_f64({3, 7}, 20, -2, 2);
   gradcheck([](auto& v) { return fn::relu(v[0]); }, {x});
@@ -186,6 +208,40 @@ TEST(Autograd, ModelGradientsAddOrOverwriteAfterALazyZero) {
   expect_scaled(model.flat_gradients().to_vector<float>(), once, 0);
 }
 
+// Token ids through an embedding, a layer norm per position and a linear layer over the last axis:
+// (N, T) -> (N, T, V), initialised as torch (embedding rows N(0, 1), the padding row zero), with a
+// gradient reaching every parameter.
+TEST(Autograd, ASequenceModelEmbedsNormalisesAndProjectsEachPosition) {
+  kestrel::ModelSpec spec = kestrel::ModelSpec::parse(R"({"input": {"shape": [4], "dtype": "i64"}, "layers": [
+      {"type": "embedding", "num_embeddings": 300, "embedding_dim": 8, "padding_idx": 0},
+      {"type": "layernorm", "normalized_shape": 8}, {"type": "linear", "out_features": 300}]})", "inline");
+  kestrel::Model model(spec, cpu(), 7);
+  auto table = model.parameters()[0].var.value().to_doubles();  // (300, 8)
+  double sum = 0, squares = 0;
+  for (size_t i = 8; i < table.size(); ++i) sum += table[i], squares += table[i] * table[i];
+  const double n = double(table.size() - 8), mean = sum / n;
+  EXPECT_NEAR(mean, 0.0, 0.1);
+  EXPECT_NEAR(std::sqrt(squares / n - mean * mean), 1.0, 0.1);
+  for (int d = 0; d < 8; ++d) EXPECT_EQ(table[d], 0.0) << "the padding row starts at zero";
+
+  uint64_t rng_offset = 0;
+  Tensor tokens = Tensor::from_vector<int64_t>({5, 0, 299, 5, 1, 2, 3, 0}, {2, 4}, cpu());
+  Var logits = model.forward(tokens, true, 0, rng_offset);
+  EXPECT_EQ(logits.value().shape(), (kestrel::Shape{2, 4, 300}));
+  kestrel::backward(fn::sum(fn::mul(logits, Var(random_f64({2, 4, 300}, 50).to(DType::f32)))));
+  model.settle_gradients();
+  auto grads = model.flat_gradients().to_vector<float>();  // the parameters' gradients, in their order
+  size_t offset = 0;
+  for (const auto& p : model.parameters()) {
+    const auto n = static_cast<size_t>(p.var.value().numel());
+    double magnitude = 0;
+    for (size_t i = offset; i < offset + n; ++i) magnitude += std::abs(grads[i]);
+    EXPECT_GT(magnitude, 0) << p.name << " got no gradient";
+    offset += n;
+  }
+  EXPECT_EQ(offset, grads.size());
+}
+
 // A model states what its input holds; a tensor of another dtype is refused with both named.
 TEST(Autograd, AModelRefusesInputOfAnotherDtype) {
   kestrel::ModelSpec spec = kestrel::ModelSpec::parse(
@@ -200,7 +256,7 @@ TEST(Autograd, AModelRefusesInputOfAnotherDtype) {
   } catch (const kestrel::InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("takes f32 input"), std::string::npos) << e.what();
   }
-  // Token ids go only to layers that read them; none of today's kinds does.
+  // Token ids go only to layers that read them (an embedding).
   try {
     kestrel::ModelSpec::parse(R"({"input": {"shape": [8], "dtype": "i64"}, "layers": [{"type": "linear", "out_features": 2}]})",
                               "tokens.json");

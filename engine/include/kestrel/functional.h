@@ -8,7 +8,8 @@
 
 namespace kestrel::fn {
 
-// x: (N, in), weight: (out, in) as torch.nn.Linear, bias: (out) or undefined -> (N, out).
+// x: (N, in), weight: (out, in) as torch.nn.Linear, bias: (out) or undefined -> (N, out). (The linear
+// layer applies it to the last axis of a higher-rank input by folding the others into N.)
 // The activation is fused into the product where the backend offers it.
 Var linear(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation = KESTREL_ACTIVATION_NONE);
 // x: (N, C, H, W), weight: (O, C, KH, KW), bias: (O) or undefined -> (N, O, OH, OW). Via im2col + GEMM.
@@ -21,6 +22,13 @@ Var avg_pool2d(const Var& x, const ops::Window& window);  // padding counts, as 
 // uses the running statistics.
 Var batch_norm2d(const Var& x, const Var& weight, const Var& bias, Tensor& running_mean, Tensor& running_var,
                  bool training, double momentum, double eps);
+// Layer normalisation over the last `normalized` axes of x (torch.nn.LayerNorm): weight and bias have
+// those axes' shape, or are both undefined (elementwise_affine false). Same in training and inference.
+Var layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized, double eps);
+
+// tokens: (N, ...) i64 ids in [0, V), weight: (V, D) -> (N, ..., D), the rows of weight (torch.nn.Embedding).
+// The row padding_idx (when >= 0) receives no gradient.
+Var embedding(const Tensor& tokens, const Var& weight, int64_t padding_idx = -1);
 
 Var relu(const Var& x);
 Var gelu(const Var& x);

@@ -1,4 +1,4 @@
-// Pooling and batch normalisation: forward and backward side by side.
+// Pooling, batch normalisation and layer normalisation: forward and backward side by side.
 #include <fmt/format.h>
 
 #include "kestrel/functional.h"
@@ -57,6 +57,44 @@ Var batch_norm2d(const Var& x, const Var& weight, const Var& bias, Tensor& runni
                     // dx = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), means over (N, H, W)
                     Tensor mean_dxhat = math::mean(dxhat, stats_dims, true);
                     Tensor mean_dxhat_xhat = math::mean(math::mul(dxhat, xhat), stats_dims, true);
+                    Tensor centered = math::sub(math::sub(dxhat, mean_dxhat), math::mul(xhat, mean_dxhat_xhat));
+                    accumulate_grad(*x, math::mul(centered, invstd));
+                  });
+}
+
+// Over the last `normalized` axes, per position: the statistics are the sample's own, so training and
+// inference compute the same thing and there are no running buffers.
+Var layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized, double eps) {
+  const Tensor& input = x.value();  // (..., *normalized_shape)
+  if (normalized < 1 || normalized > input.rank())
+    throw InvalidArgument(fmt::format("layer_norm: cannot normalise the last {} axes of {}", normalized, input.describe()));
+  std::vector<int> dims;  // the normalised axes
+  for (int d = input.rank() - normalized; d < input.rank(); ++d) dims.push_back(d);
+  Tensor mean = math::mean(input, dims, true);                                                    // (..., 1, ..)
+  Tensor var = math::mean(math::unary(KESTREL_UNARY_SQUARE, math::sub(input, mean)), dims, true);  // biased, as torch
+  Tensor invstd = math::unary(KESTREL_UNARY_RSQRT, math::affine(var, 1.0, eps));
+  Tensor xhat = math::mul(math::sub(input, mean), invstd);
+  Tensor y = xhat;
+  std::vector<Var> parents{x};
+  if (weight.defined()) {
+    y = math::add(math::mul(xhat, weight.value()), bias.value());  // weight, bias: normalized_shape
+    parents.push_back(weight);
+    parents.push_back(bias);
+  }
+  // The other axes, over which weight and bias gradients sum.
+  std::vector<int> batch_dims;
+  for (int d = 0; d < input.rank() - normalized; ++d) batch_dims.push_back(d);
+  return make_var(y, parents, "layer_norm",
+                  [x = x.node(), weight = weight.node(), bias = bias.node(), xhat, invstd, dims,
+                   batch_dims](const Tensor& dy) {
+                    auto over_batch = [&](const Tensor& t) { return batch_dims.empty() ? t : math::sum(t, batch_dims, false); };
+                    if (bias && bias->requires_grad) accumulate_grad(*bias, over_batch(dy));
+                    if (weight && weight->requires_grad) accumulate_grad(*weight, over_batch(math::mul(dy, xhat)));
+                    if (!x->requires_grad) return;
+                    Tensor dxhat = weight ? math::mul(dy, weight->value) : dy;
+                    // dx = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), means over the normalised axes
+                    Tensor mean_dxhat = math::mean(dxhat, dims, true);
+                    Tensor mean_dxhat_xhat = math::mean(math::mul(dxhat, xhat), dims, true);
                     Tensor centered = math::sub(math::sub(dxhat, mean_dxhat), math::mul(xhat, mean_dxhat_xhat));
                     accumulate_grad(*x, math::mul(centered, invstd));
                   });

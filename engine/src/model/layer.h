@@ -51,7 +51,9 @@ struct ParamSpec {
   Shape shape;
   double bound = 0;     // initialised uniform in [-bound, bound] (torch's Kaiming-uniform defaults)...
   bool constant = false;
-  double value = 0;     // ...or to this constant (batchnorm's weight 1 and bias 0)
+  double value = 0;     // ...or to this constant (batchnorm's weight 1 and bias 0)...
+  double normal_std = 0;  // ...or, when > 0, drawn from N(0, normal_std^2) (embeddings)
+  int64_t zero_row = -1;  // a row set to zeros after the draw (an embedding's padding_idx)
 };
 struct BufferSpec {
   std::string suffix;

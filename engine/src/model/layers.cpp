@@ -39,18 +39,31 @@ Shape windowed_shape(const char* type, const Shape& in, int64_t channels, const 
 class Linear : public Layer {
  public:
   explicit Linear(const Args& a) : out_(a.integer("out_features")), bias_(a.boolean("bias")) {}
+  // (N, features) or a sequence (N, T, features), over the last axis as torch. An image (N, C, H, W) is
+  // refused rather than mapped over its width: there a missing flatten is the likely mistake.
   Shape infer(const std::vector<Shape>& in) const override {
-    need_rank("linear", in[0], 2, "(N, features)", in[0].size() > 2 ? "; add a flatten layer before it" : "");
-    return {in[0][0], out_};
+    if (in[0].size() != 2 && in[0].size() != 3)
+      shape_error(fmt::format("linear expects a rank-2 input (N, features) or a rank-3 sequence (N, T, features), "
+                              "got {}{}",
+                              batch_shape_str(in[0]), in[0].size() > 3 ? "; add a flatten layer before it" : ""));
+    Shape out = in[0];
+    out.back() = out_;
+    return out;
   }
   std::vector<ParamSpec> params(const std::vector<Shape>& in) const override {
-    double bound = 1.0 / std::sqrt(double(in[0][1]));  // kaiming_uniform_(a=sqrt(5)) and the bias rule of torch
-    std::vector<ParamSpec> p{{"weight", {out_, in[0][1]}, bound}};
+    const int64_t features = in[0].back();
+    double bound = 1.0 / std::sqrt(double(features));  // kaiming_uniform_(a=sqrt(5)) and the bias rule of torch
+    std::vector<ParamSpec> p{{"weight", {out_, features}, bound}};
     if (bias_) p.push_back({"bias", {out_}, bound});
     return p;
   }
   Var forward(const std::vector<Var>& in, LayerContext& c) const override {
-    return fn::linear(in[0], c.params[0], bias_ ? c.params[1] : Var(), activation_);
+    const Var& bias = bias_ ? c.params[1] : Var();
+    const Shape& shape = in[0].value().shape();
+    if (shape.size() == 2) return fn::linear(in[0], c.params[0], bias, activation_);
+    // A sequence: its positions fold into the batch of one product.
+    Var rows = fn::linear(fn::reshape(in[0], {-1, shape.back()}), c.params[0], bias, activation_);
+    return fn::reshape(rows, {shape[0], shape[1], out_});
   }
   bool fuse_activation(kestrel_activation act) override {
     activation_ = act;
@@ -141,6 +154,60 @@ class BatchNorm2d : public Layer {
  private:
   int64_t features_;
   double eps_, momentum_;
+};
+
+// Token ids to learned vectors (torch.nn.Embedding): (N, ...) i64 -> (N, ..., embedding_dim).
+class Embedding : public Layer {
+ public:
+  explicit Embedding(const Args& a)
+      : vocabulary_(a.integer("num_embeddings")), width_(a.integer("embedding_dim")), padding_(a.integer("padding_idx")) {
+    if (padding_ >= vocabulary_)
+      shape_error(fmt::format("embedding: padding_idx {} is not a row of its {} embeddings", padding_, vocabulary_));
+  }
+  DType input_dtype() const override { return DType::i64; }
+  Shape infer(const std::vector<Shape>& in) const override {
+    Shape out = in[0];
+    out.push_back(width_);
+    return out;
+  }
+  std::vector<ParamSpec> params(const std::vector<Shape>&) const override {
+    ParamSpec weight{"weight", {vocabulary_, width_}};
+    weight.normal_std = 1.0;  // torch: N(0, 1), the padding row zeros
+    weight.zero_row = padding_;
+    return {weight};
+  }
+  Var forward(const std::vector<Var>& in, LayerContext& c) const override {
+    return fn::embedding(in[0].value(), c.params[0], padding_);
+  }
+
+ private:
+  int64_t vocabulary_, width_, padding_;
+};
+
+// Normalises each sample (or sequence position) over its last axis (torch.nn.LayerNorm with an integer
+// normalized_shape), with a learned scale and shift unless elementwise_affine is false.
+class LayerNorm : public Layer {
+ public:
+  explicit LayerNorm(const Args& a)
+      : features_(a.integer("normalized_shape")), eps_(a.number("eps")), affine_(a.boolean("elementwise_affine")) {}
+  Shape infer(const std::vector<Shape>& in) const override {
+    if (in[0].size() < 2 || in[0].back() != features_)
+      shape_error(fmt::format("layernorm normalises a last axis of {} features, but its input is {}", features_,
+                              batch_shape_str(in[0])));
+    return in[0];
+  }
+  std::vector<ParamSpec> params(const std::vector<Shape>&) const override {
+    if (!affine_) return {};
+    return {{"weight", {features_}, 0, true, 1.0}, {"bias", {features_}, 0, true, 0.0}};
+  }
+  Var forward(const std::vector<Var>& in, LayerContext& c) const override {
+    return affine_ ? fn::layer_norm(in[0], c.params[0], c.params[1], 1, eps_) : fn::layer_norm(in[0], Var(), Var(), 1, eps_);
+  }
+
+ private:
+  int64_t features_;
+  double eps_;
+  bool affine_;
 };
 
 class Flatten : public Layer {
@@ -276,6 +343,13 @@ const std::vector<LayerKind>& layer_kinds() {
       {"batchnorm2d",
        {integer("num_features", 0, 0), number("eps", 0, 1, 1e-5), number("momentum", 0, 1, 0.1)},
        make<BatchNorm2d>},
+      {"layernorm",
+       {integer("normalized_shape", 1, nullptr), number("eps", 0, 1, 1e-5), boolean("elementwise_affine", true)},
+       make<LayerNorm>},
+      // padding_idx -1: none.
+      {"embedding", {integer("num_embeddings", 1, nullptr), integer("embedding_dim", 1, nullptr),
+                     integer("padding_idx", -1, -1)},
+       make<Embedding>},
       {"flatten", {}, make_flatten},
       {"relu", {}, make_activation<kRelu>},
       {"gelu", {}, make_activation<kGelu>},

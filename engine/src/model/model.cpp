@@ -43,9 +43,15 @@ Model::Model(ModelSpec spec, const Device& device, uint64_t seed) : spec_(std::m
     Tensor value = flat_params_.slice(0, offset, offset + n).view(p.spec.shape);
     if (p.spec.constant) {
       ops::fill_(value, p.spec.value);
+    } else if (p.spec.normal_std > 0) {
+      ops::random_(value, KESTREL_DISTRIBUTION_NORMAL, seed, uint64_t(k) << 40, 0.0, p.spec.normal_std);
     } else {
       // Each parameter draws from its own counter range, so adding a layer does not reshuffle the others.
       ops::random_(value, KESTREL_DISTRIBUTION_UNIFORM, seed, uint64_t(k) << 40, -p.spec.bound, p.spec.bound);
+    }
+    if (p.spec.zero_row >= 0) {
+      Tensor row = value.slice(0, p.spec.zero_row, p.spec.zero_row + 1);
+      ops::fill_(row, 0.0);
     }
     Var var(value, true);
     grads_.push_back(std::make_shared<ParameterGrad>(flat_grads_.slice(0, offset, offset + n).view(p.spec.shape)));

@@ -1,0 +1,35 @@
+// Token embeddings: forward and backward side by side.
+#include <fmt/format.h>
+
+#include "kestrel/functional.h"
+#include "tensor_math.h"
+
+namespace kestrel::fn {
+
+// The composed path: a gather of whole rows and, backward, a scatter-add of the rows' gradients. The
+// row index is repeated across the embedding width because gather and scatter_add take an index of
+// their data's rank (torch.gather semantics); a fused embedding op would read the token ids directly.
+Var embedding(const Tensor& tokens, const Var& weight, int64_t padding_idx) {
+  const Tensor& table = weight.value();  // (V, D)
+  if (tokens.dtype() != DType::i64 || table.rank() != 2)
+    throw InvalidArgument(fmt::format("embedding: expected i64 token ids and a (vocabulary, width) table, got {} and {}",
+                                      tokens.describe(), table.describe()));
+  const int64_t count = tokens.numel(), width = table.size(1);
+  Tensor rows = tokens.contiguous().view({count, 1}).expand({count, width}).contiguous();  // (count, D) row ids
+  Shape out_shape = tokens.shape();  // (N, ...) -> (N, ..., D)
+  out_shape.push_back(width);
+  Tensor y = ops::gather(table, 0, rows).view(out_shape);
+  return make_var(y, {weight}, "embedding", [weight = weight.node(), rows, count, width, padding_idx](const Tensor& dy) {
+    if (!weight->requires_grad) return;
+    Tensor grad = Tensor::zeros(weight->value.shape(), dy.dtype(), dy.device());  // (V, D)
+    ops::scatter_add_(grad, 0, rows, dy.contiguous().view({count, width}));
+    // torch: the padding row never receives a gradient, so it stays as initialised (zeros).
+    if (padding_idx >= 0) {
+      Tensor padding_row = grad.slice(0, padding_idx, padding_idx + 1);
+      ops::fill_(padding_row, 0.0);
+    }
+    accumulate_grad(*weight, grad);
+  });
+}
+
+}  // namespace kestrel::fn
