@@ -163,6 +163,21 @@ TEST_P(Gradcheck, ArithmeticAndShapes) {
 TEST_P(Gradcheck, Losses) {
   Tensor labels = Tensor::from_vector<int64_t>({0, 3, 2, 3, 1}, {5}, cpu());
   gradcheck([&](auto& v) { return fn::cross_entropy(v[0], labels); }, {random_f64({5, 4}, 30, -3, 3)});
+  // Per position: (N, T, C) logits, (N, T) labels; with ignore_index the ignored positions get no
+  // gradient and the mean is over the others.
+  Tensor positions = Tensor::from_vector<int64_t>({0, 3, 2, 1, 1, 3}, {2, 3}, cpu());
+  gradcheck([&](auto& v) { return fn::cross_entropy(v[0], positions); }, {random_f64({2, 3, 4}, 33, -3, 3)});
+  gradcheck([&](auto& v) { return fn::cross_entropy(v[0], positions, 3); }, {random_f64({2, 3, 4}, 34, -3, 3)});
+  {
+    Tensor x = random_f64({2, 3, 4}, 35, -3, 3);
+    Tensor kept_labels = Tensor::from_vector<int64_t>({0, 2, 1, 1}, {4}, cpu());  // the positions not labelled 3
+    std::vector<double> all = x.to_doubles(), kept;
+    for (int row : {0, 2, 3, 4}) kept.insert(kept.end(), all.begin() + row * 4, all.begin() + row * 4 + 4);
+    kestrel::NoGradGuard no_grad;
+    const double with_ignore = fn::cross_entropy(Var(x), positions, 3).value().to_doubles()[0];
+    const double on_kept = fn::cross_entropy(Var(Tensor::from_vector(kept, {4, 4}, cpu())), kept_labels).value().to_doubles()[0];
+    EXPECT_NEAR(with_ignore, on_kept, 1e-12);
+  }
   Tensor target = random_f64({4, 2}, 31);
   gradcheck([&](auto& v) { return fn::mse_loss(v[0], target); }, {random_f64({4, 2}, 32)});
 }

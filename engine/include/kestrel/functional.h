@@ -2,6 +2,7 @@
 // rule that sits beside it in engine/src/autograd/. Shapes in comments: N batch, C channels.
 #pragma once
 #include <cstdint>
+#include <optional>
 
 #include "kestrel/autograd.h"
 #include "kestrel/ops.h"
@@ -48,8 +49,11 @@ Var flatten(const Var& x);  // (N, ...) -> (N, prod(...))
 Var sum(const Var& x);      // -> scalar
 Var mean(const Var& x);     // -> scalar
 
-// logits: (N, C), labels: (N) i64 -> scalar mean loss. Fused softmax + cross-entropy where offered.
-Var cross_entropy(const Var& logits, const Tensor& labels);
+// logits: (N, C) with labels (N), or per position (N, T, C) with labels (N, T); i64 labels -> the mean
+// loss over samples (positions) as a scalar. Positions labelled ignore_index, when given, add nothing
+// and are not counted (torch's ignore_index; all ignored gives NaN, as torch). Fused softmax +
+// cross-entropy where offered.
+Var cross_entropy(const Var& logits, const Tensor& labels, std::optional<int64_t> ignore_index = std::nullopt);
 // mean((prediction - target)^2) -> scalar
 Var mse_loss(const Var& prediction, const Tensor& target);
 

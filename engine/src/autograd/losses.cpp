@@ -1,36 +1,70 @@
-// Losses: forward and backward side by side. Both return the mean over the batch as a scalar.
+// Losses: forward and backward side by side. Both return the mean over the batch (or its positions) as a scalar.
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "kestrel/functional.h"
 #include "tensor_math.h"
 
 namespace kestrel::fn {
 
-Var cross_entropy(const Var& logits, const Tensor& labels) {
-  const Tensor& x = logits.value();  // (N, C)
-  if (x.rank() != 2 || labels.rank() != 1 || labels.size(0) != x.size(0))
-    throw InvalidArgument(fmt::format("cross_entropy: logits {} and labels {} must be (N, C) and (N)", x.describe(),
-                                      labels.describe()));
-  const int64_t n = x.size(0);
-  Tensor in = x.contiguous();
-  Tensor losses = Tensor::empty({n}, x.dtype(), x.device());
-  Tensor dlogits = Tensor::empty(x.shape(), x.dtype(), x.device());  // softmax - onehot, per sample
-  if (!ops::launch_if_supported(x.device(),
-                                ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr, {in, labels}, {losses, dlogits}))) {
-    // loss_i = logsumexp(x_i) - x_i[label_i]; gradient softmax(x_i) - onehot(label_i)
-    Tensor shifted = math::sub(in, ops::reduce(KESTREL_REDUCE_MAX, in, {1}, true));
-    Tensor exp = math::unary(KESTREL_UNARY_EXP, shifted);
-    Tensor total = math::sum(exp, {1}, true);
-    Tensor log_probs = math::sub(shifted, math::unary(KESTREL_UNARY_LOG, total));
-    Tensor index = labels.dtype() == DType::i64 ? labels.view({n, 1}) : labels.to(DType::i64).view({n, 1});
-    losses = math::scale(ops::gather(log_probs, 1, index), -1.0).view({n});
-    dlogits = math::div(exp, total);
-    ops::scatter_add_(dlogits, 1, index, Tensor::full({n, 1}, -1.0, x.dtype(), x.device()));
+namespace {
+
+struct PerRow {
+  Tensor losses;   // (n): -log softmax(x)[label]
+  Tensor dlogits;  // (n, C): softmax(x) - onehot(label)
+};
+
+PerRow softmax_cross_entropy(const Tensor& in, const Tensor& labels) {  // in: (n, C) contiguous, labels: (n)
+  const int64_t n = in.size(0);
+  PerRow r{Tensor::empty({n}, in.dtype(), in.device()), Tensor::empty(in.shape(), in.dtype(), in.device())};
+  if (ops::launch_if_supported(in.device(),
+                               ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr, {in, labels}, {r.losses, r.dlogits})))
+    return r;
+  // loss_i = logsumexp(x_i) - x_i[label_i]; gradient softmax(x_i) - onehot(label_i)
+  Tensor shifted = math::sub(in, ops::reduce(KESTREL_REDUCE_MAX, in, {1}, true));
+  Tensor exp = math::unary(KESTREL_UNARY_EXP, shifted);
+  Tensor total = math::sum(exp, {1}, true);
+  Tensor log_probs = math::sub(shifted, math::unary(KESTREL_UNARY_LOG, total));
+  Tensor index = labels.dtype() == DType::i64 ? labels.view({n, 1}) : labels.to(DType::i64).view({n, 1});
+  r.losses = math::scale(ops::gather(log_probs, 1, index), -1.0).view({n});
+  r.dlogits = math::div(exp, total);
+  ops::scatter_add_(r.dlogits, 1, index, Tensor::full({n, 1}, -1.0, in.dtype(), in.device()));
+  return r;
+}
+
+}  // namespace
+
+Var cross_entropy(const Var& logits, const Tensor& labels, std::optional<int64_t> ignore_index) {
+  const Tensor& x = logits.value();  // (N, C) or (N, T, C)
+  const bool fits = (x.rank() == 2 || x.rank() == 3) && labels.rank() == x.rank() - 1 &&
+                    std::equal(labels.shape().begin(), labels.shape().end(), x.shape().begin());
+  if (!fits)
+    throw InvalidArgument(fmt::format("cross_entropy: logits {} and labels {} must be (N, C) and (N), or (N, T, C) and "
+                                      "(N, T)",
+                                      x.describe(), labels.describe()));
+  // Positions fold into rows: one row per sample or per sequence position.
+  const int64_t rows = x.numel() / x.shape().back();
+  Tensor in = x.contiguous().view({rows, x.shape().back()});
+  Tensor flat_labels = labels.contiguous().view({rows});
+  Tensor loss, dlogits;  // scalar; (rows, C): d loss / d logits
+  if (!ignore_index) {
+    PerRow r = softmax_cross_entropy(in, flat_labels);
+    loss = math::mean(r.losses, {}, false);
+    dlogits = math::scale(r.dlogits, 1.0 / static_cast<double>(rows));
+  } else {
+    // torch's ignore_index: those positions add nothing, and the mean is over the others. Their labels
+    // become 0 so that the kernels index inside the classes.
+    Tensor ignored = Tensor::full({}, double(*ignore_index), flat_labels.dtype(), flat_labels.device());
+    Tensor keep = ops::binary(KESTREL_BINARY_NE, flat_labels, ignored);  // (rows) 1 or 0
+    PerRow r = softmax_cross_entropy(in, math::mul(flat_labels, keep));
+    Tensor weight = keep.to(x.dtype());                                    // (rows)
+    Tensor count = math::sum(weight, {}, false);                           // scalar, on the device
+    loss = math::div(math::sum(math::mul(r.losses, weight), {}, false), count);
+    dlogits = math::div(math::mul(r.dlogits, weight.view({rows, 1})), count);
   }
-  Tensor loss = math::mean(losses, {}, false);
-  return make_var(loss, {logits}, "cross_entropy", [logits = logits.node(), dlogits, n](const Tensor& dy) {
-    // d mean / d logits = dlogits / N, times the incoming scalar gradient
-    accumulate_grad(*logits, math::mul(dlogits, math::scale(dy, 1.0 / static_cast<double>(n))));
+  return make_var(loss, {logits}, "cross_entropy", [logits = logits.node(), dlogits](const Tensor& dy) {
+    accumulate_grad(*logits, math::mul(dlogits, dy).view(logits->value.shape()));
   });
 }
 
