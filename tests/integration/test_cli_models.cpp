@@ -149,6 +149,15 @@ TEST(CliModels, BadModelFilesGetPathQualifiedErrors) {
       {"layernorm_width.json",
        R"({"input": {"shape": [4]}, "layers": [{"type": "layernorm", "normalized_shape": 8}]})",
        "/layers/0: layernorm normalises a last axis of 8 features, but its input is (N, 4)"},
+      // Found by fuzzing: flatten multiplied these sizes past int64. Every declared or inferred shape and
+      // every parameter is held to 2^40 elements.
+      {"huge_input.json", R"({"input": {"shape": [1, 2429068000000000008, 68]}, "layers": [{"type": "flatten"}]})",
+       "/input/shape: [1,2429068000000000008,68] holds more than 2^40 elements per sample"},
+      {"huge_output.json",
+       R"({"input": {"shape": [1000], "dtype": "i64"}, "layers": [{"type": "embedding", "num_embeddings": 2, "embedding_dim": 2147483647}]})",
+       "/layers/0: embedding gives (N, 1000, 2147483647): more than 2^40 elements per sample"},
+      {"huge_weight.json", R"({"input": {"shape": [1000]}, "layers": [{"type": "linear", "out_features": 2147483647}]})",
+       "/layers/0: linear's weight would be (2147483647, 1000): more than 2^40 elements"},
       {"bad_graph.json", R"({"input": {"shape": [4]}, "nodes": [{"name": "a", "type": "add", "inputs": ["input", "b"]}]})",
        "/nodes/0/inputs/1: \"b\" is not \"input\" or the name of an earlier node"},
   };

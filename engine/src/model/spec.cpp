@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <sstream>
 
@@ -15,6 +16,18 @@
 namespace kestrel {
 
 namespace {
+
+// Far beyond any real tensor (4 TiB of f32), far below where products of sizes overflow int64: every
+// shape a model declares or infers, and every parameter, is held to it, so layers may multiply sizes.
+constexpr int64_t kMaxElements = int64_t(1) << 40;
+
+// The elements of shape[from:], or nothing beyond kMaxElements.
+std::optional<int64_t> bounded_numel(const Shape& shape, size_t from) {
+  int64_t n = 1;
+  for (size_t d = from; d < shape.size(); ++d)
+    if (__builtin_mul_overflow(n, shape[d], &n) || n > kMaxElements) return std::nullopt;
+  return n;
+}
 
 // The model's input: its per-sample shape and what it holds — f32 values, or i64 token ids for layers
 // that read them.
@@ -44,6 +57,9 @@ std::pair<Shape, DType> read_input(const nlohmann::json& doc, const std::string&
   for (const auto& [key, value] : input->items())
     if (key != "shape" && key != "dtype")
       throw ModelError(fmt::format("{}: /input/{}: unknown key; valid keys: shape, dtype", source, key));
+  if (!bounded_numel(out, 0))
+    throw ModelError(fmt::format("{}: /input/shape: {} holds more than 2^40 elements per sample", source,
+                                 shape.dump()));
   return {out, dtype};
 }
 
@@ -157,7 +173,16 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
     } catch (const ShapeError& e) {
       throw ModelError(fmt::format("{}: {}", where, e.what()));
     }
-    for (const auto& p : layer->params(in_shapes)) info.parameters += shape_numel(p.shape);
+    if (!bounded_numel(info.output_shape, 1))
+      throw ModelError(fmt::format("{}: {} gives {}: more than 2^40 elements per sample", where, info.type,
+                                   batch_shape_str(info.output_shape)));
+    for (const auto& p : layer->params(in_shapes)) {
+      const std::optional<int64_t> n = bounded_numel(p.shape, 0);
+      if (!n)
+        throw ModelError(fmt::format("{}: {}'s {} would be {}: more than 2^40 elements", where, info.type, p.suffix,
+                                     shape_str(p.shape)));
+      info.parameters += *n;
+    }
     by_name[info.name] = static_cast<int>(i);
     shapes.push_back(info.output_shape);
     spec.layers_.push_back(info);
