@@ -163,12 +163,13 @@ void unary_cases(Runner& r) {
       });
     }
   }
-  // The trainer's finiteness test (MetricsWindow): 0 * x + 0 == 0 exactly when x is finite. A compiler
-  // that folds 0 * x to 0 (as relaxed floating-point modes may) would hide a diverged loss's step.
+  // The trainer's finiteness test (MetricsWindow): x * 0 == 0 exactly when x is finite. A compiler
+  // that folds x * 0 to 0 (as relaxed floating-point modes may) would hide a diverged loss's step.
   r.run(case_name({"finite-test", "f32", "nan-inf"}), true, [&] {
     std::vector<double> values = {nan_value, inf_value, -inf_value, 0.0, 3e38, -1.0};
-    Tensor zeros = ops::unary(KESTREL_UNARY_AFFINE, r.upload({6}, values, DType::f32), 0.0, 0.0);
-    Tensor finite = ops::binary(KESTREL_BINARY_EQ, zeros, r.upload({}, {0.0}, DType::f32));
+    Tensor zero = r.upload({}, {0.0}, DType::f32);
+    Tensor zeros = ops::binary(KESTREL_BINARY_MUL, r.upload({6}, values, DType::f32), zero);
+    Tensor finite = ops::binary(KESTREL_BINARY_EQ, zeros, zero);
     r.expect_close(finite, {0, 0, 0, 1, 1, 1}, Tolerance{0, 0});
   });
 }

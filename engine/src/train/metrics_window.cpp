@@ -14,15 +14,18 @@ MetricsWindow::MetricsWindow(const Device& device, bool classify, const WindowTo
       correct_(Tensor::full({}, resumed.correct, DType::i64, device)),
       finite_steps_(Tensor::full({}, std::isfinite(resumed.loss) ? double(resumed.steps) : 0.0, DType::f32, device)),
       zero_(Tensor::full({}, 0.0, DType::f32, device)),
+      finite_scratch_(Tensor::empty({}, DType::f32, device)),
       window_start_(step - resumed.steps),
       steps_(resumed.steps),
       samples_(resumed.samples) {}
 
 void MetricsWindow::add(const Tensor& loss, const Tensor& logits, const Tensor& targets) {
   ops::binary_(KESTREL_BINARY_ADD, loss_sum_, loss_sum_, loss);
-  // 0 * sum is 0 exactly when the sum is finite (0 * inf and 0 * NaN are NaN).
-  Tensor finite = ops::binary(KESTREL_BINARY_EQ, ops::unary(KESTREL_UNARY_AFFINE, loss_sum_, 0.0, 0.0), zero_);
-  ops::binary_(KESTREL_BINARY_ADD, finite_steps_, finite_steps_, finite);
+  // 0 * sum is 0 exactly when the sum is finite (0 * inf and 0 * NaN are NaN). In place in a scratch
+  // scalar: no allocation per step.
+  ops::binary_(KESTREL_BINARY_MUL, finite_scratch_, loss_sum_, zero_);
+  ops::binary_(KESTREL_BINARY_EQ, finite_scratch_, finite_scratch_, zero_);
+  ops::binary_(KESTREL_BINARY_ADD, finite_steps_, finite_steps_, finite_scratch_);
   if (classify_) ops::binary_(KESTREL_BINARY_ADD, correct_, correct_, correct_count(logits, targets));
 }
 

@@ -39,7 +39,8 @@ class MetricsWindow {
   bool classify_;
   Tensor loss_sum_, correct_;  // scalars on the device: f32, i64
   Tensor finite_steps_;        // f32 scalar: steps of the window after which the sum was still finite
-  Tensor zero_;                // f32 scalar 0, to compare with
+  Tensor zero_;                // f32 scalar 0, to multiply and compare with
+  Tensor finite_scratch_;      // f32 scalar: this step's 1 (sum finite) or 0
   int64_t window_start_;       // steps done before the window opened
   int64_t steps_, samples_;
   Stopwatch clock_;
