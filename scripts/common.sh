@@ -12,7 +12,7 @@ KESTREL_PACKAGES=(
   libboost-dev nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev libbenchmark-dev
   libvulkan-dev glslc mesa-vulkan-drivers
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes
 )
 
 kestrel_install_packages() {

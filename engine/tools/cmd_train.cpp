@@ -8,56 +8,12 @@
 
 #include "commands.h"
 #include "numeric_flags.h"
+#include "run_flags.h"
 #include "kestrel/trainer.h"
 
 namespace kestrel::cli {
 
 namespace {
-
-struct RunFlags {
-  std::string config, backend, out, checkpoint;
-  std::optional<int64_t> epochs, batch_size, max_steps, seed, count, train_subset, test_subset;
-  std::optional<double> lr;
-  bool resume = false, quiet = false, no_progress = false, progress = false, no_capture = false;
-};
-
-void add_run_flags(CLI::App* cmd, RunFlags& f) {
-  cmd->add_option("config", f.config, "Run config (JSON), e.g. models/fashion_mlp.train.json")->required();
-  add_integer_flag(cmd, "--train-subset", f.train_subset, "Use only the first N training samples (0: all)", 0);
-  add_integer_flag(cmd, "--test-subset", f.test_subset, "Use only the first N test samples (0: all)", 0);
-  cmd->add_option("--backend", f.backend,
-                  "Backend or device, or a comma-separated preference list (cuda:0 | vulkan | cpu | cuda,cpu). "
-                  "Overrides KESTREL_BACKEND and the config");
-}
-
-RunConfig resolve(const RunFlags& f) {
-  RunConfig config = RunConfig::load(f.config);
-  std::string backends = f.backend;
-  if (backends.empty())
-    if (const char* env = std::getenv("KESTREL_BACKEND")) backends = env;
-  if (!backends.empty()) {
-    config.backends.clear();
-    std::stringstream list(backends);
-    std::string name;
-    while (std::getline(list, name, ','))
-      if (!name.empty()) config.backends.push_back(name);
-    // Naming a single backend means "this one": its absence is an error with the reason, not a fallback.
-    config.fallback = config.backends.size() == 1 ? "error" : "next";
-  }
-  if (f.epochs) config.epochs = *f.epochs;
-  if (f.batch_size) config.batch_size = *f.batch_size;
-  if (f.max_steps) config.max_steps = *f.max_steps;
-  if (f.seed) config.seed = static_cast<uint64_t>(*f.seed);
-  if (f.lr) config.optimizer.lr = *f.lr;
-  // Subsets cut file datasets and size synthetic ones.
-  if (f.train_subset) config.data.train_subset = *f.train_subset;
-  if (f.train_subset > 0) config.data.train_samples = *f.train_subset;
-  if (f.test_subset) config.data.test_subset = *f.test_subset;
-  if (f.test_subset > 0) config.data.test_samples = *f.test_subset;
-  if (!f.out.empty()) config.out_dir = f.out;
-  if (f.no_capture) config.capture = false;
-  return config;
-}
 
 std::string percent(double fraction) { return std::isnan(fraction) ? "n/a" : fmt::format("{:.2f}%", fraction * 100); }
 

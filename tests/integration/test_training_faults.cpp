@@ -72,7 +72,7 @@ TEST(TrainingFaults, AnEditedCheckpointStateIsRefusedNamingTheField) {
   kestrel::Trainer(config).fit(interrupt);
   const nlohmann::json good = read_json(dir / "checkpoint.json");
   ASSERT_EQ(good["step"], 40);
-  ASSERT_EQ(good["format"], "kestrel-train-state-2");
+  ASSERT_EQ(good["format"], "kestrel-train-state-3");
 
   struct Case {
     const char* what;
@@ -98,7 +98,11 @@ TEST(TrainingFaults, AnEditedCheckpointStateIsRefusedNamingTheField) {
            "checkpoints/step-000000232.safetensors"; }, true, "it stands in epoch 8 but the run has 2 epochs"},
       {"the digest-less format 1", [](auto& s) { s["format"] = "kestrel-train-state-1"; }, true,
        "written by an earlier Kestrel"},
-      {"more correct than samples", [](auto& s) { s["window"]["correct"] = 1000; }, true, "/correct"},
+      {"correct labels in a regression", [](auto& s) { s["window"]["correct"] = 1; }, true, "(1 correct labels)"},
+      {"a malformed vocabulary digest", [](auto& s) { s["vocabulary_sha256"] = "xyz"; }, true,
+       "/vocabulary_sha256: expected empty (no vocabulary) or 64"},
+      {"a vocabulary this run's data lacks", [](auto& s) { s["vocabulary_sha256"] = std::string(64, 'a'); }, true,
+       "another vocabulary"},
   };
   for (const Case& c : cases) {
     nlohmann::json state = good;
@@ -115,7 +119,11 @@ TEST(TrainingFaults, AnEditedCheckpointStateIsRefusedNamingTheField) {
   other_batch.batch_size = 64;
   EXPECT_NE(error_of([&] { kestrel::Trainer(other_batch).fit(quiet(true)); }).find("the batch size or the data changed"),
             std::string::npos);
-  // The untouched state still resumes.
+  // A state of format 2 (before vocabularies) still resumes: it means no vocabulary.
+  nlohmann::json older = good;
+  older["format"] = "kestrel-train-state-2";
+  older.erase("vocabulary_sha256");
+  write_state(dir, older, true);
   EXPECT_EQ(kestrel::Trainer(config).fit(quiet(true)).steps, 64);
 }
 

@@ -63,6 +63,17 @@ TEST(RunConfig, MistakesNameTheFileThePathAndWhatBelongsThere) {
       {R"({"model": "m.json", "data": {"mean": [0, 1]}, "data": {}})", "/: the key 'data' appears twice"},
       // Found by fuzzing: a number beyond double's range escaped as a JSON library error (exit 1).
       {R"({"model": "m.json", "epochs": 1e4334})", "runs/c.train.json: invalid JSON: "},
+      // Text data.
+      {R"({"model": "m.json", "data": {"dataset": "text"}})", "/data/path: a text dataset needs the path"},
+      {R"({"model": "m.json", "data": {"dataset": "text", "path": "t", "tokenizer": "word"}})",
+       "/data/tokenizer: expected one of char, byte"},
+      {R"({"model": "m.json", "data": {"dataset": "text", "path": "t", "validation_fraction": 0}})",
+       "/data/validation_fraction: a text dataset holds out a part of every file"},
+      {R"({"model": "m.json", "data": {"dataset": "text", "path": "t", "task": "categories", "categories": ["a"]}})",
+       "/data/categories: the categories task needs at least two file names"},
+      {R"({"model": "m.json", "data": {"dataset": "text", "path": "t", "separator": ""}})", "/data/separator: give the text"},
+      {R"({"model": "m.json", "data": {"dataset": "text", "path": "t", "context": 0}})",
+       "/data/context: expected an integer from 1 to 16777216"},
   };
   for (const auto& [text, expected] : cases) EXPECT_NE(error_of(text).find(expected), std::string::npos) << error_of(text);
 }

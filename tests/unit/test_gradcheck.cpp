@@ -139,6 +139,38 @@ TEST_P(Gradcheck, Embedding) {
     for (int d = 0; d < 3; ++d) EXPECT_EQ(grad[row * 3 + d], want[row]) << "row " << row;
 }
 
+TEST_P(Gradcheck, SlicingAndJoiningSequences) {
+  // Pieces used more than once and pieces left unused: their gradients add into one buffer, zeros where
+  // nothing flowed.
+  gradcheck([](auto& v) {
+    std::vector<Var> steps = fn::unbind(v[0], 1);  // 4 x (2, 3)
+    return fn::stack({fn::mul(steps[0], steps[3]), steps[1], steps[0]}, 1);
+  }, {random_f64({2, 4, 3}, 60)});
+  gradcheck([](auto& v) {
+    std::vector<Var> parts = fn::chunk(v[0], -1, 3);  // 3 x (2, 4, 2)
+    return fn::concat({fn::sigmoid(parts[2]), parts[0], v[1]}, 2);
+  }, {random_f64({2, 4, 6}, 61), random_f64({2, 4, 1}, 62)});
+  gradcheck([](auto& v) { return fn::select(v[0], 1, 2); }, {random_f64({2, 3, 4}, 63)});
+  gradcheck([](auto& v) { return fn::mean_over(v[0], 1); }, {random_f64({2, 5, 3}, 64)});
+}
+
+// Each recurrent cell in both directions over (N, T, F) = (2, 4, 3) with H = 2; the weights are inputs
+// too, so every parameter's gradient is checked through every step.
+TEST_P(Gradcheck, RecurrentLayers) {
+  using Cell = kestrel::fn::RecurrentCell;
+  for (auto [cell, gates] : {std::pair{Cell::rnn_tanh, 1}, {Cell::rnn_relu, 1}, {Cell::lstm, 4}, {Cell::gru, 3}})
+    for (bool reverse : {false, true}) {
+      SCOPED_TRACE(fmt::format("cell {} reverse {}", static_cast<int>(cell), reverse));
+      const int64_t g = gates * 2;
+      gradcheck([cell = cell, reverse](auto& v) {
+        return fn::recurrent_layer(v[0], {v[1], v[2], v[3], v[4]}, cell, reverse);
+      }, {random_f64({2, 4, 3}, 65), random_f64({g, 3}, 66), random_f64({g, 2}, 67), random_f64({g}, 68),
+          random_f64({g}, 69)}, 1e-5);
+    }
+  gradcheck([](auto& v) { return fn::recurrent_layer(v[0], {v[1], v[2], Var(), Var()}, Cell::lstm, false); },
+            {random_f64({1, 3, 2}, 70), random_f64({8, 2}, 71), random_f64({8, 2}, 72)}, 1e-5);
+}
+
 TEST_P(Gradcheck, Activations) {
   Tensor x = random_f64({3, 7}, 20, -2, 2);
   gradcheck([](auto& v) { return fn::relu(v[0]); }, {x});

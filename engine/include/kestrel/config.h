@@ -18,8 +18,8 @@ class ConfigError : public InvalidArgument {
 };
 
 struct DataConfig {
-  std::string dataset = "fashion-mnist";  // "fashion-mnist", "synthetic", "synthetic-regression", "csv"
-  std::string path;                       // fashion-mnist folder (default: Debian's)
+  std::string dataset = "fashion-mnist";  // "fashion-mnist", "synthetic", "synthetic-regression", "csv", "text"
+  std::string path;                       // fashion-mnist folder (default: Debian's); text file or folder
   std::vector<double> mean, std;          // normalisation per channel; empty: none
   int64_t train_subset = 0, test_subset = 0;  // use only the first N samples (0: all)
   int workers = 2;
@@ -32,6 +32,16 @@ struct DataConfig {
   int target_column = -1;
   bool classification = true;
   int target_columns = 1;
+  // text: a language-model corpus (see kestrel/text.h)
+  std::vector<std::string> exclude;  // a folder's file names to skip ("*.dat")
+  std::string tokenizer = "char";    // "char": the corpus's characters; "byte": bytes 0..255
+  int64_t context = 0;               // positions per sample (0: the model's input length)
+  double validation_fraction = 0.1;  // the tail of each file, held out for evaluation
+  // text, classifying documents by their file: "categories" names the files (the classes, in order)
+  std::string task = "next_token";      // "next_token" (a language model) or "categories"
+  std::vector<std::string> categories;  // file names in the folder `path`
+  std::string separator = "%";          // a line holding only this ends a document
+  bool balance = false;                 // as many documents of every class as the smallest has
 };
 
 // The largest learning rate a run config or --lr accepts (and min_lr): far above any useful one.

@@ -21,6 +21,7 @@ struct Dataset {
   int64_t size = 0;              // number of samples
   std::vector<float> features;   // f32 samples: size * sample_numel(), row-major, sample after sample
   std::vector<int64_t> tokens;   // i64 samples (token ids), laid out the same way
+  int64_t token_count = 0;       // i64 samples: the ids are in [0, token_count) (a vocabulary's size)
   Shape label_shape;             // classification: {} for one label per sample, {T} for one per position
   std::vector<int64_t> labels;   // classification: label_numel() per sample, in [0, num_classes)
   int64_t num_classes = 0;       // > 0 for classification

@@ -49,6 +49,35 @@ Var flatten(const Var& x);  // (N, ...) -> (N, prod(...))
 Var sum(const Var& x);      // -> scalar
 Var mean(const Var& x);     // -> scalar
 
+// Pieces of a tensor and tensors put together, along `axis` (negative counts from the end). The pieces
+// are views; their gradients are gathered into one buffer of x's shape, so taking T pieces of a
+// (N, T, F) sequence costs one gradient of the sequence's size, not T.
+std::vector<Var> unbind(const Var& x, int axis);             // x[..., i, ...] for each i, the axis removed
+std::vector<Var> chunk(const Var& x, int axis, int count);   // `count` equal parts (the axis must divide)
+Var select(const Var& x, int axis, int64_t index);           // one slice, the axis removed
+Var concat(const std::vector<Var>& parts, int axis);         // parts equal but along `axis`
+Var stack(const std::vector<Var>& parts, int axis);          // equal parts along a new axis
+Var mean_over(const Var& x, int axis);                       // the axis averaged away
+
+// Recurrent layers over a batch-first sequence, as torch.nn.RNN/LSTM/GRU with batch_first=True and a
+// zero initial state, composed from GEMMs and elementwise ops (so every backend runs them). Weights
+// per layer and direction as torch: weight_ih (G*H, F), weight_hh (G*H, H), bias_ih and bias_hh (G*H)
+// or undefined, with G = 1 (rnn), 4 (lstm: gates i, f, g, o) or 3 (gru: r, z, n).
+enum class RecurrentCell { rnn_tanh, rnn_relu, lstm, gru };
+struct RecurrentWeights {
+  Var weight_ih, weight_hh, bias_ih, bias_hh;
+};
+// The state a recurrent layer carries between calls when decoding step by step: h (N, H), and c (N, H)
+// for the LSTM; undefined tensors mean zeros (torch's default initial state).
+struct RecurrentState {
+  Tensor h, c;
+};
+// x: (N, T, F) -> (N, T, H), one layer in one direction (`reverse` reads the sequence backwards and
+// writes each output at its own position, as torch's reverse direction). With `state`, the steps start
+// from it and leave the final state in it.
+Var recurrent_layer(const Var& x, const RecurrentWeights& weights, RecurrentCell cell, bool reverse,
+                    RecurrentState* state = nullptr);
+
 // logits: (N, C) with labels (N), or per position (N, T, C) with labels (N, T); i64 labels -> the mean
 // loss over samples (positions) as a scalar. Positions labelled ignore_index, when given, add nothing
 // and are not counted (torch's ignore_index; all ignored gives NaN, as torch). Fused softmax +

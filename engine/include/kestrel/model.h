@@ -45,6 +45,8 @@ class ModelSpec {
   const std::string& fingerprint() const { return fingerprint_; }  // SHA-256 of the file's text
   const Shape& input_shape() const { return input_shape_; }        // without the batch dimension
   DType input_dtype() const { return input_dtype_; }               // f32 values or i64 token ids
+  // i64 input: the ids its layers (embeddings) take are [0, token_limit()); 0 for f32 input.
+  int64_t token_limit() const { return token_limit_; }
   const std::vector<LayerInfo>& layers() const { return layers_; }
   int output() const { return output_; }
   int64_t parameter_count() const;
@@ -57,6 +59,7 @@ class ModelSpec {
   std::string name_, source_, fingerprint_;
   Shape input_shape_;
   DType input_dtype_ = DType::f32;
+  int64_t token_limit_ = 0;
   std::vector<LayerInfo> layers_;
   std::vector<std::shared_ptr<const Layer>> impls_;
   int output_ = -1;
@@ -100,6 +103,18 @@ class Model {
   // rng_offset; batchnorm uses batch statistics.
   Var forward(const Tensor& x, bool training, uint64_t seed, uint64_t& rng_offset);
 
+  // Decoding a sequence a few positions at a time, as generation does: each layer carries what it needs
+  // from one call to the next (a recurrent layer its h and c), so the positions already seen are not run
+  // again. Begin with an empty state.
+  struct DecodeState {
+    std::vector<std::vector<Tensor>> carried;  // per layer
+    int64_t positions = 0;                     // seen so far
+  };
+  // tokens: (N, t) i64, the t positions after those `state` has seen -> the model's output for them, in
+  // evaluation mode and without gradient. Throws InvalidArgument for a model with a layer that is not
+  // causal (it would need positions not seen yet), or past the model's input length.
+  Tensor decode(const Tensor& tokens, DecodeState& state);
+
  private:
   ModelSpec spec_;
   Device device_;
@@ -109,6 +124,8 @@ class Model {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::vector<int>> layer_params_;   // per layer: indices into parameters_
   std::vector<std::vector<int>> layer_buffers_;  // per layer: indices into buffers_
+
+  Var run_layers(const Var& input, bool training, uint64_t seed, uint64_t& rng_offset, DecodeState* state);
 };
 
 }  // namespace kestrel

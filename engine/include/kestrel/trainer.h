@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "kestrel/engine.h"
 #include "kestrel/model.h"
 #include "kestrel/optim.h"
+#include "kestrel/text.h"
 
 namespace kestrel {
 
@@ -44,6 +46,7 @@ struct TrainOptions {
 };
 
 struct TrainState;   // engine-internal: epoch, batch, step, RNG offset, metrics window
+struct CheckpointState;  // engine-internal: checkpoint.json
 struct RunIdentity;  // engine-internal: model, device and their names, for reports
 class MetricsWindow;  // engine-internal: training metrics since the last report
 
@@ -69,6 +72,8 @@ class Trainer {
   Model& model() { return *model_; }
   const data::Dataset& train_data() const { return *train_; }
   const data::Dataset& test_data() const { return *test_; }
+  // Text data: its vocabulary (written to the run folder as vocabulary.json); nullptr for other data.
+  const data::Vocabulary* vocabulary() const { return vocabulary_ ? &*vocabulary_ : nullptr; }
   // Class names for printing predictions: the test set's (Fashion-MNIST's), or "class N".
   std::string class_name(int64_t label) const;
 
@@ -82,11 +87,14 @@ class Trainer {
   // Copies named tensors from a safetensors file into the model (and the optimizer when asked).
   // expected_sha256: the file's digest from checkpoint.json, or empty for a bare weights file.
   void load_tensors(const std::string& weights_path, const std::string& expected_sha256, bool with_optimizer);
+  // Throws unless the checkpoint's token ids mean what this run's data makes them mean.
+  void check_vocabulary(const std::string& state_path, const CheckpointState& saved) const;
 
   RunConfig config_;
   Engine& engine_;
   Device device_;
   std::shared_ptr<const data::Dataset> train_, test_;
+  std::optional<data::Vocabulary> vocabulary_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
 };

@@ -32,6 +32,7 @@ Dataset Dataset::subset(int64_t count) const {
   out.name = name;
   out.sample_shape = sample_shape;
   out.sample_dtype = sample_dtype;
+  out.token_count = token_count;
   out.label_shape = label_shape;
   out.size = count;
   out.num_classes = num_classes;  // the classes of the whole set, so label ranges stay comparable

@@ -100,6 +100,18 @@ const char* const* JsonReader::one_of(const std::string& key, const char* const*
   fail(key, fmt::format("one of {}", fmt::join(names, names + count, ", ")), *v);
 }
 
+std::string JsonReader::choice_words(const std::vector<std::string>& names) {
+  return fmt::format("one of {}", fmt::join(names, ", "));
+}
+
+std::string JsonReader::choice(const std::string& key, std::string fallback, const std::vector<std::string>& names) {
+  const nlohmann::json* v = get(key);
+  if (!v) return fallback;
+  if (!v->is_string() || std::find(names.begin(), names.end(), v->get<std::string>()) == names.end())
+    fail(key, choice_words(names), *v);
+  return v->get<std::string>();
+}
+
 std::vector<double> JsonReader::numbers(const std::string& key, std::vector<double> fallback) {
   const nlohmann::json* v = get(key);
   if (!v) return fallback;

@@ -31,6 +31,7 @@ class JsonReader {
   static std::string pair_words(int64_t min, int64_t max);
   static std::string number_words(double min, double max, bool max_exclusive);
   static std::string boolean_words() { return "true or false"; }
+  static std::string choice_words(const std::vector<std::string>& names);  // "one of tanh, relu"
 
   template <class T>
   T integer(const std::string& key, T fallback, int64_t min, int64_t max = no_max) {
@@ -59,6 +60,8 @@ class JsonReader {
     const char* const* name = one_of(key, names, N);
     return name ? static_cast<Kind>(name - names) : fallback;
   }
+  // One of `names` (a list built at run time, such as a layer argument's choices).
+  std::string choice(const std::string& key, std::string fallback, const std::vector<std::string>& names);
   std::vector<double> numbers(const std::string& key, std::vector<double> fallback);  // a number or an array
   Shape shape(const std::string& key, Shape fallback);                                // positive integers
   // A non-empty array of strings; `what` names them in the message ("a non-empty array of backend names").

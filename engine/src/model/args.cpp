@@ -25,6 +25,7 @@ void check(JsonReader& reader, const ArgSpec& spec) {
     case ArgSpec::Kind::pair: reader.pair(spec.name, {0, 0}, bound(spec.min), bound(spec.max)); break;
     case ArgSpec::Kind::number: reader.number(spec.name, 0, spec.min, spec.max, spec.max_exclusive); break;
     case ArgSpec::Kind::boolean: reader.boolean(spec.name, false); break;
+    case ArgSpec::Kind::choice: reader.choice(spec.name, "", spec.choices); break;
   }
 }
 
@@ -36,6 +37,7 @@ std::string describe(const ArgSpec& spec) {
     case ArgSpec::Kind::pair: return JsonReader::pair_words(bound(spec.min), bound(spec.max));
     case ArgSpec::Kind::number: return JsonReader::number_words(spec.min, spec.max, spec.max_exclusive);
     case ArgSpec::Kind::boolean: return JsonReader::boolean_words();
+    case ArgSpec::Kind::choice: return JsonReader::choice_words(spec.choices);
   }
   return "";
 }
@@ -66,6 +68,28 @@ std::pair<int64_t, int64_t> Args::pair(const std::string& key) const {
 double Args::number(const std::string& key) const { return value(key, ArgSpec::Kind::number).get<double>(); }
 
 bool Args::boolean(const std::string& key) const { return value(key, ArgSpec::Kind::boolean).get<bool>(); }
+
+std::string Args::choice(const std::string& key) const { return value(key, ArgSpec::Kind::choice).get<std::string>(); }
+
+ArgSpec integer(std::string name, double min, nlohmann::json fallback, double max) {
+  return {std::move(name), ArgSpec::Kind::integer, fallback.is_null(), min, max, false, std::move(fallback), {}};
+}
+ArgSpec pair(std::string name, double min, nlohmann::json fallback) {
+  return {std::move(name), ArgSpec::Kind::pair, false, min, kIntMax, false, std::move(fallback), {}};
+}
+ArgSpec required_pair(std::string name, double min) {
+  return {std::move(name), ArgSpec::Kind::pair, true, min, kIntMax, false, nullptr, {}};
+}
+ArgSpec number(std::string name, double min, double max, double fallback, bool max_exclusive) {
+  return {std::move(name), ArgSpec::Kind::number, false, min, max, max_exclusive, fallback, {}};
+}
+ArgSpec boolean(std::string name, bool fallback) {
+  return {std::move(name), ArgSpec::Kind::boolean, false, 0, 1, false, fallback, {}};
+}
+ArgSpec choice(std::string name, std::vector<std::string> names) {
+  nlohmann::json fallback = names.front();
+  return {std::move(name), ArgSpec::Kind::choice, false, 0, 0, false, std::move(fallback), std::move(names)};
+}
 
 std::string batch_shape_str(const Shape& shape) {
   std::vector<std::string> parts;

@@ -17,14 +17,24 @@ struct LayerKind;
 // checks a layer's JSON object against them and the JSON Schema is generated from them, so the loader,
 // its error messages and the published schema cannot disagree.
 struct ArgSpec {
-  enum class Kind { integer, pair, number, boolean };
+  enum class Kind { integer, pair, number, boolean, choice };
   std::string name;
   Kind kind = Kind::integer;
   bool required = false;
   double min = 0, max = 0;    // inclusive; integers and pairs also stay within int32 (what the ops take)
   bool max_exclusive = false;  // numbers: [min, max)
   nlohmann::json fallback;     // the value when absent; null where the layer derives it (a pool's stride)
+  std::vector<std::string> choices;  // a choice's names (an RNN's nonlinearity)
 };
+
+// ArgSpecs for the registry entries, one per kind.
+constexpr double kIntMax = 2147483647;  // window and size arguments narrow to int32 in the ops
+ArgSpec integer(std::string name, double min, nlohmann::json fallback, double max = kIntMax);
+ArgSpec pair(std::string name, double min, nlohmann::json fallback);
+ArgSpec required_pair(std::string name, double min);
+ArgSpec number(std::string name, double min, double max, double fallback, bool max_exclusive = false);
+ArgSpec boolean(std::string name, bool fallback);
+ArgSpec choice(std::string name, std::vector<std::string> names);  // the first name is the fallback
 
 // A layer's arguments, checked against its kind's ArgSpecs when constructed — types, ranges, required
 // arguments, unknown keys, by the checked-JSON reader run configs use too (io/json_reader.h) — so every
@@ -39,6 +49,7 @@ class Args {
   std::pair<int64_t, int64_t> pair(const std::string& key) const;
   double number(const std::string& key) const;
   bool boolean(const std::string& key) const;
+  std::string choice(const std::string& key) const;
 
  private:
   const nlohmann::json& value(const std::string& key, ArgSpec::Kind kind) const;
@@ -67,6 +78,9 @@ struct LayerContext {
   uint64_t& rng_offset;
   const std::vector<Var>& params;
   std::vector<Tensor*> buffers;
+  // Decoding step by step (Model::decode): what this layer carried over from the previous call (empty
+  // at first), to be replaced by what it carries on; nullptr in an ordinary forward pass.
+  std::vector<Tensor>* carried = nullptr;
 };
 
 class Layer {
@@ -77,11 +91,17 @@ class Layer {
   // that reads them, such as an embedding, takes).
   virtual DType input_dtype() const { return DType::f32; }
   virtual DType output_dtype() const { return DType::f32; }
+  // A layer reading token ids takes those in [0, token_limit()) (an embedding's rows); 0 otherwise.
+  virtual int64_t token_limit() const { return 0; }
   // Output shape (batch first, -1 when unknown); throws ModelError-ready text via shape_error().
   virtual Shape infer(const std::vector<Shape>& inputs) const = 0;
   virtual std::vector<ParamSpec> params(const std::vector<Shape>&) const { return {}; }
   virtual std::vector<BufferSpec> buffers(const std::vector<Shape>&) const { return {}; }
   virtual Var forward(const std::vector<Var>& inputs, LayerContext& context) const = 0;
+  // Whether each position's output depends only on that position and earlier ones, so the model can
+  // decode a sequence a few positions at a time (generation). Pointwise layers are; a bidirectional
+  // RNN or a pooling over time is not.
+  virtual bool causal() const { return false; }
   // linear followed by relu/gelu runs as one fused op; the activation layer then passes through.
   virtual bool fuse_activation(kestrel_activation) { return false; }
   virtual kestrel_activation activation() const { return KESTREL_ACTIVATION_NONE; }
@@ -103,6 +123,8 @@ struct LayerKind {
 
 // The one registry of layer kinds (layers.cpp), in the order documentation lists them.
 const std::vector<LayerKind>& layer_kinds();
+// The sequence layers' entries (sequence_layers.cpp), which the registry lists after the others.
+std::vector<LayerKind> sequence_layer_kinds();
 const LayerKind* find_layer_kind(const std::string& name);  // nullptr when unknown
 std::string layer_kind_names();                             // "linear, conv2d, ...", for messages
 // What an argument accepts, in words ("an integer from 1 to 2147483647").

@@ -38,6 +38,7 @@ Shape windowed_shape(const char* type, const Shape& in, int64_t channels, const 
 
 class Linear : public Layer {
  public:
+  bool causal() const override { return true; }  // per position
   explicit Linear(const Args& a) : out_(a.integer("out_features")), bias_(a.boolean("bias")) {}
   // (N, features) or a sequence (N, T, features), over the last axis as torch. An image (N, C, H, W) is
   // refused rather than mapped over its width: there a missing flatten is the likely mistake.
@@ -159,12 +160,14 @@ class BatchNorm2d : public Layer {
 // Token ids to learned vectors (torch.nn.Embedding): (N, ...) i64 -> (N, ..., embedding_dim).
 class Embedding : public Layer {
  public:
+  bool causal() const override { return true; }  // per position
   explicit Embedding(const Args& a)
       : vocabulary_(a.integer("num_embeddings")), width_(a.integer("embedding_dim")), padding_(a.integer("padding_idx")) {
     if (padding_ >= vocabulary_)
       shape_error(fmt::format("embedding: padding_idx {} is not a row of its {} embeddings", padding_, vocabulary_));
   }
   DType input_dtype() const override { return DType::i64; }
+  int64_t token_limit() const override { return vocabulary_; }
   Shape infer(const std::vector<Shape>& in) const override {
     Shape out = in[0];
     out.push_back(width_);
@@ -188,6 +191,7 @@ class Embedding : public Layer {
 // normalized_shape), with a learned scale and shift unless elementwise_affine is false.
 class LayerNorm : public Layer {
  public:
+  bool causal() const override { return true; }  // per position
   explicit LayerNorm(const Args& a)
       : features_(a.integer("normalized_shape")), eps_(a.number("eps")), affine_(a.boolean("elementwise_affine")) {}
   Shape infer(const std::vector<Shape>& in) const override {
@@ -210,20 +214,37 @@ class LayerNorm : public Layer {
   bool affine_;
 };
 
+// torch.nn.Flatten: dims start_dim..end_dim (negative ones count from the end) become one. The defaults
+// (1, -1) flatten all but the batch; (1, 2) turns an image (N, 1, 28, 28) into a sequence (N, 28, 28).
 class Flatten : public Layer {
  public:
-  Shape infer(const std::vector<Shape>& in) const override {
-    if (in[0].size() < 2) shape_error(fmt::format("flatten expects (N, ...), got {}", batch_shape_str(in[0])));
-    int64_t features = 1;
-    for (size_t d = 1; d < in[0].size(); ++d) features *= in[0][d];
-    return {in[0][0], features};
+  explicit Flatten(const Args& a) : start_(a.integer("start_dim")), end_(a.integer("end_dim")) {}
+  Shape infer(const std::vector<Shape>& in) const override { return flattened(in[0]); }
+  Var forward(const std::vector<Var>& in, LayerContext&) const override {
+    return fn::reshape(in[0], flattened(in[0].value().shape()));
   }
-  Var forward(const std::vector<Var>& in, LayerContext&) const override { return fn::flatten(in[0]); }
+
+ private:
+  Shape flattened(const Shape& in) const {
+    const auto rank = static_cast<int64_t>(in.size());
+    const int64_t start = start_ < 0 ? start_ + rank : start_, end = end_ < 0 ? end_ + rank : end_;
+    if (start < 1 || end >= rank || start > end)
+      shape_error(fmt::format("flatten: dims {} to {} of {}: the batch (dim 0) stays, and start_dim may not pass end_dim",
+                              start_, end_, batch_shape_str(in)));
+    Shape out(in.begin(), in.begin() + start);
+    int64_t merged = 1;
+    for (int64_t d = start; d <= end; ++d) merged *= in[d];  // spec.cpp bounds shapes, so this cannot overflow
+    out.push_back(merged);
+    out.insert(out.end(), in.begin() + end + 1, in.end());
+    return out;
+  }
+  int64_t start_, end_;
 };
 
 // relu, gelu, tanh, sigmoid: shape-preserving. After a fused linear they pass their input through.
 class Activation : public Layer {
  public:
+  bool causal() const override { return true; }  // per position
   explicit Activation(std::string type) : type_(std::move(type)) {}
   Shape infer(const std::vector<Shape>& in) const override { return in[0]; }
   Var forward(const std::vector<Var>& in, LayerContext&) const override {
@@ -245,6 +266,7 @@ class Activation : public Layer {
 
 class Dropout : public Layer {
  public:
+  bool causal() const override { return true; }  // per position
   explicit Dropout(const Args& a) : p_(a.number("p")) {}
   Shape infer(const std::vector<Shape>& in) const override { return in[0]; }
   Var forward(const std::vector<Var>& in, LayerContext& c) const override {
@@ -261,6 +283,7 @@ class Dropout : public Layer {
 
 class Softmax : public Layer {
  public:
+  bool causal() const override { return true; }  // per position
   explicit Softmax(const Args& a) : dim_(a.integer("dim")) {}
   Shape infer(const std::vector<Shape>& in) const override {
     int64_t rank = static_cast<int64_t>(in[0].size());
@@ -276,6 +299,7 @@ class Softmax : public Layer {
 
 class Add : public Layer {
  public:
+  bool causal() const override { return true; }  // per position
   int arity() const override { return 2; }
   Shape infer(const std::vector<Shape>& in) const override {
     try {
@@ -290,24 +314,6 @@ class Add : public Layer {
 
 // ---- the registry ----
 
-constexpr double kIntMax = 2147483647;  // window and size arguments narrow to int32 in the ops
-
-ArgSpec integer(std::string name, double min, nlohmann::json fallback, double max = kIntMax) {
-  return {std::move(name), ArgSpec::Kind::integer, fallback.is_null(), min, max, false, std::move(fallback)};
-}
-ArgSpec pair(std::string name, double min, nlohmann::json fallback) {
-  return {std::move(name), ArgSpec::Kind::pair, false, min, kIntMax, false, std::move(fallback)};
-}
-ArgSpec required_pair(std::string name, double min) {
-  return {std::move(name), ArgSpec::Kind::pair, true, min, kIntMax, false, nullptr};
-}
-ArgSpec number(std::string name, double min, double max, double fallback, bool max_exclusive = false) {
-  return {std::move(name), ArgSpec::Kind::number, false, min, max, max_exclusive, fallback};
-}
-ArgSpec boolean(std::string name, bool fallback) {
-  return {std::move(name), ArgSpec::Kind::boolean, false, 0, 1, false, fallback};
-}
-
 template <class L>
 std::unique_ptr<Layer> make(const Args& a) {
   return std::make_unique<L>(a);
@@ -320,7 +326,6 @@ template <const char* type>
 std::unique_ptr<Layer> make_activation(const Args&) {
   return std::make_unique<Activation>(type);
 }
-std::unique_ptr<Layer> make_flatten(const Args&) { return std::make_unique<Flatten>(); }
 std::unique_ptr<Layer> make_add(const Args&) { return std::make_unique<Add>(); }
 
 constexpr char kRelu[] = "relu", kGelu[] = "gelu", kTanh[] = "tanh", kSigmoid[] = "sigmoid";
@@ -328,7 +333,8 @@ constexpr char kRelu[] = "relu", kGelu[] = "gelu", kTanh[] = "tanh", kSigmoid[] 
 }  // namespace
 
 const std::vector<LayerKind>& layer_kinds() {
-  static const std::vector<LayerKind> kinds = {
+  static const std::vector<LayerKind> kinds = [] {
+    std::vector<LayerKind> out = {
       {"linear", {integer("out_features", 1, nullptr), boolean("bias", true)}, make<Linear>},
       {"conv2d",
        {integer("out_channels", 1, nullptr), required_pair("kernel_size", 1), pair("stride", 1, 1), pair("padding", 0, 0),
@@ -350,7 +356,10 @@ const std::vector<LayerKind>& layer_kinds() {
       {"embedding", {integer("num_embeddings", 1, nullptr), integer("embedding_dim", 1, nullptr),
                      integer("padding_idx", -1, -1)},
        make<Embedding>},
-      {"flatten", {}, make_flatten},
+      {"flatten",
+       {integer("start_dim", -KESTREL_MAX_RANK, 1, KESTREL_MAX_RANK - 1),
+        integer("end_dim", -KESTREL_MAX_RANK, -1, KESTREL_MAX_RANK - 1)},
+       make<Flatten>},
       {"relu", {}, make_activation<kRelu>},
       {"gelu", {}, make_activation<kGelu>},
       {"tanh", {}, make_activation<kTanh>},
@@ -358,7 +367,10 @@ const std::vector<LayerKind>& layer_kinds() {
       {"dropout", {number("p", 0, 1, 0.5, true)}, make<Dropout>},
       {"softmax", {integer("dim", -KESTREL_MAX_RANK, -1, KESTREL_MAX_RANK - 1)}, make<Softmax>},
       {"add", {}, make_add},
-  };
+    };
+    for (LayerKind& kind : sequence_layer_kinds()) out.push_back(std::move(kind));
+    return out;
+  }();
   return kinds;
 }
 

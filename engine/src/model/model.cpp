@@ -82,19 +82,42 @@ Var Model::forward(const Tensor& x, bool training, uint64_t seed, uint64_t& rng_
   if (x.device() != device_)
     throw DeviceMismatch(fmt::format("{}: the model is on {} but the input {} is on {}; move it with .to(device)",
                                      spec_.source(), device_.str(), x.describe(), x.device().str()));
+  return run_layers(Var(x), training, seed, rng_offset, nullptr);
+}
+
+Var Model::run_layers(const Var& input, bool training, uint64_t seed, uint64_t& rng_offset, DecodeState* state) {
   const auto& layers = spec_.layers();
   std::vector<Var> outputs(layers.size());
-  Var input(x);
   for (size_t i = 0; i < layers.size(); ++i) {
     std::vector<Var> in;
     for (int index : layers[i].inputs) in.push_back(index < 0 ? input : outputs[index]);
     std::vector<Var> params;
     for (int k : layer_params_[i]) params.push_back(parameters_[k].var);
-    LayerContext context{training, seed, rng_offset, params, {}};
+    LayerContext context{training, seed, rng_offset, params, {}, state ? &state->carried[i] : nullptr};
     for (int k : layer_buffers_[i]) context.buffers.push_back(&buffers_[k].second);
     outputs[i] = spec_.layer(i).forward(in, context);
   }
   return outputs[spec_.output()];
+}
+
+Tensor Model::decode(const Tensor& tokens, DecodeState& state) {
+  NoGradGuard no_grad;
+  const auto& layers = spec_.layers();
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (!spec_.layer(i).causal())
+      throw InvalidArgument(fmt::format("{}: {} ({}) is not causal: its output at a position reads later positions, so "
+                                        "the model cannot generate one token at a time",
+                                        spec_.source(), layers[i].json_path, layers[i].type));
+  if (spec_.input_dtype() != DType::i64 || spec_.input_shape().size() != 1 || tokens.rank() != 2 ||
+      tokens.dtype() != DType::i64)
+    throw InvalidArgument(fmt::format("{}: decoding takes (N, t) i64 tokens into a model of token sequences, got {} for "
+                                      "input (N, {})",
+                                      spec_.source(), tokens.describe(), fmt::join(spec_.input_shape(), ", ")));
+  state.carried.resize(layers.size());
+  uint64_t unused_offset = 0;
+  Var out = run_layers(Var(tokens.device() == device_ ? tokens : tokens.to(device_)), false, 0, unused_offset, &state);
+  state.positions += tokens.size(1);
+  return out.value();
 }
 
 }  // namespace kestrel

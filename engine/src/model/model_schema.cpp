@@ -28,6 +28,7 @@ json arg_schema(const ArgSpec& spec) {
       schema = {{"type", "number"}, {"minimum", spec.min}, {spec.max_exclusive ? "exclusiveMaximum" : "maximum", spec.max}};
       break;
     case ArgSpec::Kind::boolean: schema = {{"type", "boolean"}}; break;
+    case ArgSpec::Kind::choice: schema = {{"enum", spec.choices}}; break;
   }
   if (!spec.fallback.is_null()) schema["default"] = spec.fallback;
   schema["description"] = describe(spec);

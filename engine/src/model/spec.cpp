@@ -166,6 +166,9 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
                                      layer->input_dtype() == DType::f32 ? "only a layer that reads token ids can take them"
                                                                         : "give it the model's i64 input"));
     info.output_dtype = layer->output_dtype();
+    for (int index : info.inputs)  // token ids of the model's input reach this layer
+      if (index < 0 && layer->token_limit() > 0)
+        spec.token_limit_ = spec.token_limit_ ? std::min(spec.token_limit_, layer->token_limit()) : layer->token_limit();
     std::vector<Shape> in_shapes;
     for (int index : info.inputs) in_shapes.push_back(shape_of(index));
     try {

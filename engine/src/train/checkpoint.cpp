@@ -31,6 +31,13 @@ std::string weights_path(const std::string& state_path, const CheckpointState& s
 }
 }  // namespace
 
+void Trainer::check_vocabulary(const std::string& state_path, const CheckpointState& saved) const {
+  if (saved.vocabulary_sha256 != (vocabulary_ ? vocabulary_->fingerprint() : ""))
+    unusable_checkpoint(state_path, "it was trained on token ids of another vocabulary than this run's data gives (the "
+                                    "corpus, its files or the tokenizer changed); use it with the data it was trained "
+                                    "on, or train anew into another --out folder");
+}
+
 void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
   const std::string out = config_.out_dir;
   state.window = metrics.totals();
@@ -49,6 +56,7 @@ void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
   saved.weights_sha256 = io::sha256_hex(bytes);
   saved.model_source = model_->spec().source();
   saved.model_fingerprint = model_->spec().fingerprint();
+  saved.vocabulary_sha256 = vocabulary_ ? vocabulary_->fingerprint() : "";
   saved.config_source = config_.source;
   saved.device = device_.str();
   saved.seed = config_.seed;
@@ -96,6 +104,7 @@ TrainState Trainer::restore_checkpoint(const std::string& path, int64_t batches_
                                                 "different now; resume with the same model file, or train anew into "
                                                 "another --out folder",
                                                 saved.model_source, model_->spec().source()));
+  check_vocabulary(state_path, saved);
   if (saved.seed != config_.seed)
     unusable_checkpoint(state_path,
                         fmt::format("it was trained with seed {} but the config says {}", saved.seed, config_.seed));
@@ -111,12 +120,15 @@ TrainState Trainer::restore_checkpoint(const std::string& path, int64_t batches_
                                                 "it was written with)",
                                                 t.step, t.epoch, batches_per_epoch, t.batch));
   // Windows close at every epoch's end, so one holds at most the epoch's batches so far.
-  int64_t most_samples = 0;
+  int64_t most_samples = 0, most_correct = 0;
   if (t.window.steps > t.batch || __builtin_mul_overflow(t.window.steps, config_.batch_size, &most_samples) ||
-      t.window.samples > most_samples)
-    unusable_checkpoint(state_path, fmt::format("its metrics window counts {} samples in {} steps (of batches of at "
-                                                "most {}) at batch {} of its epoch",
-                                                t.window.samples, t.window.steps, config_.batch_size, t.batch));
+      t.window.samples > most_samples ||
+      __builtin_mul_overflow(t.window.samples, train_->is_classification() ? train_->target_numel() : 0, &most_correct) ||
+      t.window.correct > double(most_correct))
+    unusable_checkpoint(state_path, fmt::format("its metrics window counts {} samples ({} correct labels) in {} steps "
+                                                "(of batches of at most {}) at batch {} of its epoch",
+                                                t.window.samples, t.window.correct, t.window.steps, config_.batch_size,
+                                                t.batch));
   optimizer_->set_steps(saved.optimizer_steps);
   load_tensors(weights_path(state_path, saved), saved.weights_sha256, true);
   return t;
@@ -126,6 +138,7 @@ void Trainer::load_weights(const std::string& path) {
   if (fs::path(path).extension() == ".json" || fs::is_directory(path)) {
     const std::string state_path = state_file(path);
     const CheckpointState saved = read_state(state_path);
+    check_vocabulary(state_path, saved);
     load_tensors(weights_path(state_path, saved), saved.weights_sha256, false);
     return;
   }

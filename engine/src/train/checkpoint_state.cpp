@@ -14,7 +14,9 @@ namespace kestrel {
 
 namespace {
 
-constexpr const char* kFormat = "kestrel-train-state-2";
+constexpr const char* kFormat = "kestrel-train-state-3";
+// Format 2 is format 3 without vocabulary_sha256 (it predates text data), read as "no vocabulary".
+constexpr const char* kFormatWithoutVocabulary = "kestrel-train-state-2";
 constexpr const char* kAdvice =
     "Delete it (and the checkpoints/ folder) to start over, or resume from another one.";
 // The captured step keeps the dropout counter in a double: exact to 2^53.
@@ -41,6 +43,7 @@ nlohmann::json to_json(const CheckpointState& s) {
           {"weights_sha256", s.weights_sha256},
           {"model", s.model_source},
           {"model_fingerprint", s.model_fingerprint},
+          {"vocabulary_sha256", s.vocabulary_sha256},
           {"config", s.config_source},
           {"epoch", t.epoch},
           {"batch", t.batch},
@@ -100,7 +103,7 @@ CheckpointState decode_checkpoint_state(const std::string& text, const std::stri
   if (format == "kestrel-train-state-1")
     unusable_checkpoint(path, "it was written by an earlier Kestrel, before checkpoints carried a digest over their "
                               "state; this version resumes only from checkpoints it can verify");
-  if (format != kFormat) unusable_checkpoint(path, fmt::format("/format: unknown format '{}'", format));
+  if (format != kFormat && format != kFormatWithoutVocabulary) unusable_checkpoint(path, fmt::format("/format: unknown format '{}'", format));
 
   // The digest first: a field edited in range must not pass as a plausible run.
   const std::string digest = need.string("state_sha256");
@@ -126,6 +129,11 @@ CheckpointState decode_checkpoint_state(const std::string& text, const std::stri
     unusable_checkpoint(path, "/weights_sha256: expected 64 lowercase hex digits (the weights file's SHA-256)");
   s.model_source = need.string("model");
   s.model_fingerprint = need.string("model_fingerprint");
+  if (format == kFormat) {
+    s.vocabulary_sha256 = need.string("vocabulary_sha256");
+    if (!s.vocabulary_sha256.empty() && !is_sha256_hex(s.vocabulary_sha256))
+      unusable_checkpoint(path, "/vocabulary_sha256: expected empty (no vocabulary) or 64 lowercase hex digits");
+  }
   s.config_source = need.string("config");
   s.device = need.string("device");
 
@@ -134,7 +142,8 @@ CheckpointState decode_checkpoint_state(const std::string& text, const std::stri
   Required in_window{window};
   t.window.steps = in_window.integer<int64_t>("steps", 0, t.step);
   t.window.samples = in_window.integer<int64_t>("samples", t.window.steps);
-  t.window.correct = double(in_window.integer<int64_t>("correct", 0, t.window.samples));
+  // Labels, not samples: a sequence has one per position (the run checks it against its data).
+  t.window.correct = double(in_window.integer<int64_t>("correct", 0));
   window.require("loss", "the window's loss sum, or null");
   const nlohmann::json* loss = window.get("loss");
   if (loss->is_null()) {

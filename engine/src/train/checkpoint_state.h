@@ -12,6 +12,7 @@ struct CheckpointState {
   std::string weights;         // the weights file, relative to the run folder: weights_file_name(train.step)
   std::string weights_sha256;  // of the weights file's bytes
   std::string model_source, model_fingerprint, config_source, device;
+  std::string vocabulary_sha256;  // text data: its vocabulary's fingerprint; empty for other data
   uint64_t seed = 0;
   int64_t optimizer_steps = 0;
   TrainState train;

@@ -45,7 +45,7 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
 
   JsonReader data = top.child("data");
   DataConfig& d = c.data;
-  static constexpr const char* datasets[] = {"fashion-mnist", "synthetic", "synthetic-regression", "csv"};
+  static constexpr const char* datasets[] = {"fashion-mnist", "synthetic", "synthetic-regression", "csv", "text"};
   d.dataset = data.string("dataset", d.dataset, datasets);
   d.path = data.string("path", d.path);
   d.mean = data.numbers("mean", d.mean);
@@ -63,12 +63,35 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   d.target_column = data.integer("target_column", d.target_column, -1000);
   d.classification = data.boolean("classification", d.classification);
   d.target_columns = data.integer("target_columns", d.target_columns, 1);
+  d.exclude = data.strings("exclude", d.exclude, "a non-empty array of file name patterns");
+  static constexpr const char* tokenizers[] = {"char", "byte"};
+  d.tokenizer = data.string("tokenizer", d.tokenizer, tokenizers);
+  d.context = data.integer("context", d.context, 1, int64_t(1) << 24);
+  d.validation_fraction = data.number("validation_fraction", d.validation_fraction, 0, 0.5);
+  static constexpr const char* tasks[] = {"next_token", "categories"};
+  d.task = data.string("task", d.task, tasks);
+  d.categories = data.strings("categories", d.categories, "a non-empty array of file names (the classes)");
+  d.separator = data.string("separator", d.separator);
+  d.balance = data.boolean("balance", d.balance);
   data.finish();
+  if (d.task == "categories" && d.categories.size() < 2)
+    throw ConfigError(fmt::format("{}: /data/categories: the categories task needs at least two file names, one per "
+                                  "class",
+                                  source));
+  if (d.separator.empty() || d.separator.find('\n') != std::string::npos)
+    throw ConfigError(fmt::format("{}: /data/separator: give the text of a separator line (not empty, one line)", source));
   auto relative = [&](std::string& file) {
     if (!file.empty() && fs::path(file).is_relative()) file = (fs::path(source).parent_path() / file).lexically_normal().string();
   };
   relative(d.train_file);
   relative(d.test_file);
+  if (d.dataset == "text") relative(d.path);
+  if (d.dataset == "text" && d.path.empty())
+    throw ConfigError(fmt::format("{}: /data/path: a text dataset needs the path of a UTF-8 file or folder", source));
+  if (d.dataset == "text" && d.validation_fraction == 0)
+    throw ConfigError(fmt::format("{}: /data/validation_fraction: a text dataset holds out a part of every file; give "
+                                  "a fraction above 0",
+                                  source));
   if (d.dataset == "csv" && d.train_file.empty())
     throw ConfigError(fmt::format("{}: /data/train_file: a csv dataset needs a train_file", source));
 

@@ -31,12 +31,15 @@ EvalResult Trainer::evaluate_on(const std::shared_ptr<const data::Dataset>& data
   EvalResult result;
   result.samples = dataset->size;
   result.loss = loss_sum.to_doubles()[0] / double(dataset->size);
-  result.accuracy = classify ? correct.to_doubles()[0] / double(dataset->size) : NAN;
+  result.accuracy = classify ? correct.to_doubles()[0] / (double(dataset->size) * double(dataset->target_numel())) : NAN;
   return result;
 }
 
 std::vector<Prediction> Trainer::predict(int64_t count, int64_t top_k) {
   NoGradGuard no_grad;
+  if (!test_->label_shape.empty())
+    throw InvalidArgument("predict shows the classes of whole samples; this data has a label per position (a language "
+                          "model: use generate)");
   count = std::min(count, test_->size);
   auto subset = std::make_shared<const data::Dataset>(test_->subset(count));
   data::DataLoader loader(subset, {count, false, false, 0, 1, 2}, device_);

@@ -8,8 +8,8 @@
 
 namespace kestrel {
 
-MetricsWindow::MetricsWindow(const Device& device, bool classify, const WindowTotals& resumed, int64_t step)
-    : classify_(classify),
+MetricsWindow::MetricsWindow(const Device& device, int64_t labels_per_sample, const WindowTotals& resumed, int64_t step)
+    : labels_per_sample_(labels_per_sample),
       loss_sum_(Tensor::full({}, resumed.loss, DType::f32, device)),
       correct_(Tensor::full({}, resumed.correct, DType::i64, device)),
       finite_steps_(Tensor::full({}, std::isfinite(resumed.loss) ? double(resumed.steps) : 0.0, DType::f32, device)),
@@ -26,14 +26,15 @@ void MetricsWindow::add(const Tensor& loss, const Tensor& logits, const Tensor& 
   ops::binary_(KESTREL_BINARY_MUL, finite_scratch_, loss_sum_, zero_);
   ops::binary_(KESTREL_BINARY_EQ, finite_scratch_, finite_scratch_, zero_);
   ops::binary_(KESTREL_BINARY_ADD, finite_steps_, finite_steps_, finite_scratch_);
-  if (classify_) ops::binary_(KESTREL_BINARY_ADD, correct_, correct_, correct_count(logits, targets));
+  if (labels_per_sample_ > 0) ops::binary_(KESTREL_BINARY_ADD, correct_, correct_, correct_count(logits, targets));
 }
 
 MetricsWindow::Figures MetricsWindow::close() {
   Figures figures;
   figures.samples_per_second = samples_ / std::max(clock_.seconds(), 1e-9);
   figures.loss = loss_sum_.to_doubles()[0] / steps_;
-  figures.accuracy = classify_ ? correct_.to_doubles()[0] / double(samples_) : NAN;
+  figures.accuracy =
+      labels_per_sample_ > 0 ? correct_.to_doubles()[0] / (double(samples_) * double(labels_per_sample_)) : NAN;
   ops::fill_(loss_sum_, 0.0);
   ops::fill_(correct_, 0.0);
   ops::fill_(finite_steps_, 0.0);

@@ -11,11 +11,12 @@ namespace kestrel {
 // only when a report closes the window.
 class MetricsWindow {
  public:
-  // step: optimizer steps done when the window (or, resumed, the rest of it) opens.
-  MetricsWindow(const Device& device, bool classify, const WindowTotals& resumed, int64_t step);
+  // labels_per_sample: class labels per sample (1, or a sequence's positions), 0 for regression. step:
+  // optimizer steps done when the window (or, resumed, the rest of it) opens.
+  MetricsWindow(const Device& device, int64_t labels_per_sample, const WindowTotals& resumed, int64_t step);
 
-  // Inside the step, eager or captured. loss: scalar; logits: (N, classes); targets: (N,) labels when
-  // classifying.
+  // Inside the step, eager or captured. loss: scalar; logits: (N, classes) or (N, T, classes); targets:
+  // (N,) or (N, T) labels when classifying.
   void add(const Tensor& loss, const Tensor& logits, const Tensor& targets);
   // On the host, once per optimizer step.
   void count(int64_t samples) {
@@ -24,7 +25,7 @@ class MetricsWindow {
   }
 
   struct Figures {
-    double loss = 0, accuracy = 0, samples_per_second = 0;  // accuracy: NaN without class labels
+    double loss = 0, accuracy = 0, samples_per_second = 0;  // accuracy over labels: NaN without them
   };
   // The window's mean loss, accuracy and rate; then a new window opens.
   Figures close();
@@ -36,7 +37,7 @@ class MetricsWindow {
   int64_t first_nonfinite_step() const;
 
  private:
-  bool classify_;
+  int64_t labels_per_sample_;  // 0: no class labels
   Tensor loss_sum_, correct_;  // scalars on the device: f32, i64
   Tensor finite_steps_;        // f32 scalar: steps of the window after which the sum was still finite
   Tensor zero_;                // f32 scalar 0, to multiply and compare with

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace kestrel {
 
 namespace {
@@ -14,6 +16,7 @@ std::string origin(const RunConfig& config, const std::string& split) {
     const std::string& file = split == "test" && !d.test_file.empty() ? d.test_file : d.train_file;
     return fmt::format("{} data ({})", split, file);
   }
+  if (d.dataset == "text") return fmt::format("text {} data ({})", split == "test" ? "validation" : split, d.path);
   return fmt::format("{} {} data{}", d.dataset, split, d.path.empty() ? "" : " in " + d.path);
 }
 
@@ -29,14 +32,28 @@ void check_fits(const data::Dataset& split, const std::string& origin, const Run
                                   config.source, origin, dtype_name(split.sample_dtype), spec.source(),
                                   dtype_name(spec.input_dtype())));
   const Shape& model_out = spec.layers()[spec.output()].output_shape;
+  // An id past an embedding's rows would read outside its table: refused here, before any step.
+  if (split.sample_dtype == DType::i64 && split.token_count > spec.token_limit())
+    throw ConfigError(fmt::format("{}: the {} has token ids 0 to {} but the model {} embeds only {}; set its "
+                                  "embedding's num_embeddings to at least {}",
+                                  config.source, origin, split.token_count - 1, spec.source(), spec.token_limit(),
+                                  split.token_count));
   if (config.loss == LossKind::cross_entropy) {
     if (!split.is_classification())
       throw ConfigError(fmt::format("{}: /loss: cross_entropy needs class labels; the {} is regression (use mse)",
                                     config.source, origin));
-    if (model_out.size() != 2 || model_out[1] < split.num_classes)
-      throw ConfigError(fmt::format("{}: the model's output {} cannot score the {} classes of the {} (labels 0 to {})",
+    // One score per class for every label: (N, C) for a label per sample, (N, T, C) for one per position.
+    Shape scores{-1};
+    scores.insert(scores.end(), split.label_shape.begin(), split.label_shape.end());
+    const bool fits = model_out.size() == scores.size() + 1 &&
+                      std::equal(scores.begin() + 1, scores.end(), model_out.begin() + 1) &&
+                      model_out.back() >= split.num_classes;
+    if (!fits)
+      throw ConfigError(fmt::format("{}: the model's output {} cannot score the {} classes of the {} (labels 0 to {}{})",
                                     config.source, shape_str(model_out), split.num_classes, origin,
-                                    split.num_classes - 1));
+                                    split.num_classes - 1,
+                                    split.label_shape.empty() ? "" : fmt::format(", one per position of {}",
+                                                                                 shape_str(split.label_shape))));
   } else if (split.is_classification()) {
     throw ConfigError(fmt::format("{}: /loss: mse needs regression targets; the {} has class labels (use "
                                   "cross_entropy)",
@@ -73,6 +90,21 @@ RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
     out.test.size = all.size - skip;
     out.test.features.erase(out.test.features.begin(), out.test.features.begin() + skip * per_x);
     out.test.targets.erase(out.test.targets.begin(), out.test.targets.begin() + skip * per_y);
+  } else if (d.dataset == "text") {
+    data::TextOptions options;
+    options.path = d.path;
+    options.exclude = d.exclude;
+    options.bytes = d.tokenizer == "byte";
+    // The context defaults to the model's input length, which it must equal anyway.
+    options.context = d.context ? d.context : (spec.input_shape().size() == 1 ? spec.input_shape()[0] : 0);
+    options.validation_fraction = d.validation_fraction;
+    options.categories = d.categories;
+    options.separator = d.separator;
+    options.balance = d.balance;
+    data::TextCorpus corpus = d.task == "categories" ? data::load_text_categories(options) : data::load_text(options);
+    out.train = std::move(corpus.train).subset(d.train_subset);
+    out.test = std::move(corpus.validation).subset(d.test_subset);
+    out.vocabulary = std::move(corpus.vocabulary);
   } else {
     data::CsvOptions options{d.target_column, d.classification, d.target_columns};
     out.train = data::load_csv(d.train_file, options).subset(d.train_subset);

@@ -10,7 +10,7 @@ Var batch_loss(LossKind kind, const Var& output, const Tensor& targets) {
 }
 
 Tensor correct_count(const Tensor& logits, const Tensor& labels) {
-  Tensor predicted = ops::reduce(KESTREL_REDUCE_ARGMAX, logits, {1});
+  Tensor predicted = ops::reduce(KESTREL_REDUCE_ARGMAX, logits, {logits.rank() - 1});
   return ops::reduce(KESTREL_REDUCE_SUM, ops::binary(KESTREL_BINARY_EQ, predicted, labels));
 }
 

@@ -9,8 +9,8 @@ namespace kestrel {
 // mse; targets: (N,) i64 labels or predictions' shape f32.
 Var batch_loss(LossKind kind, const Var& output, const Tensor& targets);
 
-// The number of correct predictions, as an i64 scalar on the device (no sync). logits: (N, classes);
-// labels: (N,) i64.
+// The number of correct predictions, as an i64 scalar on the device (no sync). logits: (N, classes) or
+// (N, T, classes); labels: (N,) or (N, T) i64.
 Tensor correct_count(const Tensor& logits, const Tensor& labels);
 
 }  // namespace kestrel

@@ -90,6 +90,7 @@ Trainer::Trainer(RunConfig config, Engine& engine) : config_(std::move(config)),
   RunData data = load_run_data(config_, spec);
   train_ = std::make_shared<const data::Dataset>(std::move(data.train));
   test_ = std::make_shared<const data::Dataset>(std::move(data.test));
+  vocabulary_ = std::move(data.vocabulary);
   device_ = select_device(engine_, config_.backends, config_.fallback);
   model_ = std::make_unique<Model>(std::move(spec), device_, config_.seed);
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->flat_parameters(), model_->flat_gradients());
@@ -116,7 +117,9 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
   if (resuming)
     state = restore_checkpoint(options.resume_from.empty() ? config_.out_dir : options.resume_from, plan.batches);
   RunReport report(config_, plan, identity(), state, resuming, options);
-  MetricsWindow metrics(device_, train_->is_classification(), state.window, state.step);
+  // The ids' meaning goes with the weights: generation and evaluation read it from the run folder.
+  if (vocabulary_) io::write_file_atomically(config_.out_dir + "/vocabulary.json", vocabulary_->to_json());
+  MetricsWindow metrics(device_, train_->is_classification() ? train_->target_numel() : 0, state.window, state.step);
   NonFiniteGuard nonfinite(config_, plan.batches);
   nonfinite.resumed(state);
   TrainStep step(config_, *model_, *optimizer_, metrics, [&](const std::string& note) { report.message(note); });

@@ -1,0 +1,35 @@
+// Text generation from a trained language model: the prompt is read once, then each new token is
+// sampled from the model's scores for the next position and fed back, one position per call
+// (Model::decode carries each layer's state, so nothing before it is run again).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "kestrel/model.h"
+#include "kestrel/text.h"
+
+namespace kestrel {
+
+struct GenerateOptions {
+  std::string prompt;        // the text to continue (at least one token)
+  int64_t tokens = 200;      // how many to generate
+  double temperature = 1.0;  // scores are divided by it before the softmax; 0 picks the best (greedy)
+  int64_t top_k = 0;         // sample among the k best only (0: all)
+  uint64_t seed = 0;         // the same seed, prompt and weights give the same text on every machine
+};
+
+struct GenerateResult {
+  std::string text;  // the generated continuation (without the prompt)
+  int64_t tokens = 0;
+  double seconds = 0;  // generating them, the prompt excluded
+  double tokens_per_second() const { return seconds > 0 ? double(tokens) / seconds : 0; }
+};
+
+// `on_text` receives each token's text as soon as it is sampled (streaming). Throws InvalidArgument for
+// a prompt the vocabulary cannot encode, out-of-range options, or a model that cannot decode step by
+// step (see Model::decode).
+GenerateResult generate(Model& model, const data::Vocabulary& vocabulary, const GenerateOptions& options,
+                        const std::function<void(const std::string&)>& on_text = {});
+
+}  // namespace kestrel

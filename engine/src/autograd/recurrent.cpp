@@ -1,0 +1,74 @@
+// Recurrent layers (torch.nn.RNN, LSTM, GRU) composed from primitives: one GEMM projects every step's
+// input at once, then each step adds the hidden state's GEMM and runs the gate math elementwise, so
+// backward is the autograd of those ops and every backend trains them with nothing of its own.
+#include <fmt/format.h>
+
+#include "kestrel/functional.h"
+
+namespace kestrel::fn {
+
+namespace {
+
+int gate_count(RecurrentCell cell) {
+  switch (cell) {
+    case RecurrentCell::lstm: return 4;
+    case RecurrentCell::gru: return 3;
+    default: return 1;
+  }
+}
+
+// One step of the cell. projected: (N, G*H), this step's input through weight_ih and bias_ih;
+// h, c: (N, H), the state before the step (c only for the LSTM), replaced by the state after it.
+void step(RecurrentCell cell, const Var& projected, const RecurrentWeights& w, Var& h, Var& c) {
+  const Var recurrent = linear(h, w.weight_hh, w.bias_hh);  // (N, G*H)
+  switch (cell) {
+    case RecurrentCell::rnn_tanh: h = tanh(add(projected, recurrent)); return;
+    case RecurrentCell::rnn_relu: h = relu(add(projected, recurrent)); return;
+    case RecurrentCell::lstm: {
+      const std::vector<Var> gates = chunk(add(projected, recurrent), 1, 4);  // i, f, g, o: (N, H) each
+      c = add(mul(sigmoid(gates[1]), c), mul(sigmoid(gates[0]), tanh(gates[2])));
+      h = mul(sigmoid(gates[3]), tanh(c));
+      return;
+    }
+    case RecurrentCell::gru: {
+      // torch's GRU: the reset gate scales the hidden part of the candidate, bias_hh included.
+      const std::vector<Var> from_input = chunk(projected, 1, 3), from_state = chunk(recurrent, 1, 3);  // r, z, n
+      const Var reset = sigmoid(add(from_input[0], from_state[0]));
+      const Var update = sigmoid(add(from_input[1], from_state[1]));
+      const Var candidate = tanh(add(from_input[2], mul(reset, from_state[2])));
+      h = add(candidate, mul(update, sub(h, candidate)));  // (1 - z) * n + z * h
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+Var recurrent_layer(const Var& x, const RecurrentWeights& w, RecurrentCell cell, bool reverse, RecurrentState* state) {
+  const Tensor& input = x.value();  // (N, T, F)
+  const Shape& ih = w.weight_ih.value().shape();  // (G*H, F)
+  const Shape& hh = w.weight_hh.value().shape();  // (G*H, H)
+  if (input.rank() != 3 || ih.size() != 2 || hh.size() != 2 || ih[1] != input.size(2) || ih[0] != hh[0] ||
+      hh[0] != gate_count(cell) * hh[1])
+    throw InvalidArgument(fmt::format("recurrent layer: input {} with weight_ih {} and weight_hh {} do not fit",
+                                      input.describe(), w.weight_ih.value().describe(), w.weight_hh.value().describe()));
+  const int64_t batch = input.size(0), steps = input.size(1), hidden = hh[1];
+  // Every step's input projection in one GEMM: (N*T, F) -> (N, T, G*H), then a view per step.
+  const Var projected = reshape(linear(reshape(x, {batch * steps, ih[1]}), w.weight_ih, w.bias_ih), {batch, steps, ih[0]});
+  const std::vector<Var> per_step = unbind(projected, 1);
+  auto initial = [&](const Tensor& carried) {  // torch's default initial state is zeros
+    return Var(carried.defined() ? carried : Tensor::zeros({batch, hidden}, input.dtype(), input.device()));
+  };
+  Var h = initial(state ? state->h : Tensor());
+  Var c = cell == RecurrentCell::lstm ? initial(state ? state->c : Tensor()) : Var();
+  std::vector<Var> outputs(static_cast<size_t>(steps));
+  for (int64_t k = 0; k < steps; ++k) {
+    const int64_t t = reverse ? steps - 1 - k : k;
+    step(cell, per_step[t], w, h, c);
+    outputs[t] = h;
+  }
+  if (state) *state = {h.value(), c.defined() ? c.value() : Tensor()};
+  return stack(outputs, 1);  // (N, T, H)
+}
+
+}  // namespace kestrel::fn

@@ -1,0 +1,23 @@
+// The flags every run-config command shares (train, eval, predict, generate), and the config they give.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+
+#include "kestrel/config.h"
+
+namespace kestrel::cli {
+
+struct RunFlags {
+  std::string config, backend, out, checkpoint;
+  std::optional<int64_t> epochs, batch_size, max_steps, seed, count, train_subset, test_subset;
+  std::optional<double> lr;
+  bool resume = false, quiet = false, no_progress = false, progress = false, no_capture = false;
+};
+
+// The config positional, the subsets and --backend.
+void add_run_flags(CLI::App* cmd, RunFlags& f);
+// The run config with the flags (and KESTREL_BACKEND) applied.
+RunConfig resolve(const RunFlags& f);
+
+}  // namespace kestrel::cli

@@ -1,0 +1,181 @@
+// Character-level language models end to end on the CPU backend, on a file of Debian's fortunes corpus:
+// a recurrent model learns more than character frequencies, the run folder keeps the vocabulary, and
+// data that does not fit the model or the checkpoint is refused by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "kestrel/generate.h"
+#include "kestrel/io.h"
+#include "kestrel/trainer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string corpus = "/usr/share/games/fortunes/linux";
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("kestrel_text_training_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A model file and a run config in `dir`, training a small GRU language model on `path`.
+kestrel::RunConfig char_lm(const fs::path& dir, const std::string& path, int64_t embeddings = 128,
+                           const std::string& head = R"({"type": "linear", "out_features": 128})") {
+  kestrel::io::write_file_atomically((dir / "model.json").string(), R"({"name": "tiny_lm",
+    "input": {"shape": [32], "dtype": "i64"}, "layers": [
+      {"type": "embedding", "num_embeddings": )" + std::to_string(embeddings) + R"(, "embedding_dim": 24},
+      {"type": "gru", "hidden_size": 64}, )" + head + "]}");
+  kestrel::RunConfig config = kestrel::RunConfig::parse(R"({"model": "model.json",
+    "data": {"dataset": "text", "path": ")" + path + R"(", "validation_fraction": 0.1},
+    "optimizer": {"type": "adam", "lr": 0.01}, "batch_size": 32, "epochs": 2, "max_steps": 60,
+    "eval": {"batch_size": 128}, "backend": {"preference": ["cpu"]}, "out": "run"})",
+                                                       (dir / "run.train.json").string());
+  return config;
+}
+
+kestrel::TrainOptions quiet() {
+  kestrel::TrainOptions options;
+  options.quiet = true;
+  return options;
+}
+
+// The loss of predicting every character from its frequency alone (nats per character).
+double unigram_entropy(const std::vector<int64_t>& labels) {
+  std::map<int64_t, double> counts;
+  for (int64_t id : labels) counts[id] += 1;
+  double entropy = 0;
+  for (auto& [id, count] : counts) entropy -= count / labels.size() * std::log(count / labels.size());
+  return entropy;
+}
+
+TEST(TextTraining, AGruLanguageModelLearnsMoreThanCharacterFrequencies) {
+  fs::path dir = fresh_dir("learns");
+  kestrel::Trainer trainer(char_lm(dir, corpus));
+  const double baseline = unigram_entropy(trainer.test_data().labels);
+  kestrel::TrainSummary summary = trainer.fit(quiet());
+  EXPECT_EQ(summary.steps, 60);
+  // 60 steps of 32 x 32 characters: well below the frequency baseline (about 3.2 nats), and the
+  // accuracy is over every position.
+  EXPECT_LT(summary.test.loss, baseline - 0.4) << "baseline " << baseline;
+  EXPECT_GT(summary.test.accuracy, 0.25);
+  // The vocabulary goes with the run.
+  ASSERT_NE(trainer.vocabulary(), nullptr);
+  auto saved = kestrel::data::Vocabulary::from_json(kestrel::io::read_file((dir / "run/vocabulary.json").string()),
+                                                    "vocabulary.json");
+  EXPECT_EQ(saved.fingerprint(), trainer.vocabulary()->fingerprint());
+}
+
+// Decoding one token at a time, each layer carrying its state, gives what the whole sequence gives in
+// one pass; sampling is deterministic for a seed, and temperature 0 always takes the best token.
+TEST(TextTraining, GenerationDecodesStepByStepAsTheWholeSequenceDoes) {
+  fs::path dir = fresh_dir("generate");
+  kestrel::RunConfig config = char_lm(dir, corpus);
+  config.max_steps = 20;
+  kestrel::Trainer trainer(config);
+  trainer.fit(quiet());
+  kestrel::Model& model = trainer.model();
+  const kestrel::data::Vocabulary& vocabulary = *trainer.vocabulary();
+
+  std::vector<int64_t> ids = vocabulary.encode(std::string_view("Linux is only free if your time has no value. :-)"), "t");
+  ids.resize(32);
+  kestrel::Tensor tokens = kestrel::Tensor::from_vector(ids, {1, 32}, model.device());
+  uint64_t unused = 0;
+  std::vector<float> whole = model.forward(tokens, false, 0, unused).value().to_vector<float>();  // (1, 32, 128)
+  kestrel::Model::DecodeState state;
+  std::vector<float> stepwise = model.decode(tokens.slice(1, 0, 5), state).to_vector<float>();  // 5 at once, then 1 by 1
+  for (int64_t t = 5; t < 32; ++t) {
+    std::vector<float> next = model.decode(tokens.slice(1, t, t + 1), state).to_vector<float>();
+    stepwise.insert(stepwise.end(), next.begin(), next.end());
+  }
+  EXPECT_EQ(state.positions, 32);
+  ASSERT_EQ(stepwise.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) ASSERT_NEAR(stepwise[i], whole[i], 1e-4) << "element " << i;
+
+  kestrel::GenerateOptions options;
+  options.prompt = "Linux ";
+  options.tokens = 40;
+  options.seed = 7;
+  std::string streamed;
+  kestrel::GenerateResult first = kestrel::generate(model, vocabulary, options, [&](const std::string& s) { streamed += s; });
+  EXPECT_EQ(first.tokens, 40);
+  EXPECT_EQ(streamed, first.text);
+  EXPECT_EQ(kestrel::generate(model, vocabulary, options).text, first.text) << "the same seed, the same text";
+  options.seed = 8;
+  EXPECT_NE(kestrel::generate(model, vocabulary, options).text, first.text);
+  // Greedy: the first token is the best-scored continuation of the prompt.
+  options.temperature = 0;
+  options.tokens = 1;
+  std::vector<int64_t> prompt = vocabulary.encode(std::string_view("Linux "), "t");
+  kestrel::Model::DecodeState fresh;
+  std::vector<float> scores = model.decode(kestrel::Tensor::from_vector(prompt, {1, int64_t(prompt.size())}, model.device()), fresh)
+                                  .select(1, int64_t(prompt.size()) - 1).to_vector<float>();
+  scores.resize(vocabulary.size());
+  const int64_t best = std::max_element(scores.begin(), scores.end()) - scores.begin();
+  EXPECT_EQ(kestrel::generate(model, vocabulary, options).text, vocabulary.decode({best}));
+
+  options.prompt = "price: \xE2\x82\xAC";  // the euro sign is not in the file
+  try {
+    kestrel::generate(model, vocabulary, options);
+    FAIL() << "a prompt outside the vocabulary was accepted";
+  } catch (const kestrel::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--prompt: character"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TextTraining, ACheckpointOfAnotherVocabularyIsRefused) {
+  fs::path dir = fresh_dir("vocabulary");
+  kestrel::RunConfig config = char_lm(dir, corpus);
+  config.max_steps = 3;
+  config.checkpoint_every = 3;
+  kestrel::Trainer(config).fit(quiet());
+  // The same run over a corpus with other characters.
+  kestrel::io::write_file_atomically((dir / "other.txt").string(), std::string(2000, 'x') + std::string(2000, 'y'));
+  kestrel::RunConfig other = char_lm(dir, (dir / "other.txt").string());
+  other.max_steps = 6;
+  kestrel::TrainOptions options = quiet();
+  options.resume = true;
+  try {
+    kestrel::Trainer(other).fit(options);
+    FAIL() << "a checkpoint of another vocabulary was resumed";
+  } catch (const kestrel::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("another vocabulary"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TextTraining, DataThatDoesNotFitTheModelIsNamed) {
+  fs::path dir = fresh_dir("fit");
+  try {
+    kestrel::Trainer trainer(char_lm(dir, corpus, 40));  // the file has more than 40 characters
+    FAIL() << "token ids past the embedding's rows were accepted";
+  } catch (const kestrel::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("set its embedding's num_embeddings to at least"), std::string::npos)
+        << e.what();
+  }
+  try {
+    kestrel::Trainer trainer(char_lm(dir, corpus, 128, R"({"type": "last_step"}, {"type": "linear", "out_features": 128})"));
+    FAIL() << "a model scoring whole samples was given a label per position";
+  } catch (const kestrel::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("one per position of (32,)"), std::string::npos) << e.what();
+  }
+  // A bidirectional layer reads later positions: it trains, but cannot generate token by token.
+  kestrel::RunConfig config = char_lm(dir, corpus);
+  kestrel::io::write_file_atomically((dir / "model.json").string(), R"({"name": "both_ways",
+    "input": {"shape": [32], "dtype": "i64"}, "layers": [{"type": "embedding", "num_embeddings": 128, "embedding_dim": 8},
+      {"type": "lstm", "hidden_size": 8, "bidirectional": true}, {"type": "linear", "out_features": 128}]})");
+  kestrel::Trainer trainer(config);
+  kestrel::GenerateOptions options;
+  options.prompt = "Linux";
+  try {
+    kestrel::generate(trainer.model(), *trainer.vocabulary(), options);
+    FAIL() << "a bidirectional model generated";
+  } catch (const kestrel::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("/layers/1 (lstm) is not causal"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
