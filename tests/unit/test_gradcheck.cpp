@@ -171,6 +171,28 @@ TEST_P(Gradcheck, RecurrentLayers) {
             {random_f64({1, 3, 2}, 70), random_f64({8, 2}, 71), random_f64({8, 2}, 72)}, 1e-5);
 }
 
+TEST_P(Gradcheck, Attention) {
+  for (bool causal : {false, true}) {
+    fn::AttentionOptions o;
+    o.causal = causal;
+    // q, k, v of 2 batch entries, 3 positions, depth 4; then 2 queries continuing 2 cached positions.
+    gradcheck([o](auto& v) { return fn::scaled_dot_product_attention(v[0], v[1], v[2], o); },
+              {random_f64({2, 3, 4}, 80), random_f64({2, 3, 4}, 81), random_f64({2, 3, 4}, 82)}, 1e-5);
+    gradcheck([o](auto& v) { return fn::scaled_dot_product_attention(v[0], v[1], v[2], o); },
+              {random_f64({2, 2, 4}, 83), random_f64({2, 4, 4}, 84), random_f64({2, 4, 4}, 85)}, 1e-5);
+  }
+  // Two heads of width 2 over E = 4, self- and cross-attention, every projection's parameters checked.
+  fn::AttentionOptions causal;
+  causal.causal = true;
+  gradcheck([causal](auto& v) { return fn::multihead_attention(v[0], v[0], {v[1], v[2], v[3], v[4]}, 2, causal); },
+            {random_f64({2, 3, 4}, 86), random_f64({12, 4}, 87), random_f64({12}, 88), random_f64({4, 4}, 89),
+             random_f64({4}, 90)}, 1e-5);
+  gradcheck([](auto& v) { return fn::multihead_attention(v[0], v[1], {v[2], Var(), v[3], Var()}, 2, {}); },
+            {random_f64({1, 2, 4}, 91), random_f64({1, 5, 4}, 92), random_f64({12, 4}, 93), random_f64({4, 4}, 94)}, 1e-5);
+  gradcheck([](auto& v) { return fn::permute(v[0], {2, 0, 1}); }, {random_f64({2, 3, 4}, 95)});
+  gradcheck([](auto& v) { return fn::slice(v[0], 1, 1, 3); }, {random_f64({2, 4, 3}, 96)});
+}
+
 TEST_P(Gradcheck, Activations) {
   Tensor x = random_f64({3, 7}, 20, -2, 2);
   gradcheck([](auto& v) { return fn::relu(v[0]); }, {x});

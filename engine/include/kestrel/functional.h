@@ -45,6 +45,9 @@ Var add(const Var& a, const Var& b);  // broadcasting
 Var sub(const Var& a, const Var& b);
 Var mul(const Var& a, const Var& b);
 Var reshape(const Var& x, const Shape& shape);
+Var permute(const Var& x, const std::vector<int>& dims);  // a view with its axes in the order `dims`
+// a: (B, M, K), b: (B, K, N) -> (B, M, N), batched products (the GEMMs of attention).
+Var matmul(const Var& a, const Var& b);
 Var flatten(const Var& x);  // (N, ...) -> (N, prod(...))
 Var sum(const Var& x);      // -> scalar
 Var mean(const Var& x);     // -> scalar
@@ -55,6 +58,7 @@ Var mean(const Var& x);     // -> scalar
 std::vector<Var> unbind(const Var& x, int axis);             // x[..., i, ...] for each i, the axis removed
 std::vector<Var> chunk(const Var& x, int axis, int count);   // `count` equal parts (the axis must divide)
 Var select(const Var& x, int axis, int64_t index);           // one slice, the axis removed
+Var slice(const Var& x, int axis, int64_t start, int64_t end);  // [start, end) along the axis
 Var concat(const std::vector<Var>& parts, int axis);         // parts equal but along `axis`
 Var stack(const std::vector<Var>& parts, int axis);          // equal parts along a new axis
 Var mean_over(const Var& x, int axis);                       // the axis averaged away
@@ -77,6 +81,38 @@ struct RecurrentState {
 // from it and leave the final state in it.
 Var recurrent_layer(const Var& x, const RecurrentWeights& weights, RecurrentCell cell, bool reverse,
                     RecurrentState* state = nullptr);
+
+// Scaled dot-product attention: softmax(q k^T / sqrt(D) + mask) v, composed from batched GEMMs and a
+// softmax, with dropout on the weights in training. q: (B, Tq, D), k and v: (B, Tk, D) -> (B, Tq, D).
+// causal: query i may see keys up to position (Tk - Tq) + i, so a query block that continues a cached
+// prefix (Tk > Tq, decoding) sees the whole prefix and itself.
+struct AttentionOptions {
+  bool causal = false;
+  Tensor mask;  // (Tq, Tk), added to the scores when defined (then `causal` is not applied again)
+  double dropout = 0;  // on the attention weights, in training
+  bool training = false;
+  uint64_t seed = 0, offset = 0;  // Philox stream of the dropout mask
+};
+Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& options);
+// The causal mask as an additive (queries, keys) tensor: 0 where query i may see key j (j <= keys -
+// queries + i), a large negative number elsewhere (exp of it is exactly 0). Built on the host: layers
+// keep it (Layer::constant) so a captured step does not upload it again.
+Tensor causal_mask(int64_t queries, int64_t keys, DType dtype, const Device& device);
+
+// torch.nn.MultiheadAttention (batch_first) over query (N, Tq, E) and key_value (N, Tk, E) (the same
+// Var for self-attention): in_proj_weight (3E, E) and in_proj_bias (3E) project q, k, v; `heads`
+// heads of E / heads; out_proj (E, E) and its bias join them -> (N, Tq, E). Biases may be undefined.
+struct AttentionWeights {
+  Var in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias;
+};
+// Keys and values of the positions a decoder has seen (B = N * heads): (B, T, D) each, undefined at first.
+struct AttentionCache {
+  Tensor keys, values;
+};
+// With `cache` (self-attention while decoding), the new keys and values are appended to it and the
+// queries attend to everything in it.
+Var multihead_attention(const Var& query, const Var& key_value, const AttentionWeights& weights, int64_t heads,
+                        const AttentionOptions& options, AttentionCache* cache = nullptr);
 
 // logits: (N, C) with labels (N), or per position (N, T, C) with labels (N, T); i64 labels -> the mean
 // loss over samples (positions) as a scalar. Positions labelled ignore_index, when given, add nothing

@@ -1,6 +1,8 @@
 // Text generation from a trained language model: the prompt is read once, then each new token is
 // sampled from the model's scores for the next position and fed back, one position per call
-// (Model::decode carries each layer's state, so nothing before it is run again).
+// (Model::decode carries each layer's state, so nothing before it is run again). A model with
+// positional encodings sees at most its max_len positions: past them the window slides (the last half
+// of it is decoded again and generation goes on from there), and a longer prompt keeps its end.
 #pragma once
 #include <cstdint>
 #include <functional>

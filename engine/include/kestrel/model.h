@@ -47,6 +47,8 @@ class ModelSpec {
   DType input_dtype() const { return input_dtype_; }               // f32 values or i64 token ids
   // i64 input: the ids its layers (embeddings) take are [0, token_limit()); 0 for f32 input.
   int64_t token_limit() const { return token_limit_; }
+  // The most positions a sequence may have (the smallest max_len of its positional layers); 0: no limit.
+  int64_t max_positions() const { return max_positions_; }
   const std::vector<LayerInfo>& layers() const { return layers_; }
   int output() const { return output_; }
   int64_t parameter_count() const;
@@ -59,7 +61,7 @@ class ModelSpec {
   std::string name_, source_, fingerprint_;
   Shape input_shape_;
   DType input_dtype_ = DType::f32;
-  int64_t token_limit_ = 0;
+  int64_t token_limit_ = 0, max_positions_ = 0;
   std::vector<LayerInfo> layers_;
   std::vector<std::shared_ptr<const Layer>> impls_;
   int output_ = -1;

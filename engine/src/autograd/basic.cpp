@@ -32,6 +32,21 @@ Var reshape(const Var& x, const Shape& shape) {
                   [x = x.node()](const Tensor& dy) { accumulate_grad(*x, dy.reshape(x->value.shape())); });
 }
 
+Var permute(const Var& x, const std::vector<int>& dims) {
+  std::vector<int> inverse(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) inverse[static_cast<size_t>(dims[i])] = static_cast<int>(i);
+  return make_var(x.value().permute(dims), {x}, "permute",
+                  [x = x.node(), inverse](const Tensor& dy) { accumulate_grad(*x, dy.permute(inverse).contiguous()); });
+}
+
+Var matmul(const Var& a, const Var& b) {
+  return make_var(ops::matmul(a.value(), b.value()), {a, b}, "matmul", [a = a.node(), b = b.node()](const Tensor& dy) {
+    // dy: (B, M, N). da = dy b^T, db = a^T dy, each a batched GEMM on transposed views.
+    if (a->requires_grad) accumulate_grad(*a, ops::matmul(dy, b->value.transpose(1, 2)));
+    if (b->requires_grad) accumulate_grad(*b, ops::matmul(a->value.transpose(1, 2), dy));
+  });
+}
+
 Var flatten(const Var& x) {
   if (x.value().rank() < 1) throw InvalidArgument("flatten: needs a batch dimension");
   return reshape(x, {x.value().size(0), -1});

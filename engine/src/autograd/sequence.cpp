@@ -58,6 +58,13 @@ Var select(const Var& x, int axis, int64_t index) {
   return pieces(x, 1, [a, index](const Tensor& t, int64_t) { return t.select(a, index); }, "select")[0];
 }
 
+Var slice(const Var& x, int axis, int64_t start, int64_t end) {
+  const int a = wrap_axis(axis, x.value().rank(), "slice");
+  if (start < 0 || start > end || end > x.value().size(a))
+    throw InvalidArgument(fmt::format("slice: [{}, {}) of an axis of {}", start, end, x.value().size(a)));
+  return pieces(x, 1, [a, start, end](const Tensor& t, int64_t) { return t.slice(a, start, end); }, "slice")[0];
+}
+
 Var concat(const std::vector<Var>& parts, int axis) {
   if (parts.empty()) throw InvalidArgument("concat: no parts");
   const int a = wrap_axis(axis, parts[0].value().rank(), "concat");

@@ -56,9 +56,17 @@ GenerateResult generate(Model& model, const data::Vocabulary& vocabulary, const 
     throw InvalidArgument(fmt::format("{}: the model scores {} tokens but the vocabulary has {}",
                                       model.spec().source(), scored, vocabulary.size()));
 
+  // A model with positional encodings sees at most max_positions() positions. Past them generation
+  // slides: the state restarts from the last half of that window, decoded again in one call.
+  const int64_t window = model.spec().max_positions();
+  std::vector<int64_t> history = prompt;
+  if (window > 0 && int64_t(history.size()) > window) history.erase(history.begin(), history.end() - window);
   Model::DecodeState state;
   const Device& device = model.device();
-  Tensor out = model.decode(Tensor::from_vector(prompt, {1, int64_t(prompt.size())}, device), state);
+  auto decode = [&](const std::vector<int64_t>& ids) {
+    return model.decode(Tensor::from_vector(ids, {1, int64_t(ids.size())}, device), state);
+  };
+  Tensor out = decode(history);
   GenerateResult result;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < o.tokens; ++i) {
@@ -69,7 +77,14 @@ GenerateResult generate(Model& model, const data::Vocabulary& vocabulary, const 
     result.text += text;
     ++result.tokens;
     if (on_text) on_text(text);
-    if (i + 1 < o.tokens) out = model.decode(Tensor::from_vector(std::vector<int64_t>{next}, {1, 1}, device), state);
+    history.push_back(next);
+    if (i + 1 == o.tokens) break;
+    if (window > 0 && state.positions == window) {
+      state = Model::DecodeState();
+      out = decode(std::vector<int64_t>(history.end() - (window + 1) / 2, history.end()));
+    } else {
+      out = decode({next});
+    }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -1,7 +1,10 @@
 // One layer kind: its arguments (checked when the model file is read), shape inference, parameters,
 // and forward pass in terms of differentiable functions. Engine-internal.
 #pragma once
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -81,6 +84,7 @@ struct LayerContext {
   // Decoding step by step (Model::decode): what this layer carried over from the previous call (empty
   // at first), to be replaced by what it carries on; nullptr in an ordinary forward pass.
   std::vector<Tensor>* carried = nullptr;
+  int64_t position = 0;  // decoding: positions seen before this call (where positional encodings start)
 };
 
 class Layer {
@@ -93,6 +97,8 @@ class Layer {
   virtual DType output_dtype() const { return DType::f32; }
   // A layer reading token ids takes those in [0, token_limit()) (an embedding's rows); 0 otherwise.
   virtual int64_t token_limit() const { return 0; }
+  // The most positions a sequence may have (a positional encoding's max_len); 0: no limit.
+  virtual int64_t max_positions() const { return 0; }
   // Output shape (batch first, -1 when unknown); throws ModelError-ready text via shape_error().
   virtual Shape infer(const std::vector<Shape>& inputs) const = 0;
   virtual std::vector<ParamSpec> params(const std::vector<Shape>&) const { return {}; }
@@ -105,6 +111,16 @@ class Layer {
   // linear followed by relu/gelu runs as one fused op; the activation layer then passes through.
   virtual bool fuse_activation(kestrel_activation) { return false; }
   virtual kestrel_activation activation() const { return KESTREL_ACTIVATION_NONE; }
+
+ protected:
+  // A constant tensor the layer builds on the host once per `key` (which names the device, dtype and
+  // shape) and keeps: a causal mask, a table of positional encodings. Built in the eager warm-up step,
+  // so a captured step replays without uploading it again.
+  const Tensor& constant(const std::string& key, const std::function<Tensor()>& make) const;
+
+ private:
+  mutable std::mutex constants_mutex_;
+  mutable std::map<std::string, Tensor> constants_;
 };
 
 // Thrown by infer(); the loader adds the file and JSON path.
@@ -125,6 +141,8 @@ struct LayerKind {
 const std::vector<LayerKind>& layer_kinds();
 // The sequence layers' entries (sequence_layers.cpp), which the registry lists after the others.
 std::vector<LayerKind> sequence_layer_kinds();
+// The attention and Transformer layers' entries (transformer_layers.cpp), listed last.
+std::vector<LayerKind> attention_layer_kinds();
 const LayerKind* find_layer_kind(const std::string& name);  // nullptr when unknown
 std::string layer_kind_names();                             // "linear, conv2d, ...", for messages
 // What an argument accepts, in words ("an integer from 1 to 2147483647").

@@ -369,6 +369,7 @@ const std::vector<LayerKind>& layer_kinds() {
       {"add", {}, make_add},
     };
     for (LayerKind& kind : sequence_layer_kinds()) out.push_back(std::move(kind));
+    for (LayerKind& kind : attention_layer_kinds()) out.push_back(std::move(kind));
     return out;
   }();
   return kinds;

@@ -93,7 +93,8 @@ Var Model::run_layers(const Var& input, bool training, uint64_t seed, uint64_t& 
     for (int index : layers[i].inputs) in.push_back(index < 0 ? input : outputs[index]);
     std::vector<Var> params;
     for (int k : layer_params_[i]) params.push_back(parameters_[k].var);
-    LayerContext context{training, seed, rng_offset, params, {}, state ? &state->carried[i] : nullptr};
+    LayerContext context{training, seed, rng_offset, params, {}, state ? &state->carried[i] : nullptr,
+                         state ? state->positions : 0};
     for (int k : layer_buffers_[i]) context.buffers.push_back(&buffers_[k].second);
     outputs[i] = spec_.layer(i).forward(in, context);
   }

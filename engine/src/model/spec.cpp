@@ -166,6 +166,8 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
                                      layer->input_dtype() == DType::f32 ? "only a layer that reads token ids can take them"
                                                                         : "give it the model's i64 input"));
     info.output_dtype = layer->output_dtype();
+    if (const int64_t limit = layer->max_positions())
+      spec.max_positions_ = spec.max_positions_ ? std::min(spec.max_positions_, limit) : limit;
     for (int index : info.inputs)  // token ids of the model's input reach this layer
       if (index < 0 && layer->token_limit() > 0)
         spec.token_limit_ = spec.token_limit_ ? std::min(spec.token_limit_, layer->token_limit()) : layer->token_limit();

@@ -1,0 +1,98 @@
+// Attention composed from batched GEMMs, a mask and a softmax, so every backend runs it; a fused
+// kernel (flash-style, never materialising the T x T weights) is an accelerator a plugin may offer later.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "kestrel/functional.h"
+
+namespace kestrel::fn {
+
+namespace {
+
+// Added to a masked score: exp() of it is exactly 0 without an infinity in any op.
+constexpr double kMasked = -1e30;
+
+}  // namespace
+
+Tensor causal_mask(int64_t queries, int64_t keys, DType dtype, const Device& device) {
+  const int64_t past = keys - queries;
+  std::vector<float> mask(static_cast<size_t>(queries * keys), 0.0f);  // f32: every backend holds it
+  for (int64_t i = 0; i < queries; ++i)
+    for (int64_t j = past + i + 1; j < keys; ++j) mask[i * keys + j] = static_cast<float>(kMasked);
+  Tensor out = Tensor::from_vector(mask, {queries, keys}, device);
+  return dtype == DType::f32 ? out : out.to(dtype);
+}
+
+namespace {
+
+// (N, T, E) -> (N * heads, T, E / heads): each head's slice of the features as its own batch entry.
+Var split_heads(const Var& x, int64_t heads) {
+  const Shape& s = x.value().shape();
+  const int64_t depth = s[2] / heads;
+  return reshape(permute(reshape(x, {s[0], s[1], heads, depth}), {0, 2, 1, 3}), {s[0] * heads, s[1], depth});
+}
+
+// (N * heads, T, D) -> (N, T, heads * D)
+Var join_heads(const Var& x, int64_t heads) {
+  const Shape& s = x.value().shape();
+  return reshape(permute(reshape(x, {s[0] / heads, heads, s[1], s[2]}), {0, 2, 1, 3}), {s[0] / heads, s[1], heads * s[2]});
+}
+
+// (N, T, E) through one (E, E) block of the input projection, as a GEMM over all positions.
+Var project(const Var& x, const Var& weight, const Var& bias) {
+  const Shape& s = x.value().shape();
+  return reshape(linear(reshape(x, {s[0] * s[1], s[2]}), weight, bias), {s[0], s[1], weight.value().size(0)});
+}
+
+}  // namespace
+
+Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& o) {
+  const Tensor& query = q.value();  // (B, Tq, D)
+  if (query.rank() != 3 || k.value().rank() != 3 || v.value().shape() != k.value().shape() ||
+      k.value().size(0) != query.size(0) || k.value().size(2) != query.size(2))
+    throw InvalidArgument(fmt::format("attention: q {}, k {} and v {} must be (B, Tq, D), (B, Tk, D), (B, Tk, D)",
+                                      query.describe(), k.value().describe(), v.value().describe()));
+  const int64_t queries = query.size(1), keys = k.value().size(1);
+  if (o.causal && keys < queries)
+    throw InvalidArgument(fmt::format("attention: a causal mask needs at least as many keys ({}) as queries ({})", keys,
+                                      queries));
+  const Var scale(Tensor::full({}, 1.0 / std::sqrt(double(query.size(2))), query.dtype(), query.device()));
+  Var scores = mul(matmul(q, permute(k, {0, 2, 1})), scale);  // (B, Tq, Tk)
+  if (o.mask.defined()) {
+    scores = add(scores, Var(o.mask));
+  } else if (o.causal && keys > 1 && queries > 1) {  // one query continuing a prefix sees all of it
+    scores = add(scores, Var(causal_mask(queries, keys, query.dtype(), query.device())));
+  }
+  Var weights = softmax(scores);
+  if (o.training && o.dropout > 0) weights = dropout(weights, o.dropout, true, o.seed, o.offset);
+  return matmul(weights, v);  // (B, Tq, D)
+}
+
+Var multihead_attention(const Var& query, const Var& key_value, const AttentionWeights& w, int64_t heads,
+                        const AttentionOptions& o, AttentionCache* cache) {
+  const int64_t embed = query.value().size(2);
+  if (query.value().rank() != 3 || key_value.value().rank() != 3 || key_value.value().size(2) != embed ||
+      embed % heads != 0 || w.in_proj_weight.value().shape() != Shape{3 * embed, embed})
+    throw InvalidArgument(fmt::format("multihead attention: query {} and key/value {} with in_proj_weight {} and {} heads",
+                                      query.value().describe(), key_value.value().describe(),
+                                      w.in_proj_weight.value().describe(), heads));
+  // q, k and v from the three (E, E) blocks of the packed projection, as torch packs them.
+  const std::vector<Var> weight = chunk(w.in_proj_weight, 0, 3);
+  const std::vector<Var> bias = w.in_proj_bias.defined() ? chunk(w.in_proj_bias, 0, 3) : std::vector<Var>(3);
+  Var q = split_heads(project(query, weight[0], bias[0]), heads);
+  Var k = split_heads(project(key_value, weight[1], bias[1]), heads);
+  Var v = split_heads(project(key_value, weight[2], bias[2]), heads);
+  if (cache) {  // decoding: the new positions join those seen before (no gradient flows here)
+    if (cache->keys.defined()) {
+      k = concat({Var(cache->keys), k}, 1);
+      v = concat({Var(cache->values), v}, 1);
+    }
+    cache->keys = k.value();
+    cache->values = v.value();
+  }
+  Var attended = join_heads(scaled_dot_product_attention(q, k, v, o), heads);  // (N, Tq, E)
+  return project(attended, w.out_proj_weight, w.out_proj_bias);
+}
+
+}  // namespace kestrel::fn

@@ -1,0 +1,199 @@
+// Attention and Transformer layers: attention against a plain double-precision reference of its
+// definition, torch's parameter names, causal masking (no position sees a later one), and step-by-step
+// decoding with cached keys and values equal to the whole sequence in one pass.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kestrel/engine.h"
+#include "kestrel/functional.h"
+#include "kestrel/generate.h"
+#include "kestrel/model.h"
+
+namespace {
+
+using kestrel::Shape;
+using kestrel::Tensor;
+using kestrel::Var;
+namespace fn = kestrel::fn;
+
+kestrel::Device cpu() { return kestrel::Engine::global().device("cpu"); }
+
+std::vector<double> random_values(size_t count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(-1, 1);
+  std::vector<double> values(count);
+  for (double& v : values) v = dist(rng);
+  return values;
+}
+
+TEST(Attention, MatchesItsDefinitionWithAndWithoutTheCausalMask) {
+  const int64_t batch = 2, queries = 3, keys = 5, depth = 4;
+  auto q = random_values(batch * queries * depth, 1), k = random_values(batch * keys * depth, 2),
+       v = random_values(batch * keys * depth, 3);
+  for (bool causal : {false, true}) {
+    fn::AttentionOptions o;
+    o.causal = causal;
+    auto got = fn::scaled_dot_product_attention(Var(Tensor::from_vector(q, {batch, queries, depth}, cpu())),
+                                                Var(Tensor::from_vector(k, {batch, keys, depth}, cpu())),
+                                                Var(Tensor::from_vector(v, {batch, keys, depth}, cpu())), o)
+                   .value()
+                   .to_doubles();
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t i = 0; i < queries; ++i) {
+        // Query i continues 2 earlier positions: causally it sees keys 0 .. 2 + i.
+        const int64_t visible = causal ? keys - queries + i + 1 : keys;
+        std::vector<double> weights(visible);
+        double total = 0;
+        for (int64_t j = 0; j < visible; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < depth; ++d) dot += q[(b * queries + i) * depth + d] * k[(b * keys + j) * depth + d];
+          weights[j] = std::exp(dot / std::sqrt(double(depth)));
+          total += weights[j];
+        }
+        for (int64_t d = 0; d < depth; ++d) {
+          double want = 0;
+          for (int64_t j = 0; j < visible; ++j) want += weights[j] / total * v[(b * keys + j) * depth + d];
+          EXPECT_NEAR(got[(b * queries + i) * depth + d], want, 1e-12) << "causal " << causal;
+        }
+      }
+  }
+}
+
+kestrel::ModelSpec gpt(const std::string& extra = "") {
+  return kestrel::ModelSpec::parse(R"({"name": "tiny_gpt", "input": {"shape": [8], "dtype": "i64"}, "layers": [
+      {"type": "embedding", "num_embeddings": 20, "embedding_dim": 8},
+      {"type": "positional_embedding", "max_len": 8, "embedding_dim": 8},
+      {"name": "block", "type": "transformer_encoder_layer", "d_model": 8, "nhead": 2, "dim_feedforward": 16,
+       "dropout": 0.1, "activation": "gelu", "norm_first": true, "causal": true)" + extra + R"(},
+      {"type": "transformer_encoder_layer", "d_model": 8, "nhead": 2, "dim_feedforward": 16, "causal": true},
+      {"type": "layernorm", "normalized_shape": 8}, {"type": "linear", "out_features": 20}]})",
+                                   "gpt.json");
+}
+
+kestrel::ModelSpec encoder_decoder() {
+  return kestrel::ModelSpec::parse(R"({"name": "tiny_transformer", "input": {"shape": [6], "dtype": "i64"}, "nodes": [
+      {"name": "embed", "type": "embedding", "num_embeddings": 20, "embedding_dim": 8, "inputs": ["input"]},
+      {"name": "positions", "type": "positional_encoding", "max_len": 64, "inputs": ["embed"]},
+      {"name": "transformer", "type": "transformer", "d_model": 8, "nhead": 2, "num_encoder_layers": 1,
+       "num_decoder_layers": 2, "dim_feedforward": 16, "causal": true, "inputs": ["positions", "positions"]},
+      {"name": "head", "type": "linear", "out_features": 20, "inputs": ["transformer"]}]})",
+                                   "transformer.json");
+}
+
+TEST(Transformer, ParametersHaveTorchsNames) {
+  kestrel::Model model(gpt(), cpu(), 1);
+  std::vector<std::string> names;
+  for (const auto& p : model.parameters())
+    if (p.name.rfind("block.", 0) == 0) names.push_back(p.name + kestrel::shape_str(p.var.value().shape()));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "block.self_attn.in_proj_weight(24, 8)", "block.self_attn.in_proj_bias(24,)",
+                       "block.self_attn.out_proj.weight(8, 8)", "block.self_attn.out_proj.bias(8,)",
+                       "block.linear1.weight(16, 8)", "block.linear1.bias(16,)", "block.linear2.weight(8, 16)",
+                       "block.linear2.bias(8,)", "block.norm1.weight(8,)", "block.norm1.bias(8,)",
+                       "block.norm2.weight(8,)", "block.norm2.bias(8,)"}));
+  kestrel::Model seq2seq(encoder_decoder(), cpu(), 1);
+  size_t decoder_norm3 = 0;
+  for (const auto& p : seq2seq.parameters())
+    decoder_norm3 += p.name == "transformer.decoder.layers.1.norm3.weight" || p.name == "transformer.encoder.norm.bias" ||
+                     p.name == "transformer.decoder.layers.0.multihead_attn.in_proj_weight";
+  EXPECT_EQ(decoder_norm3, 3u);
+}
+
+// Changing a later token changes nothing at earlier positions: no position sees the future.
+TEST(Transformer, CausalLayersNeverSeeLaterPositions) {
+  for (const kestrel::ModelSpec& spec : {gpt(), encoder_decoder()}) {
+    SCOPED_TRACE(spec.name());
+    kestrel::Model model(spec, cpu(), 2);
+    const int64_t length = spec.input_shape()[0];
+    std::vector<int64_t> ids(static_cast<size_t>(length));
+    for (int64_t i = 0; i < length; ++i) ids[i] = (3 * i + 1) % 20;
+    uint64_t unused = 0;
+    auto a = model.forward(Tensor::from_vector(ids, {1, length}, cpu()), false, 0, unused).value().to_vector<float>();
+    ids[4] = 19;
+    auto b = model.forward(Tensor::from_vector(ids, {1, length}, cpu()), false, 0, unused).value().to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (static_cast<int64_t>(i) / 20 < 4) {
+        EXPECT_EQ(a[i], b[i]) << "position " << i / 20 << " saw position 4";
+      }
+    }
+    EXPECT_NE(a[4 * 20], b[4 * 20]);
+  }
+}
+
+// Decoding three positions, then one at a time with cached keys and values, gives the outputs of the
+// whole sequence in one pass.
+TEST(Transformer, DecodingWithTheCacheEqualsTheWholeSequence) {
+  for (const kestrel::ModelSpec& spec : {gpt(), encoder_decoder()}) {
+    SCOPED_TRACE(spec.name());
+    kestrel::Model model(spec, cpu(), 3);
+    const int64_t length = spec.input_shape()[0];
+    std::vector<int64_t> ids(static_cast<size_t>(2 * length));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 7 + 2) % 20;
+    Tensor tokens = Tensor::from_vector(ids, {2, length}, cpu());
+    uint64_t unused = 0;
+    auto whole = model.forward(tokens, false, 0, unused).value().to_vector<float>();  // (2, T, 20)
+    kestrel::Model::DecodeState state;
+    std::vector<Tensor> parts{model.decode(tokens.slice(1, 0, 3), state)};
+    for (int64_t t = 3; t < length; ++t) parts.push_back(model.decode(tokens.slice(1, t, t + 1), state));
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t t = 0; t < length; ++t) {
+        const Tensor& part = parts[t < 3 ? 0 : size_t(t - 2)];
+        auto row = part.select(0, n).select(0, t < 3 ? t : 0).to_vector<float>();
+        for (int64_t c = 0; c < 20; ++c) ASSERT_NEAR(row[c], whole[(n * length + t) * 20 + c], 1e-5) << n << " " << t;
+      }
+  }
+}
+
+// Past max_len generation slides its window instead of stopping; a prompt longer than it keeps its end.
+TEST(Transformer, GenerationSlidesPastMaxLen) {
+  kestrel::Model model(gpt(), cpu(), 5);
+  std::vector<char32_t> letters;
+  for (char c = 'a'; c < 'a' + 20; ++c) letters.push_back(static_cast<char32_t>(c));
+  const auto vocabulary = kestrel::data::Vocabulary::characters({letters});
+  kestrel::GenerateOptions options;
+  options.prompt = "abcdefghijklm";  // 13 characters for a window of 8
+  options.tokens = 30;
+  options.seed = 3;
+  const kestrel::GenerateResult first = kestrel::generate(model, vocabulary, options);
+  EXPECT_EQ(first.tokens, 30);
+  EXPECT_EQ(kestrel::generate(model, vocabulary, options).text, first.text);
+  options.temperature = 0;
+  options.tokens = 1;
+  options.prompt = "fghijklm";  // what the window keeps of the long prompt: the same greedy continuation
+  const std::string kept = kestrel::generate(model, vocabulary, options).text;
+  options.prompt = "abcdefghijklm";
+  EXPECT_EQ(kestrel::generate(model, vocabulary, options).text, kept);
+}
+
+TEST(Transformer, PositionsPastMaxLenAndBadShapesAreRefused) {
+  kestrel::Model model(gpt(), cpu(), 4);
+  kestrel::Model::DecodeState state;
+  model.decode(Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 8}, {1, 8}, cpu()), state);
+  try {
+    model.decode(Tensor::from_vector<int64_t>({1}, {1, 1}, cpu()), state);
+    FAIL() << "position 8 of a max_len 8 model was decoded";
+  } catch (const kestrel::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("past the model's max_len 8"), std::string::npos) << e.what();
+  }
+  auto error_of = [](const std::string& layers) {
+    try {
+      kestrel::ModelSpec::parse(R"({"input": {"shape": [8, 6]}, "layers": [)" + layers + "]}", "t.json");
+    } catch (const kestrel::ModelError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(error_of(R"({"type": "multihead_attention", "embed_dim": 6, "num_heads": 4})").find("not a multiple of num_heads"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "transformer_encoder_layer", "d_model": 8, "nhead": 2})").find("(N, T, 8)"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "positional_encoding", "max_len": 4})").find("raise max_len"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "transformer_encoder_layer", "d_model": 6, "nhead": 2, "activation": "swish"})")
+                .find("expects one of relu, gelu"),
+            std::string::npos);
+}
+
+}  // namespace
