@@ -28,11 +28,33 @@ struct Workload {
   int64_t batch;
 };
 
+// The sequence models read 128 character ids per sample and are scored at every position.
 const Workload workloads[] = {{"seeds_mlp", "seeds_mlp.json", 128},
                               {"fashion_mlp", "fashion_mlp.json", 64},
                               {"fashion_mlp", "fashion_mlp.json", 512},
                               {"fashion_convnet", "convnet.json", 64},
-                              {"fashion_convnet", "convnet.json", 512}};
+                              {"fashion_convnet", "convnet.json", 512},
+                              {"lstm_generator", "lstm_generator.json", 32},
+                              {"gpt_char", "gpt_char.json", 32}};
+
+// Inputs and labels of one batch: standard-normal values and labels 0..9, or for a model of token ids
+// (fortunes' 113 characters) ids with a label per position.
+std::pair<Tensor, Tensor> batch_for(const kestrel::ModelSpec& spec, int64_t batch, const kestrel::Device& device) {
+  kestrel::Shape shape{batch};
+  shape.insert(shape.end(), spec.input_shape().begin(), spec.input_shape().end());
+  if (spec.input_dtype() == kestrel::DType::i64) {
+    std::vector<int64_t> ids(static_cast<size_t>(kestrel::shape_numel(shape)));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 7919 % 113);
+    std::vector<int64_t> next(ids.begin() + 1, ids.end());
+    next.push_back(0);
+    return {Tensor::from_vector(ids, shape, device), Tensor::from_vector(next, shape, device)};
+  }
+  Tensor x = Tensor::empty(shape, kestrel::DType::f32, device);
+  kestrel::ops::random_(x, KESTREL_DISTRIBUTION_NORMAL, 1, 0, 0, 1);
+  std::vector<int64_t> labels(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) labels[i] = i % 10;
+  return {x, Tensor::from_vector(labels, {batch}, device)};
+}
 
 // One training step as the trainer runs it: captured after a warm-up step and replayed when the
 // backend offers capture (`captured`), else (or for the eager variants) every op launched each time.
@@ -40,13 +62,7 @@ void train_step(benchmark::State& state, kestrel::Device device, Workload worklo
   kestrel::ModelSpec spec = kestrel::ModelSpec::load(std::string(KESTREL_MODELS_DIR) + "/" + workload.model_file);
   kestrel::Model model(spec, device, 42);
   kestrel::Optimizer adam({kestrel::OptimizerKind::adam, 1e-3}, model.flat_parameters(), model.flat_gradients());
-  kestrel::Shape shape{workload.batch};
-  shape.insert(shape.end(), spec.input_shape().begin(), spec.input_shape().end());
-  Tensor x = Tensor::empty(shape, kestrel::DType::f32, device);
-  kestrel::ops::random_(x, KESTREL_DISTRIBUTION_NORMAL, 1, 0, 0, 1);
-  std::vector<int64_t> labels(workload.batch);
-  for (int64_t i = 0; i < workload.batch; ++i) labels[i] = i % 10;
-  Tensor y = Tensor::from_vector(labels, {workload.batch}, device);
+  auto [x, y] = batch_for(spec, workload.batch, device);
   uint64_t rng_offset = 0;
   auto forward_backward = [&](uint64_t& offset) {
     model.zero_grad(/*lazy=*/true);  // as the trainer does: backward overwrites, no zeroing pass

@@ -22,7 +22,8 @@ from kestrel_models import KestrelModel  # noqa: E402
 MODELS = pathlib.Path(__file__).resolve().parents[2] / "models"
 WORKLOADS = [("seeds_mlp", "seeds_mlp.json", 128), ("fashion_mlp", "fashion_mlp.json", 64),
              ("fashion_mlp", "fashion_mlp.json", 512), ("fashion_convnet", "convnet.json", 64),
-             ("fashion_convnet", "convnet.json", 512)]
+             ("fashion_convnet", "convnet.json", 512), ("lstm_generator", "lstm_generator.json", 32),
+             ("gpt_char", "gpt_char.json", 32)]
 
 
 def measure(step, device, steps, repetitions=5):
@@ -60,14 +61,19 @@ def main():
         for mode in modes:
             model = KestrelModel(MODELS / model_file).to(args.device).train()
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-            x = torch.randn([batch] + list(model.input_shape), device=args.device)
-            y = torch.randint(0, 10, (batch,), device=args.device)
+            if model.tokens:  # character ids, a label per position (as bench_train.cpp)
+                x = torch.randint(0, 113, [batch] + list(model.input_shape), device=args.device)
+                y = torch.randint(0, 113, [batch] + list(model.input_shape), device=args.device)
+            else:
+                x = torch.randn([batch] + list(model.input_shape), device=args.device)
+                y = torch.randint(0, 10, (batch,), device=args.device)
             loss_fn = torch.nn.CrossEntropyLoss()
             forward = torch.compile(model) if mode == "compile" else model
 
             def step():
                 optimizer.zero_grad(set_to_none=True)
-                loss_fn(forward(x), y).backward()
+                out = forward(x)
+                loss_fn(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
                 optimizer.step()
 
             seconds = measure(step, args.device, args.steps)

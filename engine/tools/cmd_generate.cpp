@@ -16,6 +16,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   static std::string prompt;
   static std::optional<int64_t> tokens, top_k;
   static std::optional<double> temperature;
+  static bool no_cache = false;
   auto* g = app.add_subcommand("generate", "Continue a prompt with a trained language model, token by token");
   add_run_flags(g, run);
   g->add_option("--checkpoint", run.checkpoint, "checkpoint.json or a run folder (its vocabulary is checked)")->required();
@@ -24,6 +25,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   add_number_flag(g, "--temperature", temperature, "Divides the scores before sampling (default 1; 0: greedy)", 0, 100);
   add_integer_flag(g, "--top-k", top_k, "Sample among the k most likely tokens only (default 0: all)", 0);
   add_integer_flag(g, "--seed", run.seed, "Sampling seed (default 0): the same seed gives the same text", 0);
+  g->add_flag("--no-cache", no_cache, "Run the whole text again for every token (to measure what the cache saves)");
   g->callback([&action] {
     action = [] {
       // The run config's data gives the vocabulary; the checkpoint must have been trained on it.
@@ -40,6 +42,7 @@ void add_generate_command(CLI::App& app, Action& action) {
       options.temperature = temperature.value_or(1.0);
       options.top_k = top_k.value_or(0);
       options.seed = static_cast<uint64_t>(run.seed.value_or(0));
+      options.cache = !no_cache;
       trainer.vocabulary()->encode(std::string_view(prompt), "--prompt");  // refused before anything is printed
       fmt::print("{}", prompt);
       GenerateResult result = generate(trainer.model(), *trainer.vocabulary(), options, [](const std::string& text) {

@@ -112,6 +112,9 @@ TEST(TextTraining, GenerationDecodesStepByStepAsTheWholeSequenceDoes) {
   EXPECT_EQ(first.tokens, 40);
   EXPECT_EQ(streamed, first.text);
   EXPECT_EQ(kestrel::generate(model, vocabulary, options).text, first.text) << "the same seed, the same text";
+  options.cache = false;  // a recurrent model has no window: the same text, the prefix run again each time
+  EXPECT_EQ(kestrel::generate(model, vocabulary, options).text, first.text);
+  options.cache = true;
   options.seed = 8;
   EXPECT_NE(kestrel::generate(model, vocabulary, options).text, first.text);
   // Greedy: the first token is the best-scored continuation of the prompt.

@@ -159,6 +159,15 @@ TEST(Transformer, GenerationSlidesPastMaxLen) {
   options.seed = 3;
   const kestrel::GenerateResult first = kestrel::generate(model, vocabulary, options);
   EXPECT_EQ(first.tokens, 30);
+  // Within the window the cached keys and values give what running everything again gives.
+  options.prompt = "abc";
+  options.tokens = 5;
+  const std::string cached = kestrel::generate(model, vocabulary, options).text;
+  options.cache = false;
+  EXPECT_EQ(kestrel::generate(model, vocabulary, options).text, cached);
+  options.cache = true;
+  options.prompt = "abcdefghijklm";
+  options.tokens = 30;
   EXPECT_EQ(kestrel::generate(model, vocabulary, options).text, first.text);
   options.temperature = 0;
   options.tokens = 1;

@@ -19,6 +19,9 @@ struct GenerateOptions {
   double temperature = 1.0;  // scores are divided by it before the softmax; 0 picks the best (greedy)
   int64_t top_k = 0;         // sample among the k best only (0: all)
   uint64_t seed = 0;         // the same seed, prompt and weights give the same text on every machine
+  // false: run the whole text so far again for every token instead of carrying each layer's state (the
+  // same text, for measuring what the cache saves).
+  bool cache = true;
 };
 
 struct GenerateResult {

@@ -79,7 +79,11 @@ GenerateResult generate(Model& model, const data::Vocabulary& vocabulary, const 
     if (on_text) on_text(text);
     history.push_back(next);
     if (i + 1 == o.tokens) break;
-    if (window > 0 && state.positions == window) {
+    if (!o.cache) {  // everything again, up to the model's window
+      state = Model::DecodeState();
+      const size_t keep = window > 0 ? std::min<size_t>(history.size(), static_cast<size_t>(window)) : history.size();
+      out = decode(std::vector<int64_t>(history.end() - keep, history.end()));
+    } else if (window > 0 && state.positions == window) {
       state = Model::DecodeState();
       out = decode(std::vector<int64_t>(history.end() - (window + 1) / 2, history.end()));
     } else {
