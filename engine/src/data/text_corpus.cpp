@@ -56,6 +56,7 @@ Dataset windows(const std::vector<int64_t>& stream, int64_t context, int64_t voc
   d.label_shape = {context};
   d.num_classes = vocabulary;
   d.size = stream.size() > 1 ? static_cast<int64_t>(stream.size() - 1) / context : 0;
+  if (d.size == 0) return d;  // (no iterator arithmetic on an empty stream: found by fuzzing)
   d.tokens.assign(stream.begin(), stream.begin() + d.size * context);
   d.labels.assign(stream.begin() + 1, stream.begin() + 1 + d.size * context);
   return d;
