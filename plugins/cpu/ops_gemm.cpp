@@ -1,6 +1,9 @@
 // Matrix products through KokkosBlas::gemm, which hands row-major float/double views to the BLAS
 // library (OpenBLAS on Debian), plus the fused linear op (GEMM, bias and activation in one call).
+#include <dlfcn.h>
+
 #include <KokkosBlas3_gemm.hpp>
+#include <atomic>
 #include <vector>
 
 #include "cpu_ops.hpp"
@@ -43,6 +46,28 @@ struct BlasOperand {
   }
   MatrixView<const T> view() const { return MatrixView<const T>(data, stored_rows, stored_cols); }
 };
+
+// OpenBLAS splits every product past a small size across its threads, and between calls its idle
+// workers spin in sched_yield. For the thousands of small products of a recurrent step (an LSTM's
+// (32, 256) x (256, 1024) per time step) that costs more than it gains: on the 2-core VM the LSTM step
+// ran 1.8x faster with one OpenBLAS thread, the seeds' MLP step (products of 2^28 multiply-adds) 12%
+// slower. So a product below kSmallProduct multiply-adds runs on one OpenBLAS thread, larger ones on all
+// of OpenBLAS's (its own count: OPENBLAS_NUM_THREADS, else the cores).
+constexpr int64_t kSmallProduct = int64_t(1) << 24;
+
+void use_blas_threads_for(int64_t multiply_adds) {
+  using SetThreads = void (*)(int);
+  using GetThreads = int (*)();
+  static const SetThreads set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  static const int all = [] {
+    auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    return get ? get() : 1;
+  }();
+  static std::atomic<int> current{all};
+  if (!set || all <= 1) return;  // not OpenBLAS, or one thread anyway
+  const int wanted = multiply_adds < kSmallProduct ? 1 : all;
+  if (current.exchange(wanted) != wanted) set(wanted);
+}
 
 struct GemmShape {
   int64_t batch, m, n, k;
@@ -92,6 +117,7 @@ void gemm_batched(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, co
       BlasOperand<T> a(a_base + batch * s.a_batch_stride, s.m, s.k, s.a_strides[0], s.a_strides[1]);
       BlasOperand<T> b(b_base + batch * s.b_batch_stride, s.k, s.n, s.b_strides[0], s.b_strides[1]);
       MatrixView<T> c_view(target, s.m, s.n);
+      use_blas_threads_for(s.m * s.n * s.k);
       const char ta[2] = {a.trans, 0}, tb[2] = {b.trans, 0};
       KokkosBlas::gemm(ta, tb, alpha, a.view(), b.view(), beta, c_view);
     }
