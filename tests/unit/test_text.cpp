@@ -179,6 +179,17 @@ TEST(Text, DocumentsAreClassifiedByTheirFile) {
   EXPECT_EQ(balanced.train.labels, (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(balanced.validation.labels, (std::vector<int64_t>{0, 1}));
 
+  // Bytes are ids as they are (a Latin-1 byte is one id, not two UTF-8 ones): found by fuzzing.
+  write(dir / "latin1", "caf\xE9\n%\nna\xEFve\n");
+  options.categories = {"dogs", "latin1"};
+  options.bytes = true;
+  options.balance = false;
+  kestrel::data::TextCorpus bytes = kestrel::data::load_text_categories(options);
+  ASSERT_EQ(bytes.train.size, 2);
+  const std::vector<int64_t> cafe(bytes.train.tokens.begin() + 6, bytes.train.tokens.begin() + 12);
+  EXPECT_EQ(cafe, (std::vector<int64_t>{0, 0, 'c', 'a', 'f', 0xE9}));
+  options.bytes = false;
+
   write(dir / "fish", "blub\n");
   options.categories = {"dogs", "fish"};
   EXPECT_NE(error_of([&] { kestrel::data::load_text_categories(options); }).find("fish: 1 document(s) between '%' lines"),

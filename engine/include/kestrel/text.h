@@ -77,5 +77,8 @@ TextCorpus load_text_categories(const TextOptions& options);
 
 // A corpus file's characters (or, with bytes, its bytes as values 0..255); errors name the file.
 std::vector<char32_t> read_text_file(const std::string& path, bool bytes);
+// The ids of what read_text_file gave: a byte vocabulary takes the values as they are (they are bytes,
+// not characters to encode as UTF-8); a character vocabulary encodes them, naming `file` in errors.
+std::vector<int64_t> corpus_ids(const Vocabulary& vocabulary, const std::vector<char32_t>& text, const std::string& file);
 
 }  // namespace kestrel::data

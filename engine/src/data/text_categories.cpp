@@ -88,7 +88,7 @@ TextCorpus load_text_categories(const TextOptions& options) {
     for (size_t i = 0; i < count; ++i) {
       Dataset& split = i + held_out < count ? corpus.train : corpus.validation;
       std::vector<char32_t> text(docs[i].begin(), docs[i].begin() + std::min<size_t>(docs[i].size(), options.context));
-      std::vector<int64_t> ids = corpus.vocabulary.encode(text, corpus.files[label]);
+      const std::vector<int64_t> ids = corpus_ids(corpus.vocabulary, text, corpus.files[label]);
       split.tokens.insert(split.tokens.end(), static_cast<size_t>(options.context) - ids.size(), 0);  // left padding
       split.tokens.insert(split.tokens.end(), ids.begin(), ids.end());
       split.labels.push_back(static_cast<int64_t>(label));

@@ -72,6 +72,11 @@ std::vector<char32_t> read_text_file(const std::string& path, bool bytes) {
   return values;
 }
 
+std::vector<int64_t> corpus_ids(const Vocabulary& vocabulary, const std::vector<char32_t>& text, const std::string& file) {
+  if (!vocabulary.is_bytes()) return vocabulary.encode(text, file);
+  return std::vector<int64_t>(text.begin(), text.end());
+}
+
 TextCorpus load_text(const TextOptions& options) {
   if (options.context < 1) throw InvalidArgument(fmt::format("text: context {} must be at least 1", options.context));
   if (!(options.validation_fraction > 0 && options.validation_fraction < 1))
@@ -84,12 +89,7 @@ TextCorpus load_text(const TextOptions& options) {
   // Each file's head trains and its tail validates, so both splits see every file's kind of text.
   std::vector<int64_t> train, validation;
   for (size_t f = 0; f < texts.size(); ++f) {
-    std::vector<int64_t> ids;
-    if (options.bytes) {
-      ids.assign(texts[f].begin(), texts[f].end());
-    } else {
-      ids = corpus.vocabulary.encode(texts[f], corpus.files[f]);
-    }
+    const std::vector<int64_t> ids = corpus_ids(corpus.vocabulary, texts[f], corpus.files[f]);
     const auto held_out = static_cast<size_t>(std::llround(double(ids.size()) * options.validation_fraction));
     train.insert(train.end(), ids.begin(), ids.end() - held_out);
     validation.insert(validation.end(), ids.end() - held_out, ids.end());
