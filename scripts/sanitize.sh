@@ -15,7 +15,7 @@ case "$mode" in
     sanitizers="address,undefined"
     # Unit tests (IO, data, autograd, plugin faults, the ABI), the CPU conformance suite, training and
     # exact resume, capture/replay, the model and config readers' error paths, and the fuzz corpora.
-    SANITIZED_TESTS='^(test_(io|data|loader|tensor|gradcheck|plugin_abi|plugin_faults|philox_half|training|training_faults|training_text|text|recurrent|capture|cli_models|config)|conformance|fuzz_corpus_.*)$'
+    SANITIZED_TESTS='^(test_(io|data|loader|tensor|gradcheck|plugin_abi|plugin_faults|philox_half|training|training_faults|training_text|text|recurrent|transformer|capture|cli_models|config)|conformance|fuzz_corpus_.*)$'
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     # Under load (ctest -j2 beside a fuzzer) two test binaries whose cases had all passed ended in

@@ -1,0 +1,91 @@
+// The pieces Transformer layers are made of (transformer_layers.cpp): their parameters in torch's
+// order and initialisation, the encoder and decoder blocks, dropout draws, and the keys and values
+// carried while decoding. Engine-internal.
+#pragma once
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "layer.h"
+
+namespace kestrel::transformer {
+
+// The parameters of the blocks, in torch's state_dict order and with its initialisation.
+void attention_params(std::vector<ParamSpec>& p, const std::string& prefix, int64_t e, bool bias);
+void linear_params(std::vector<ParamSpec>& p, const std::string& prefix, int64_t in, int64_t out, bool bias);
+void norm_params(std::vector<ParamSpec>& p, const std::string& prefix, int64_t e, bool bias);
+
+// The layer's parameters handed out in the order params() declared them.
+struct Params {
+  const std::vector<Var>& all;
+  size_t next = 0;
+  bool bias;
+  Var take() { return all.at(next++); }
+  Var take_bias() { return bias ? take() : Var(); }
+  fn::AttentionWeights attention() {
+    fn::AttentionWeights w;
+    w.in_proj_weight = take();
+    w.in_proj_bias = take_bias();
+    w.out_proj_weight = take();
+    w.out_proj_bias = take_bias();
+    return w;
+  }
+};
+
+// What the blocks share: sizes, dropout, activation, norm placement (torch's block arguments).
+struct BlockConfig {
+  int64_t width, heads, feedforward;
+  double dropout, eps;
+  bool gelu, norm_first, bias;
+  explicit BlockConfig(const Args& a);  // throws ShapeError unless nhead divides d_model
+};
+
+// A layer norm over the last axis with the next weight and bias of `p` (torch's LayerNorm).
+Var norm(const Var& x, Params& p, double eps);
+
+// One use of dropout in training: the next range of the context's Philox stream.
+Var drop(const Var& x, double p, LayerContext& c);
+
+// Attention options: dropout on the weights from the context's Philox stream (a range as large as the
+// weights, taken only when drawn), the mask from the layer's constants.
+fn::AttentionOptions attention_options(double dropout, LayerContext& c, bool causal, const Tensor& mask,
+                                       int64_t weights);
+// The number of attention weights of `heads` heads of queries x (N, Tq, E) over `keys` keys.
+int64_t weight_count(const Var& x, int64_t heads, int64_t keys);
+
+// Decoding: the keys and values each attention of a layer carries (two tensors each in the context's
+// carried list), taken out at the start of a call and put back at its end. None outside decoding.
+std::vector<fn::AttentionCache> load_caches(const LayerContext& c, size_t count);
+void store_caches(const LayerContext& c, const std::vector<fn::AttentionCache>& caches);
+fn::AttentionCache* cache_at(std::vector<fn::AttentionCache>& caches, size_t k);  // nullptr outside decoding
+int64_t keys_seen(const fn::AttentionCache* cache);
+
+// A causal mask for this call's queries and keys, kept per device and shape (none for one query, which
+// sees every key before it).
+class AttentionLayer : public Layer {
+ protected:
+  Tensor mask(bool causal, const Var& x, int64_t queries, int64_t keys) const {
+    if (!causal || queries == 1) return Tensor();
+    const Tensor& v = x.value();
+    return constant(fmt::format("mask {} {} {} {}", v.device().str(), dtype_name(v.dtype()), queries, keys),
+                    [&] { return fn::causal_mask(queries, keys, v.dtype(), v.device()); });
+  }
+};
+
+
+// One encoder block over x (N, T, E): self-attention and feed-forward, each with a residual, normed
+// after (torch's default) or before (norm_first, as GPT-2). Parameters: self_attn.*, linear1, linear2,
+// norm1, norm2.
+Var encoder_block(const Var& x, Params& p, const BlockConfig& b, bool causal, const Tensor& mask, LayerContext& c,
+                  fn::AttentionCache* cache);
+void encoder_block_params(std::vector<ParamSpec>& p, const std::string& prefix, const BlockConfig& b);
+
+// One decoder block: causal self-attention, attention over the memory (N, S, E), feed-forward.
+// Parameters: self_attn.*, multihead_attn.*, linear1, linear2, norm1, norm2, norm3.
+Var decoder_block(const Var& x, const Var& memory, Params& p, const BlockConfig& b, bool self_causal,
+                  const Tensor& self_mask, bool memory_causal, const Tensor& memory_mask, LayerContext& c,
+                  fn::AttentionCache* self_cache, fn::AttentionCache* memory_cache);
+void decoder_block_params(std::vector<ParamSpec>& p, const std::string& prefix, const BlockConfig& b);
+
+}  // namespace kestrel::transformer
