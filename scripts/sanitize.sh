@@ -17,10 +17,11 @@ case "$mode" in
     # exact resume, capture/replay, the model and config readers' error paths, and the fuzz corpora.
     SANITIZED_TESTS='^(test_(io|data|loader|tensor|gradcheck|plugin_abi|plugin_faults|philox_half|training|training_faults|training_text|text|recurrent|transformer|capture|cli_models|config)|conformance|fuzz_corpus_.*)$'
     # intercept_tls_get_addr=0: GCC 12's sanitizer runtime (like GCC <= 13 and LLVM <= 16) takes a
-    # dynamic TLS block (the plugins' thread_locals) whose address happens to sit at a certain offset in
-    # its page for a pre-2.25 glibc header and reads garbage as its bounds; LeakSanitizer's tracer then
-    # crashes at exit ("Tracer caught signal 11") after every test passed, now and then and more under
-    # load (seen here with ctest -j2 beside fuzzers). Mudlet/Mudlet#9809 and #9930 trace the mechanism.
+    # dynamic TLS block (of a library loaded with dlopen: the plugins and what they bring in) whose
+    # address happens to sit at a certain offset in its page for a pre-2.25 glibc header and reads
+    # garbage as its bounds; LeakSanitizer's tracer then crashes at exit ("Tracer caught signal 11")
+    # after every test passed, now and then and more under load (seen here with ctest -j2 beside
+    # fuzzers). Mudlet/Mudlet#9809 and #9930 trace the mechanism.
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     ;;
