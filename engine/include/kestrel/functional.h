@@ -68,6 +68,8 @@ Var mean_over(const Var& x, int axis);                       // the axis average
 // per layer and direction as torch: weight_ih (G*H, F), weight_hh (G*H, H), bias_ih and bias_hh (G*H)
 // or undefined, with G = 1 (rnn), 4 (lstm: gates i, f, g, o) or 3 (gru: r, z, n).
 enum class RecurrentCell { rnn_tanh, rnn_relu, lstm, gru };
+// The gates a cell's weights stack: 1 (rnn), 4 (lstm) or 3 (gru).
+int gate_count(RecurrentCell cell);
 struct RecurrentWeights {
   Var weight_ih, weight_hh, bias_ih, bias_hh;
 };

@@ -9,14 +9,6 @@ namespace kestrel::fn {
 
 namespace {
 
-int gate_count(RecurrentCell cell) {
-  switch (cell) {
-    case RecurrentCell::lstm: return 4;
-    case RecurrentCell::gru: return 3;
-    default: return 1;
-  }
-}
-
 // One step of the cell. projected: (N, G*H), this step's input through weight_ih and bias_ih;
 // h, c: (N, H), the state before the step (c only for the LSTM), replaced by the state after it.
 void step(RecurrentCell cell, const Var& projected, const RecurrentWeights& w, Var& h, Var& c) {
@@ -43,6 +35,14 @@ void step(RecurrentCell cell, const Var& projected, const RecurrentWeights& w, V
 }
 
 }  // namespace
+
+int gate_count(RecurrentCell cell) {
+  switch (cell) {
+    case RecurrentCell::lstm: return 4;
+    case RecurrentCell::gru: return 3;
+    default: return 1;
+  }
+}
 
 Var recurrent_layer(const Var& x, const RecurrentWeights& w, RecurrentCell cell, bool reverse, RecurrentState* state) {
   const Tensor& input = x.value();  // (N, T, F)

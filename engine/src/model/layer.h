@@ -128,6 +128,7 @@ struct ShapeError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 std::string batch_shape_str(const Shape& shape);  // "(N, 16, 14, 14)"
+[[noreturn]] inline void shape_error(const std::string& message) { throw ShapeError(message); }
 
 // A layer kind: its name in model files, its arguments, and how to build one (the layer's class then
 // gives its shape rule, parameters and forward pass, with backward beside each differentiable function).
@@ -136,6 +137,12 @@ struct LayerKind {
   std::vector<ArgSpec> args;
   std::unique_ptr<Layer> (*make)(const Args&);
 };
+
+// A registry entry's factory for a layer class constructed from its Args.
+template <class L>
+std::unique_ptr<Layer> make_layer(const Args& a) {
+  return std::make_unique<L>(a);
+}
 
 // The one registry of layer kinds (layers.cpp), in the order documentation lists them.
 const std::vector<LayerKind>& layer_kinds();

@@ -10,7 +10,6 @@ namespace kestrel {
 
 namespace {
 
-[[noreturn]] void shape_error(const std::string& message) { throw ShapeError(message); }
 
 void need_rank(const char* type, const Shape& in, size_t rank, const char* layout, const char* hint) {
   if (in.size() != rank)
@@ -314,10 +313,6 @@ class Add : public Layer {
 
 // ---- the registry ----
 
-template <class L>
-std::unique_ptr<Layer> make(const Args& a) {
-  return std::make_unique<L>(a);
-}
 template <bool max>
 std::unique_ptr<Layer> make_pool(const Args& a) {
   return std::make_unique<Pool2d>(a, max);
@@ -335,11 +330,11 @@ constexpr char kRelu[] = "relu", kGelu[] = "gelu", kTanh[] = "tanh", kSigmoid[] 
 const std::vector<LayerKind>& layer_kinds() {
   static const std::vector<LayerKind> kinds = [] {
     std::vector<LayerKind> out = {
-      {"linear", {integer("out_features", 1, nullptr), boolean("bias", true)}, make<Linear>},
+      {"linear", {integer("out_features", 1, nullptr), boolean("bias", true)}, make_layer<Linear>},
       {"conv2d",
        {integer("out_channels", 1, nullptr), required_pair("kernel_size", 1), pair("stride", 1, 1), pair("padding", 0, 0),
         pair("dilation", 1, 1), boolean("bias", true)},
-       make<Conv2d>},
+       make_layer<Conv2d>},
       // A pool's stride defaults to its kernel size (no fallback here: the layer derives it).
       {"maxpool2d",
        {required_pair("kernel_size", 1), pair("stride", 1, nullptr), pair("padding", 0, 0), pair("dilation", 1, 1)},
@@ -348,24 +343,24 @@ const std::vector<LayerKind>& layer_kinds() {
       // num_features 0: taken from the input's channels.
       {"batchnorm2d",
        {integer("num_features", 0, 0), number("eps", 0, 1, 1e-5), number("momentum", 0, 1, 0.1)},
-       make<BatchNorm2d>},
+       make_layer<BatchNorm2d>},
       {"layernorm",
        {integer("normalized_shape", 1, nullptr), number("eps", 0, 1, 1e-5), boolean("elementwise_affine", true)},
-       make<LayerNorm>},
+       make_layer<LayerNorm>},
       // padding_idx -1: none.
       {"embedding", {integer("num_embeddings", 1, nullptr), integer("embedding_dim", 1, nullptr),
                      integer("padding_idx", -1, -1)},
-       make<Embedding>},
+       make_layer<Embedding>},
       {"flatten",
        {integer("start_dim", -KESTREL_MAX_RANK, 1, KESTREL_MAX_RANK - 1),
         integer("end_dim", -KESTREL_MAX_RANK, -1, KESTREL_MAX_RANK - 1)},
-       make<Flatten>},
+       make_layer<Flatten>},
       {"relu", {}, make_activation<kRelu>},
       {"gelu", {}, make_activation<kGelu>},
       {"tanh", {}, make_activation<kTanh>},
       {"sigmoid", {}, make_activation<kSigmoid>},
-      {"dropout", {number("p", 0, 1, 0.5, true)}, make<Dropout>},
-      {"softmax", {integer("dim", -KESTREL_MAX_RANK, -1, KESTREL_MAX_RANK - 1)}, make<Softmax>},
+      {"dropout", {number("p", 0, 1, 0.5, true)}, make_layer<Dropout>},
+      {"softmax", {integer("dim", -KESTREL_MAX_RANK, -1, KESTREL_MAX_RANK - 1)}, make_layer<Softmax>},
       {"add", {}, make_add},
     };
     for (LayerKind& kind : sequence_layer_kinds()) out.push_back(std::move(kind));

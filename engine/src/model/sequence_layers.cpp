@@ -10,7 +10,6 @@ namespace kestrel {
 
 namespace {
 
-[[noreturn]] void shape_error(const std::string& message) { throw ShapeError(message); }
 
 void need_sequence(const char* type, const Shape& in) {
   if (in.size() != 3)
@@ -42,7 +41,7 @@ class Recurrent : public Layer {
   // then the same with _reverse; all uniform in +-1/sqrt(hidden_size), as torch initialises them.
   std::vector<ParamSpec> params(const std::vector<Shape>& in) const override {
     const double bound = 1.0 / std::sqrt(double(hidden_));
-    const int64_t gates = gate_count() * hidden_;
+    const int64_t gates = fn::gate_count(cell_) * hidden_;
     std::vector<ParamSpec> p;
     for (int64_t l = 0; l < layers_; ++l)
       for (int d = 0; d < directions_; ++d) {
@@ -89,7 +88,6 @@ class Recurrent : public Layer {
   }
 
  private:
-  int gate_count() const { return cell_ == fn::RecurrentCell::lstm ? 4 : cell_ == fn::RecurrentCell::gru ? 3 : 1; }
   const char* type_;
   fn::RecurrentCell cell_;
   int64_t hidden_, layers_;

@@ -55,7 +55,7 @@ BlockConfig::BlockConfig(const Args& a)
       gelu(a.choice("activation") == "gelu"),
       norm_first(a.boolean("norm_first")),
       bias(a.boolean("bias")) {
-  if (width % heads != 0) throw ShapeError(fmt::format("d_model {} is not a multiple of nhead {}", width, heads));
+  if (width % heads != 0) shape_error(fmt::format("d_model {} is not a multiple of nhead {}", width, heads));
 }
 
 Var drop(const Var& x, double p, LayerContext& c) {

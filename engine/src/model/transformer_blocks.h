@@ -61,13 +61,15 @@ void store_caches(const LayerContext& c, const std::vector<fn::AttentionCache>& 
 fn::AttentionCache* cache_at(std::vector<fn::AttentionCache>& caches, size_t k);  // nullptr outside decoding
 int64_t keys_seen(const fn::AttentionCache* cache);
 
-// A causal mask for this call's queries and keys, kept per device and shape (none for one query, which
-// sees every key before it).
+// A causal mask for this call's queries and keys (none for one query, which sees every key before it).
+// Training and evaluation keep it per device and shape, so a captured step uploads nothing; decoding
+// builds it each call, since its shapes change with every prompt and would pile up in the layer.
 class AttentionLayer : public Layer {
  protected:
-  Tensor mask(bool causal, const Var& x, int64_t queries, int64_t keys) const {
+  Tensor mask(bool causal, const Var& x, int64_t queries, int64_t keys, const LayerContext& c) const {
     if (!causal || queries == 1) return Tensor();
     const Tensor& v = x.value();
+    if (c.carried) return fn::causal_mask(queries, keys, v.dtype(), v.device());
     return constant(fmt::format("mask {} {} {} {}", v.device().str(), dtype_name(v.dtype()), queries, keys),
                     [&] { return fn::causal_mask(queries, keys, v.dtype(), v.device()); });
   }

@@ -16,7 +16,6 @@ namespace {
 
 using namespace transformer;
 
-[[noreturn]] void shape_error(const std::string& message) { throw ShapeError(message); }
 
 void need_width(const char* type, const Shape& in, int64_t width) {
   if (in.size() != 3 || in[2] != width)
@@ -47,7 +46,7 @@ class MultiheadAttention : public AttentionLayer {
     fn::AttentionCache* cache = cache_at(caches, 0);
     const int64_t queries = in[0].value().size(1), keys = queries + keys_seen(cache);
     fn::AttentionOptions o =
-        attention_options(dropout_, c, causal_, mask(causal_, in[0], queries, keys), weight_count(in[0], heads_, keys));
+        attention_options(dropout_, c, causal_, mask(causal_, in[0], queries, keys, c), weight_count(in[0], heads_, keys));
     Var out = fn::multihead_attention(in[0], in[0], p.attention(), heads_, o, cache);
     if (cache) store_caches(c, caches);
     return out;
@@ -139,7 +138,7 @@ class EncoderLayer : public AttentionLayer {
     std::vector<fn::AttentionCache> caches = load_caches(c, 1);
     fn::AttentionCache* cache = cache_at(caches, 0);
     const int64_t queries = in[0].value().size(1), keys = queries + keys_seen(cache);
-    Var out = encoder_block(in[0], p, block_, causal_, mask(causal_, in[0], queries, keys), c, cache);
+    Var out = encoder_block(in[0], p, block_, causal_, mask(causal_, in[0], queries, keys, c), c, cache);
     if (cache) store_caches(c, caches);
     return out;
   }
@@ -175,8 +174,8 @@ class DecoderLayer : public AttentionLayer {
     std::vector<fn::AttentionCache> caches = load_caches(c, 2);
     fn::AttentionCache *self = cache_at(caches, 0), *memory = cache_at(caches, 1);
     const int64_t queries = in[0].value().size(1);
-    const Tensor self_mask = mask(true, in[0], queries, queries + keys_seen(self));
-    const Tensor memory_mask = mask(memory_causal_, in[0], queries, in[1].value().size(1) + keys_seen(memory));
+    const Tensor self_mask = mask(true, in[0], queries, queries + keys_seen(self), c);
+    const Tensor memory_mask = mask(memory_causal_, in[0], queries, in[1].value().size(1) + keys_seen(memory), c);
     Var out = decoder_block(in[0], in[1], p, block_, true, self_mask, memory_causal_, memory_mask, c, self, memory);
     if (self) store_caches(c, caches);
     return out;
@@ -222,15 +221,15 @@ class Transformer : public AttentionLayer {
     for (int64_t i = 0; i < encoders_; ++i) {
       fn::AttentionCache* k = cache_at(caches, cache++);
       memory = encoder_block(memory, p, block_, causal_, mask(causal_, memory, memory.value().size(1),
-                                                                memory.value().size(1) + keys_seen(k)),
+                                                                memory.value().size(1) + keys_seen(k), c),
                              c, k);
     }
     memory = norm(memory, p, block_.eps);
     Var out = in[1];
     for (int64_t i = 0; i < decoders_; ++i) {
       fn::AttentionCache *self = cache_at(caches, cache++), *cross = cache_at(caches, cache++);
-      const Tensor self_mask = mask(true, out, queries, queries + keys_seen(self));
-      const Tensor memory_mask = mask(causal_, out, queries, memory.value().size(1) + keys_seen(cross));
+      const Tensor self_mask = mask(true, out, queries, queries + keys_seen(self), c);
+      const Tensor memory_mask = mask(causal_, out, queries, memory.value().size(1) + keys_seen(cross), c);
       out = decoder_block(out, memory, p, block_, true, self_mask, causal_, memory_mask, c, self, cross);
     }
     if (!caches.empty()) store_caches(c, caches);
@@ -243,10 +242,6 @@ class Transformer : public AttentionLayer {
   bool causal_;
 };
 
-template <class L>
-std::unique_ptr<Layer> make(const Args& a) {
-  return std::make_unique<L>(a);
-}
 template <bool learned>
 std::unique_ptr<Layer> make_positional(const Args& a) {
   return std::make_unique<PositionalEncoding>(a, learned);
@@ -269,17 +264,17 @@ std::vector<LayerKind> attention_layer_kinds() {
       {"multihead_attention",
        {integer("embed_dim", 1, nullptr), integer("num_heads", 1, nullptr), number("dropout", 0, 1, 0.0, true),
         boolean("bias", true), boolean("causal", false)},
-       make<MultiheadAttention>},
+       make_layer<MultiheadAttention>},
       {"positional_encoding", {integer("max_len", 1, 5000), number("dropout", 0, 1, 0.0, true)}, make_positional<false>},
       {"positional_embedding",
        {integer("max_len", 1, nullptr), integer("embedding_dim", 1, nullptr), number("dropout", 0, 1, 0.0, true)},
        make_positional<true>},
-      {"transformer_encoder_layer", block_args({boolean("causal", false)}), make<EncoderLayer>},
-      {"transformer_decoder_layer", block_args({boolean("memory_causal", false)}), make<DecoderLayer>},
+      {"transformer_encoder_layer", block_args({boolean("causal", false)}), make_layer<EncoderLayer>},
+      {"transformer_decoder_layer", block_args({boolean("memory_causal", false)}), make_layer<DecoderLayer>},
       {"transformer",
        block_args({integer("num_encoder_layers", 0, 6, 1000), integer("num_decoder_layers", 1, 6, 1000),
                    boolean("causal", false)}),
-       make<Transformer>},
+       make_layer<Transformer>},
   };
 }
 
