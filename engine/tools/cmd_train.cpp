@@ -26,7 +26,9 @@ void add_train_commands(CLI::App& app, Action& action) {
   auto* t = app.add_subcommand("train", "Train the model of a run config on the best available backend");
   add_run_flags(t, train);
   add_integer_flag(t, "--epochs", train.epochs, "Number of epochs", 1);
-  add_integer_flag(t, "--batch-size", train.batch_size, "Batch size", 1);
+  add_integer_flag(t, "--batch-size", train.batch_size, "Samples per optimizer step", 1);
+  add_integer_flag(t, "--accumulate-steps", train.accumulate_steps,
+                   "Micro-batches per optimizer step (gradient accumulation; must divide the batch size)", 1);
   add_integer_flag(t, "--max-steps", train.max_steps, "Stop after this many optimizer steps (0: no limit)", 0);
   add_integer_flag(t, "--seed", train.seed, "Random seed", 0);
   add_number_flag(t, "--lr", train.lr, "Learning rate", 0, kMaxLearningRate);

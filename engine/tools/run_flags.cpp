@@ -33,6 +33,7 @@ RunConfig resolve(const RunFlags& f) {
   }
   if (f.epochs) config.epochs = *f.epochs;
   if (f.batch_size) config.batch_size = *f.batch_size;
+  if (f.accumulate_steps) config.accumulate_steps = *f.accumulate_steps;
   if (f.max_steps) config.max_steps = *f.max_steps;
   if (f.seed) config.seed = static_cast<uint64_t>(*f.seed);
   if (f.lr) config.optimizer.lr = *f.lr;

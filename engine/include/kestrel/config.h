@@ -62,7 +62,10 @@ struct RunConfig {
   LossKind loss = LossKind::cross_entropy;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
-  int64_t batch_size = 64;
+  int64_t batch_size = 64;      // samples per optimizer step
+  // Micro-batches per optimizer step (gradient accumulation): each forward and backward sees
+  // batch_size / accumulate_steps samples, so activation memory shrinks by that factor.
+  int64_t accumulate_steps = 1;
   int64_t epochs = 1;
   int64_t max_steps = 0;   // stop after this many optimizer steps (0: no limit)
   uint64_t seed = 42;
@@ -77,6 +80,9 @@ struct RunConfig {
   std::vector<std::string> backends = {"auto"};  // preference order; "auto": highest priority
   std::string fallback = "next";     // "next": try the next preference; "error": only the first
   std::string out_dir;               // default: runs/<model name>
+
+  // batch_size / accumulate_steps; a ConfigError naming both keys when it does not divide.
+  int64_t micro_batch_size() const;
 
   static RunConfig load(const std::string& path);
   static RunConfig parse(const std::string& text, const std::string& source);

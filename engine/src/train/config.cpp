@@ -16,6 +16,15 @@ namespace {
 void raise_config_error(const std::string& message) { throw ConfigError(message); }
 }  // namespace
 
+int64_t RunConfig::micro_batch_size() const {
+  if (accumulate_steps < 1 || batch_size % accumulate_steps != 0)
+    throw ConfigError(fmt::format("{}: /accumulate_steps: {} micro-batches do not divide /batch_size ({}) into equal "
+                                  "parts; give a divisor of the batch size (the micro-batch is batch_size / "
+                                  "accumulate_steps samples)",
+                                  source, accumulate_steps, batch_size));
+  return batch_size / accumulate_steps;
+}
+
 RunConfig RunConfig::load(const std::string& path) {
   std::string text;
   try {
@@ -126,6 +135,8 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   schedule.finish();
 
   c.batch_size = top.integer("batch_size", c.batch_size, 1);
+  c.accumulate_steps = top.integer("accumulate_steps", c.accumulate_steps, 1);
+  c.micro_batch_size();
   c.epochs = top.integer("epochs", c.epochs, 1);
   c.max_steps = top.integer("max_steps", c.max_steps, 0);
   c.seed = top.integer("seed", c.seed, 0);

@@ -21,6 +21,9 @@ RunReport::RunReport(const RunConfig& config, const RunPlan& plan, RunIdentity i
       last_accuracy_(NAN) {
   log_.message(fmt::format("kestrel: training {} ({} parameters) on {} ({}, {})", identity_.model, identity_.parameters,
                            identity_.device, identity_.device_name, identity_.device_runtime));
+  if (config.accumulate_steps > 1)
+    log_.message(fmt::format("kestrel: {} micro-batches of {} samples per optimizer step (batch size {})",
+                             config.accumulate_steps, config.micro_batch_size(), config.batch_size));
   if (start.step > 0) log_.message(fmt::format("kestrel: resumed at epoch {}, step {}", start.epoch + 1, start.step));
 }
 
@@ -80,6 +83,8 @@ void RunReport::write_summary(const TrainSummary& summary) const {
                       {"device", summary.device},
                       {"device_name", identity_.device_name},
                       {"parameters", identity_.parameters},
+                      {"batch_size", config_.batch_size},
+                      {"accumulate_steps", config_.accumulate_steps},
                       {"epochs", summary.epochs},
                       {"steps", summary.steps},
                       {"train_loss", std::isnan(summary.train_loss) ? nlohmann::json() : nlohmann::json(summary.train_loss)},

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kestrel/graph.h"
+#include "kestrel/ops.h"
 #include "scoring.h"
 
 namespace kestrel {
@@ -40,14 +43,29 @@ void TrainStep::forward_backward(const data::Batch& batch, uint64_t& rng_offset)
   }
 }
 
-// Metrics accumulate on the device: no sync per step.
+// Metrics accumulate on the device: no sync per step. With accumulate_steps = k the batch is cut into
+// micro-batches of batch_size / k samples (the last batch of an epoch into fewer); each one's mean loss
+// is weighted by its share of the batch, so the gradients and the reported loss are those of the whole
+// batch (up to rounding), while only one micro-batch's activations are alive at a time.
 void TrainStep::body(const Tensor& inputs, const Tensor& targets, uint64_t& rng_offset) {
-  model_.zero_grad(/*lazy=*/true);  // backward overwrites the gradients: no zeroing pass
-  Var out = model_.forward(inputs, true, dropout_seed(config_.seed), rng_offset);
-  Var loss = batch_loss(config_.loss, out, targets);
-  backward(loss);
+  model_.zero_grad(/*lazy=*/true);  // the first backward overwrites the gradients, later ones add
+  const int64_t samples = inputs.size(0), micro = config_.micro_batch_size();
+  for (int64_t start = 0; start < samples; start += micro) {
+    const int64_t end = std::min(samples, start + micro);
+    const bool whole = start == 0 && end == samples;
+    const Tensor x = whole ? inputs : inputs.slice(0, start, end), y = whole ? targets : targets.slice(0, start, end);
+    Var out = model_.forward(x, true, dropout_seed(config_.seed), rng_offset);
+    Var loss = batch_loss(config_.loss, out, y);
+    if (whole) {
+      backward(loss);
+      metrics_.add(loss.value(), out.value(), y);
+      continue;
+    }
+    const Tensor share = Tensor::full({}, double(end - start) / double(samples), loss.value().dtype(), loss.value().device());
+    backward(loss, share);
+    metrics_.add(ops::binary(KESTREL_BINARY_MUL, loss.value(), share), out.value(), y);
+  }
   model_.settle_gradients();
-  metrics_.add(loss.value(), out.value(), targets);
 }
 
 }  // namespace kestrel

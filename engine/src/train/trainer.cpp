@@ -85,6 +85,7 @@ Device select_device(Engine& engine, std::vector<std::string> preferences, const
 }
 
 Trainer::Trainer(RunConfig config, Engine& engine) : config_(std::move(config)), engine_(engine) {
+  config_.micro_batch_size();  // flags may have changed either number since the file was read
   ModelSpec spec = ModelSpec::load(config_.model_path);
   if (config_.out_dir.empty()) config_.out_dir = "runs/" + spec.name();
   RunData data = load_run_data(config_, spec);
