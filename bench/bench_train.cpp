@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "blas_direct.h"
+#include "synthetic_batch.h"
 #include "kestrel/engine.h"
 #include "kestrel/functional.h"
 #include "kestrel/graph.h"
@@ -21,6 +22,7 @@
 namespace {
 
 using kestrel::Tensor;
+using kestrel_bench::batch_for;
 
 struct Workload {
   const char* name;
@@ -36,25 +38,6 @@ const Workload workloads[] = {{"seeds_mlp", "seeds_mlp.json", 128},
                               {"fashion_convnet", "convnet.json", 512},
                               {"lstm_generator", "lstm_generator.json", 32},
                               {"gpt_char", "gpt_char.json", 32}};
-
-// Inputs and labels of one batch: standard-normal values and labels 0..9, or for a model of token ids
-// (fortunes' 113 characters) ids with a label per position.
-std::pair<Tensor, Tensor> batch_for(const kestrel::ModelSpec& spec, int64_t batch, const kestrel::Device& device) {
-  kestrel::Shape shape{batch};
-  shape.insert(shape.end(), spec.input_shape().begin(), spec.input_shape().end());
-  if (spec.input_dtype() == kestrel::DType::i64) {
-    std::vector<int64_t> ids(static_cast<size_t>(kestrel::shape_numel(shape)));
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 7919 % 113);
-    std::vector<int64_t> next(ids.begin() + 1, ids.end());
-    next.push_back(0);
-    return {Tensor::from_vector(ids, shape, device), Tensor::from_vector(next, shape, device)};
-  }
-  Tensor x = Tensor::empty(shape, kestrel::DType::f32, device);
-  kestrel::ops::random_(x, KESTREL_DISTRIBUTION_NORMAL, 1, 0, 0, 1);
-  std::vector<int64_t> labels(static_cast<size_t>(batch));
-  for (int64_t i = 0; i < batch; ++i) labels[i] = i % 10;
-  return {x, Tensor::from_vector(labels, {batch}, device)};
-}
 
 // One training step as the trainer runs it: captured after a warm-up step and replayed when the
 // backend offers capture (`captured`), else (or for the eager variants) every op launched each time.

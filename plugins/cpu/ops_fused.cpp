@@ -28,18 +28,26 @@ void launch_softmax(const kestrel_op& op) {
     using S = typename E::storage;
     const S* x = static_cast<const S*>(in.buffer->data) + in.offset;
     S* y = static_cast<S*>(out.buffer->data) + out.offset;
+    // Below this shift exp() adds nothing a double sum of at least 1 can hold and gives an output that
+    // rounds to 0 in storage; skipping it avoids libm's slow underflow path, which a causal mask's large
+    // negative scores would take for half of every row.
+    constexpr double negligible = std::is_same_v<S, double> ? -746.0 : -105.0;
     Kokkos::parallel_for("kestrel::softmax", Range(0, rows), [=](int64_t r) {
       const S* xr = x + r * cols;
       S* yr = y + r * cols;
+      thread_local std::vector<double> exps;  // each exp computed once, for the sum and the output
+      exps.resize(size_t(cols));
       double top = E::load(xr[0]);
       for (int64_t j = 1; j < cols; ++j) top = nan_max(top, double(E::load(xr[j])));
       double sum = 0;
-      for (int64_t j = 0; j < cols; ++j) sum += std::exp(double(E::load(xr[j])) - top);
-      double log_sum = std::log(sum);
       for (int64_t j = 0; j < cols; ++j) {
-        double shifted = double(E::load(xr[j])) - top;
-        yr[j] = E::store(typename E::compute(log ? shifted - log_sum : std::exp(shifted) / sum));
+        const double shifted = double(E::load(xr[j])) - top;
+        exps[j] = shifted < negligible ? 0.0 : std::exp(shifted);
+        sum += exps[j];
       }
+      const double log_sum = std::log(sum);
+      for (int64_t j = 0; j < cols; ++j)
+        yr[j] = E::store(typename E::compute(log ? double(E::load(xr[j])) - top - log_sum : exps[j] / sum));
     });
   });
 }

@@ -86,6 +86,18 @@ class NoGradGuard {
  private:
   bool previous_;
 };
+// Turns it back on in a scope, like torch.enable_grad(): backward re-records a checkpointed segment
+// (fn::checkpoint) even when it was called without recording.
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
 bool grad_enabled();
 
 }  // namespace kestrel

@@ -66,6 +66,9 @@ struct RunConfig {
   // Micro-batches per optimizer step (gradient accumulation): each forward and backward sees
   // batch_size / accumulate_steps samples, so activation memory shrinks by that factor.
   int64_t accumulate_steps = 1;
+  // Layers (by name or type) whose activations are recomputed in backward instead of kept, each a
+  // checkpointed segment of its own, e.g. ["transformer_encoder_layer"]; added to the model file's marks.
+  std::vector<std::string> activation_checkpointing;
   int64_t epochs = 1;
   int64_t max_steps = 0;   // stop after this many optimizer steps (0: no limit)
   uint64_t seed = 42;

@@ -2,6 +2,7 @@
 // rule that sits beside it in engine/src/autograd/. Shapes in comments: N batch, C channels.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "kestrel/autograd.h"
@@ -115,6 +116,14 @@ struct AttentionCache {
 // queries attend to everything in it.
 Var multihead_attention(const Var& query, const Var& key_value, const AttentionWeights& weights, int64_t heads,
                         const AttentionOptions& options, AttentionCache* cache = nullptr);
+
+// Activation checkpointing (torch.utils.checkpoint): runs `body` on `inputs` without recording, so of
+// its activations only the inputs are kept, and runs it again, recording, when backward reaches its
+// output, then differentiates that run. `params` are the leaves body reads (their gradients come from
+// the second run). body must compute the same values both times: it replays its random draws and keeps
+// state such as running statistics from being updated twice; `recomputing` says which run it is.
+using CheckpointBody = std::function<Var(const std::vector<Var>& inputs, bool recomputing)>;
+Var checkpoint(const CheckpointBody& body, const std::vector<Var>& inputs, const std::vector<Var>& params);
 
 // logits: (N, C) with labels (N), or per position (N, T, C) with labels (N, T); i64 labels -> the mean
 // loss over samples (positions) as a scalar. Positions labelled ignore_index, when given, add nothing

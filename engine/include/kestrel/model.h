@@ -28,6 +28,14 @@ struct LayerInfo {
   Shape output_shape;       // with the batch dimension first (-1: any batch size)
   DType output_dtype = DType::f32;
   int64_t parameters = 0;
+  // Activation checkpointing: the segment this layer belongs to ("" when none). Consecutive layers of one
+  // segment keep only the segment's inputs for backward and run again there.
+  std::string checkpoint;
+};
+
+// Layers first..last (indices into ModelSpec::layers()), run as one checkpointed segment.
+struct CheckpointSegment {
+  int first, last;
 };
 
 class ModelSpec {
@@ -51,6 +59,11 @@ class ModelSpec {
   int64_t max_positions() const { return max_positions_; }
   const std::vector<LayerInfo>& layers() const { return layers_; }
   int output() const { return output_; }
+  const std::vector<CheckpointSegment>& checkpoint_segments() const { return segments_; }
+  // Makes every layer whose name or type is in `names_or_types` a checkpointed segment of its own (a run
+  // config's activation_checkpointing); returns the entries that matched no layer. Throws ModelError when
+  // a layer's output is read from outside its segment.
+  std::vector<std::string> checkpoint_layers(const std::vector<std::string>& names_or_types);
   int64_t parameter_count() const;
   // Keras-style table: layer, type, output shape, parameters; then totals.
   std::string summary() const;
@@ -65,6 +78,9 @@ class ModelSpec {
   std::vector<LayerInfo> layers_;
   std::vector<std::shared_ptr<const Layer>> impls_;
   int output_ = -1;
+  std::vector<CheckpointSegment> segments_;
+
+  void find_segments();  // from the layers' checkpoint marks, checked
 };
 
 // The JSON Schema of model files (pretty-printed), generated from the engine's registry of layer kinds:
@@ -128,6 +144,12 @@ class Model {
   std::vector<std::vector<int>> layer_buffers_;  // per layer: indices into buffers_
 
   Var run_layers(const Var& input, bool training, uint64_t seed, uint64_t& rng_offset, DecodeState* state);
+  // Layer `index` on its inputs, updating `buffers` (its running statistics) in training.
+  Var run_layer(int index, const std::vector<Var>& inputs, bool training, uint64_t seed, uint64_t& rng_offset,
+                std::vector<Tensor*> buffers, DecodeState* state);
+  // outputs: those of the layers before the segment (input: the model's).
+  Var run_segment(const CheckpointSegment& segment, const Var& input, const std::vector<Var>& outputs, uint64_t seed,
+                  uint64_t& rng_offset);
 };
 
 }  // namespace kestrel

@@ -14,6 +14,8 @@ thread_local bool grad_mode = true;
 bool grad_enabled() { return grad_mode; }
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
 NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
+EnableGradGuard::EnableGradGuard() : previous_(grad_mode) { grad_mode = true; }
+EnableGradGuard::~EnableGradGuard() { grad_mode = previous_; }
 
 VarNode::~VarNode() {
   // Releasing the parents one by one would recurse once per node of the chain behind them. Instead the

@@ -44,7 +44,7 @@ std::string describe(const ArgSpec& spec) {
 
 Args::Args(const nlohmann::json& object, std::string where, const LayerKind& kind) : object_(object), kind_(kind) {
   JsonReader reader(object_, std::move(where), raise_model_error, kind_.name);
-  reader.allow({"type", "name", "inputs"});
+  reader.allow({"type", "name", "inputs", "checkpoint"});
   for (const ArgSpec& spec : kind_.args) check(reader, spec);
   reader.finish();
 }

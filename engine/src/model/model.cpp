@@ -1,6 +1,9 @@
 // A model on a device: parameters in one flat buffer, initialised from the seed, and the forward pass.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <memory>
+
 #include "layer.h"
 #include "parameter_grad.h"
 
@@ -88,17 +91,77 @@ Var Model::forward(const Tensor& x, bool training, uint64_t seed, uint64_t& rng_
 Var Model::run_layers(const Var& input, bool training, uint64_t seed, uint64_t& rng_offset, DecodeState* state) {
   const auto& layers = spec_.layers();
   std::vector<Var> outputs(layers.size());
-  for (size_t i = 0; i < layers.size(); ++i) {
+  // Checkpointing saves memory for backward only: evaluation and decoding keep nothing anyway.
+  const bool checkpointing = training && !state && grad_enabled();
+  auto segment = spec_.checkpoint_segments().begin();
+  for (int i = 0; i < static_cast<int>(layers.size()); ++i) {
+    while (segment != spec_.checkpoint_segments().end() && segment->last < i) ++segment;
+    if (checkpointing && segment != spec_.checkpoint_segments().end() && segment->first == i) {
+      outputs[segment->last] = run_segment(*segment, input, outputs, seed, rng_offset);
+      i = segment->last;
+      continue;
+    }
     std::vector<Var> in;
     for (int index : layers[i].inputs) in.push_back(index < 0 ? input : outputs[index]);
-    std::vector<Var> params;
-    for (int k : layer_params_[i]) params.push_back(parameters_[k].var);
-    LayerContext context{training, seed, rng_offset, params, {}, state ? &state->carried[i] : nullptr,
-                         state ? state->positions : 0};
-    for (int k : layer_buffers_[i]) context.buffers.push_back(&buffers_[k].second);
-    outputs[i] = spec_.layer(i).forward(in, context);
+    std::vector<Tensor*> buffers;
+    for (int k : layer_buffers_[i]) buffers.push_back(&buffers_[k].second);
+    outputs[i] = run_layer(i, in, training, seed, rng_offset, buffers, state);
   }
   return outputs[spec_.output()];
+}
+
+Var Model::run_layer(int index, const std::vector<Var>& inputs, bool training, uint64_t seed, uint64_t& rng_offset,
+                     std::vector<Tensor*> buffers, DecodeState* state) {
+  std::vector<Var> params;
+  for (int k : layer_params_[index]) params.push_back(parameters_[k].var);
+  LayerContext context{training, seed, rng_offset, params, std::move(buffers), state ? &state->carried[index] : nullptr,
+                       state ? state->positions : 0};
+  return spec_.layer(index).forward(inputs, context);
+}
+
+// The segment's inputs are what its layers read from before it. Its second run (in backward) starts
+// from the same random counter, so dropout draws the same masks, and updates copies of the running
+// statistics, so they move once per step as without checkpointing.
+Var Model::run_segment(const CheckpointSegment& segment, const Var& input, const std::vector<Var>& outputs,
+                       uint64_t seed, uint64_t& rng_offset) {
+  const auto& layers = spec_.layers();
+  std::vector<int> sources;  // producing layers before the segment (-1: the model input), in reading order
+  std::vector<Var> inputs, params;
+  for (int k = segment.first; k <= segment.last; ++k) {
+    for (int index : layers[k].inputs)
+      if (index < segment.first && std::find(sources.begin(), sources.end(), index) == sources.end()) {
+        sources.push_back(index);
+        inputs.push_back(index < 0 ? input : outputs[index]);
+      }
+    for (int p : layer_params_[k]) params.push_back(parameters_[p].var);
+  }
+  auto end_offset = std::make_shared<uint64_t>(rng_offset);
+  auto body = [this, segment, sources, seed, start = rng_offset, end_offset](const std::vector<Var>& in,
+                                                                             bool recomputing) {
+    const auto& layers = spec_.layers();
+    std::vector<Var> local(segment.last - segment.first + 1);
+    uint64_t offset = start;
+    for (int k = segment.first; k <= segment.last; ++k) {
+      std::vector<Var> layer_in;
+      for (int index : layers[k].inputs)
+        layer_in.push_back(index < segment.first ? in[std::find(sources.begin(), sources.end(), index) - sources.begin()]
+                                                 : local[index - segment.first]);
+      std::vector<Tensor> copies;
+      copies.reserve(layer_buffers_[k].size());  // the pointers below must stay valid
+      std::vector<Tensor*> buffers;
+      for (int b : layer_buffers_[k]) {
+        Tensor& buffer = buffers_[b].second;
+        if (recomputing) copies.push_back(buffer.clone());
+        buffers.push_back(recomputing ? &copies.back() : &buffer);
+      }
+      local[k - segment.first] = run_layer(k, layer_in, true, seed, offset, buffers, nullptr);
+    }
+    *end_offset = offset;
+    return local.back();
+  };
+  Var out = fn::checkpoint(body, inputs, params);
+  rng_offset = *end_offset;
+  return out;
 }
 
 Tensor Model::decode(const Tensor& tokens, DecodeState& state) {

@@ -36,7 +36,11 @@ json arg_schema(const ArgSpec& spec) {
 }
 
 json kind_schema(const LayerKind& kind) {
-  json properties = {{"type", {{"const", kind.name}}}, {"name", true}, {"inputs", true}};
+  const json checkpoint = {
+      {"oneOf", json::array({{{"type", "boolean"}}, {{"type", "string"}, {"minLength", 1}}})},
+      {"description", "activation checkpointing: true (this layer alone) or a segment name shared by consecutive "
+                      "layers; only the segment's inputs are kept for backward, which runs it again"}};
+  json properties = {{"type", {{"const", kind.name}}}, {"name", true}, {"inputs", true}, {"checkpoint", checkpoint}};
   json required = json::array();
   for (const ArgSpec& spec : kind.args) {
     properties[spec.name] = arg_schema(spec);

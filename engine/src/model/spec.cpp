@@ -142,6 +142,17 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
       throw ModelError(fmt::format("{}: {}", where, e.what()));
     }
 
+    if (object.contains("checkpoint")) {
+      const auto& mark = object["checkpoint"];
+      if (mark.is_boolean())
+        info.checkpoint = mark.get<bool>() ? "#" + std::to_string(i) : "";  // a segment of its own
+      else if (mark.is_string() && !mark.get<std::string>().empty())
+        info.checkpoint = mark.get<std::string>();
+      else
+        throw ModelError(fmt::format("{}/checkpoint: expected true (checkpoint this layer) or the name of a segment "
+                                     "of consecutive layers, got {}",
+                                     where, mark.dump()));
+    }
     if (object.contains("inputs")) {
       if (!graph) throw ModelError(fmt::format("{}/inputs: \"inputs\" belongs in \"nodes\" models; \"layers\" run in order", where));
       const auto& inputs = object["inputs"];
@@ -215,7 +226,65 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
     if (layers[source_index]->fuse_activation(act)) mark_activation_fused(*layers[i]);
   }
   for (auto& layer : layers) spec.impls_.push_back(std::move(layer));
+  spec.find_segments();
   return spec;
+}
+
+void ModelSpec::find_segments() {
+  segments_.clear();
+  std::vector<std::vector<int>> readers(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i)
+    for (int index : layers_[i].inputs)
+      if (index >= 0) readers[index].push_back(static_cast<int>(i));
+  std::map<std::string, int> closed;  // segment name -> its last layer, once a layer outside it followed
+  for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
+    const std::string& name = layers_[i].checkpoint;
+    if (name.empty()) continue;
+    if (!segments_.empty()) {
+      CheckpointSegment& previous = segments_.back();
+      if (layers_[previous.last].checkpoint == name && previous.last == i - 1) {
+        previous.last = i;
+        continue;
+      }
+      closed[layers_[previous.last].checkpoint] = previous.last;
+    }
+    if (auto found = closed.find(name); found != closed.end())
+      throw ModelError(fmt::format("{}: {}/checkpoint: segment '{}' ended at {}; a segment is consecutive layers "
+                                   "(give this one another name)",
+                                   source_, layers_[i].json_path, name, layers_[found->second].json_path));
+    segments_.push_back({i, i});
+  }
+  // Inside a segment only the last layer's output may be read later: the others are not kept.
+  for (const CheckpointSegment& segment : segments_)
+    for (int k = segment.first; k < segment.last; ++k) {
+      const LayerInfo& layer = layers_[k];
+      const std::string span = fmt::format("{} to {}", layers_[segment.first].json_path, layers_[segment.last].json_path);
+      if (k == output_)
+        throw ModelError(fmt::format("{}: {}/checkpoint: {} is the model's output but not the last layer of its "
+                                     "checkpoint segment ({}); end the segment there",
+                                     source_, layer.json_path, layer.name, span));
+      for (int reader : readers[k])
+        if (reader > segment.last)
+          throw ModelError(fmt::format("{}: {}/checkpoint: the output of {} ({}) is read by {}, outside its checkpoint "
+                                       "segment ({}); only a segment's last layer may feed later layers",
+                                       source_, layer.json_path, layer.name, layer.type, layers_[reader].json_path,
+                                       span));
+    }
+}
+
+std::vector<std::string> ModelSpec::checkpoint_layers(const std::vector<std::string>& names_or_types) {
+  std::vector<std::string> unmatched;
+  for (const std::string& entry : names_or_types) {
+    bool matched = false;
+    for (size_t i = 0; i < layers_.size(); ++i)
+      if (layers_[i].name == entry || layers_[i].type == entry) {
+        layers_[i].checkpoint = "#" + std::to_string(i);
+        matched = true;
+      }
+    if (!matched) unmatched.push_back(entry);
+  }
+  find_segments();
+  return unmatched;
 }
 
 int64_t ModelSpec::parameter_count() const {

@@ -137,6 +137,8 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   c.batch_size = top.integer("batch_size", c.batch_size, 1);
   c.accumulate_steps = top.integer("accumulate_steps", c.accumulate_steps, 1);
   c.micro_batch_size();
+  c.activation_checkpointing = top.strings("activation_checkpointing", c.activation_checkpointing,
+                                           "a non-empty array of layer names or types");
   c.epochs = top.integer("epochs", c.epochs, 1);
   c.max_steps = top.integer("max_steps", c.max_steps, 0);
   c.seed = top.integer("seed", c.seed, 0);

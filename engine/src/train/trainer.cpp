@@ -87,6 +87,11 @@ Device select_device(Engine& engine, std::vector<std::string> preferences, const
 Trainer::Trainer(RunConfig config, Engine& engine) : config_(std::move(config)), engine_(engine) {
   config_.micro_batch_size();  // flags may have changed either number since the file was read
   ModelSpec spec = ModelSpec::load(config_.model_path);
+  const std::vector<std::string> unmatched = spec.checkpoint_layers(config_.activation_checkpointing);
+  if (!unmatched.empty())
+    throw ConfigError(fmt::format("{}: /activation_checkpointing: '{}' is neither the name nor the type of a layer of "
+                                  "{}; name layers it has (kestrel check {} lists them)",
+                                  config_.source, unmatched.front(), spec.source(), spec.source()));
   if (config_.out_dir.empty()) config_.out_dir = "runs/" + spec.name();
   RunData data = load_run_data(config_, spec);
   train_ = std::make_shared<const data::Dataset>(std::move(data.train));

@@ -1,0 +1,32 @@
+// One synthetic batch for a model's training-step benchmarks (bench_train, bench_memory).
+#pragma once
+#include <utility>
+#include <vector>
+
+#include "kestrel/model.h"
+#include "kestrel/ops.h"
+#include "kestrel/tensor.h"
+
+namespace kestrel_bench {
+
+// Inputs and labels of one batch: standard-normal values and labels 0..9, or for a model of token ids
+// (fortunes' 113 characters) ids with a label per position.
+inline std::pair<kestrel::Tensor, kestrel::Tensor> batch_for(const kestrel::ModelSpec& spec, int64_t batch,
+                                                             const kestrel::Device& device) {
+  kestrel::Shape shape{batch};
+  shape.insert(shape.end(), spec.input_shape().begin(), spec.input_shape().end());
+  if (spec.input_dtype() == kestrel::DType::i64) {
+    std::vector<int64_t> ids(static_cast<size_t>(kestrel::shape_numel(shape)));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 7919 % 113);
+    std::vector<int64_t> next(ids.begin() + 1, ids.end());
+    next.push_back(0);
+    return {kestrel::Tensor::from_vector(ids, shape, device), kestrel::Tensor::from_vector(next, shape, device)};
+  }
+  kestrel::Tensor x = kestrel::Tensor::empty(shape, kestrel::DType::f32, device);
+  kestrel::ops::random_(x, KESTREL_DISTRIBUTION_NORMAL, 1, 0, 0, 1);
+  std::vector<int64_t> labels(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) labels[i] = i % 10;
+  return {x, kestrel::Tensor::from_vector(labels, {batch}, device)};
+}
+
+}  // namespace kestrel_bench
