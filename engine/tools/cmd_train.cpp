@@ -39,6 +39,9 @@ void add_train_commands(CLI::App& app, Action& action) {
   t->add_flag("--quiet", train.quiet, "Print only the final result");
   t->add_flag("--no-capture", train.no_capture,
               "Launch every op of every step instead of replaying a captured step (for debugging)");
+  t->add_flag("--detect-anomaly", train.detect_anomaly,
+              "Stop at the first op whose output or gradient is NaN or infinite, naming it and its layer (slow: "
+              "a device read per op)");
   t->callback([&action] {
     action = [] {
       Trainer trainer(resolve(train));

@@ -44,6 +44,7 @@ RunConfig resolve(const RunFlags& f) {
   if (f.test_subset > 0) config.data.test_samples = *f.test_subset;
   if (!f.out.empty()) config.out_dir = f.out;
   if (f.no_capture) config.capture = false;
+  if (f.detect_anomaly) config.detect_anomaly = true;
   return config;
 }
 

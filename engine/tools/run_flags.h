@@ -12,7 +12,8 @@ struct RunFlags {
   std::string config, backend, out, checkpoint;
   std::optional<int64_t> epochs, batch_size, accumulate_steps, max_steps, seed, count, train_subset, test_subset;
   std::optional<double> lr;
-  bool resume = false, quiet = false, no_progress = false, progress = false, no_capture = false;
+  bool resume = false, quiet = false, no_progress = false, progress = false, no_capture = false,
+       detect_anomaly = false;
 };
 
 // The config positional, the subsets and --backend.

@@ -1,31 +1,16 @@
 // `kestrel devices` and `kestrel conformance` as a user runs them.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <sys/wait.h>
 
+#include "cli_run.h"
 #include "kestrel/plugin.h"
 
 namespace {
 
-struct CliRun {
-  int status;
-  std::string output;
-};
-
-CliRun run(const std::string& args, const std::string& env = "") {
-  std::string command = env + " " + KESTREL_CLI + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+CliRun run(const std::string& args, const std::string& env = "") { return run_cli(args, env); }
 
 const std::string fault_path = std::string("KESTREL_PLUGIN_PATH=") + KESTREL_FAULT_PLUGIN_DIR;
 

@@ -1,36 +1,21 @@
 // The model workflow as a user meets it: every shipped model checks and trains, and bad input gets a
 // clear error (file, JSON path, what to do) with exit status 2 — never a crash.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "cli_run.h"
 #include "kestrel/engine.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int status;
-  std::string output;
-};
-
-CliRun run(const std::string& args) {
-  std::string command = std::string(KESTREL_CLI) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
-}
+CliRun run(const std::string& args) { return run_cli(args); }
 
 const fs::path models = fs::path(KESTREL_SOURCE_DIR) / "models";
 

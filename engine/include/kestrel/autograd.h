@@ -39,6 +39,7 @@ struct VarNode {
   std::vector<std::shared_ptr<VarNode>> parents;
   BackwardFn backward;  // given dloss/dvalue, accumulates into the parents; empty for leaves
   const char* op = "leaf";
+  const char* layer = nullptr;  // the layer whose forward made it (LayerScope), for anomaly reports
 
   VarNode() = default;
   VarNode(const VarNode&) = delete;
@@ -99,5 +100,34 @@ class EnableGradGuard {
   bool previous_;
 };
 bool grad_enabled();
+
+// Anomaly detection, like torch.autograd.detect_anomaly: while on, the output of every op in forward
+// and every gradient an op's backward gives its inputs are checked for NaN and infinity (a device read
+// per op: for finding a bug, not for training), and the first is thrown as AnomalyError naming the op,
+// the layer (LayerScope) and the pass.
+class AnomalyModeGuard {
+ public:
+  AnomalyModeGuard();
+  ~AnomalyModeGuard();
+  AnomalyModeGuard(const AnomalyModeGuard&) = delete;
+  AnomalyModeGuard& operator=(const AnomalyModeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+bool anomaly_mode();
+
+// Names the layer whose forward runs in this scope (e.g. "/layers/3 (linear)"; the text must outlive
+// the graph): ops record it, so an anomaly in forward or backward says where in the model it arose.
+class LayerScope {
+ public:
+  explicit LayerScope(const char* layer);
+  ~LayerScope();
+  LayerScope(const LayerScope&) = delete;
+  LayerScope& operator=(const LayerScope&) = delete;
+
+ private:
+  const char* previous_;
+};
 
 }  // namespace kestrel

@@ -78,6 +78,9 @@ struct RunConfig {
   bool capture = true;
   int64_t log_every = 50;            // steps between metric records
   NonFiniteLoss nonfinite_loss = NonFiniteLoss::stop;
+  // Check every op's output and gradient for NaN and infinity and stop at the first, naming it
+  // (AnomalyModeGuard); steps then run eagerly, with a device read per op.
+  bool detect_anomaly = false;
   int64_t checkpoint_every = 0;      // steps between checkpoints (0: only at epoch ends)
   int keep_checkpoints = 2;
   std::vector<std::string> backends = {"auto"};  // preference order; "auto": highest priority

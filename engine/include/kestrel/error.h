@@ -53,4 +53,11 @@ class NonFiniteLossError : public Error {
   using Error::Error;
 };
 
+// Anomaly detection (AnomalyModeGuard) found an op whose output or gradient holds NaN or infinity: the
+// message names the op, the layer and whether it was forward or backward.
+class AnomalyError : public NonFiniteLossError {
+ public:
+  using NonFiniteLossError::NonFiniteLossError;
+};
+
 }  // namespace kestrel

@@ -142,6 +142,7 @@ class Model {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::vector<int>> layer_params_;   // per layer: indices into parameters_
   std::vector<std::vector<int>> layer_buffers_;  // per layer: indices into buffers_
+  std::vector<std::string> layer_labels_;        // per layer: "file: /layers/3 (linear)", for anomaly reports
 
   Var run_layers(const Var& input, bool training, uint64_t seed, uint64_t& rng_offset, DecodeState* state);
   // Layer `index` on its inputs, updating `buffers` (its running statistics) in training.

@@ -26,6 +26,9 @@ Tensor binary(BinaryFn fn, const Tensor& a, const Tensor& b);
 void binary_(BinaryFn fn, Tensor& out, const Tensor& a, const Tensor& b);  // out may alias a or b
 // Reduces over `dims` (all dims when empty); keepdim keeps them as size 1.
 Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims = {}, bool keepdim = false);
+// Whether every element is finite (true for integer tensors): one reduction and a scalar read, so it
+// waits for the device.
+bool all_finite(const Tensor& x);
 
 // a: (M, K) or (B, M, K), b: (K, N) or (B, K, N) -> (M, N) or (B, M, N). Transposed views are fine.
 Tensor matmul(const Tensor& a, const Tensor& b);

@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <string>
 #include <unordered_set>
 
 #include "kestrel/autograd.h"
@@ -9,9 +10,18 @@ namespace kestrel {
 
 namespace {
 thread_local bool grad_mode = true;
-}
+thread_local bool anomaly = false;
+thread_local const char* current_layer = nullptr;
+
+std::string where(const char* layer) { return layer ? fmt::format(" in {}", layer) : std::string(); }
+}  // namespace
 
 bool grad_enabled() { return grad_mode; }
+bool anomaly_mode() { return anomaly; }
+AnomalyModeGuard::AnomalyModeGuard() : previous_(anomaly) { anomaly = true; }
+AnomalyModeGuard::~AnomalyModeGuard() { anomaly = previous_; }
+LayerScope::LayerScope(const char* layer) : previous_(current_layer) { current_layer = layer; }
+LayerScope::~LayerScope() { current_layer = previous_; }
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
 NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
 EnableGradGuard::EnableGradGuard() : previous_(grad_mode) { grad_mode = true; }
@@ -47,7 +57,18 @@ void Var::set_grad_buffer(std::shared_ptr<GradBuffer> buffer) {
 }
 
 Var make_var(Tensor value, std::vector<Var> parents, const char* op, BackwardFn backward) {
+  if (anomaly && !ops::all_finite(value)) {
+    // An op's inputs made by other ops were checked when made; the others come from outside the tape.
+    for (size_t i = 0; i < parents.size(); ++i)
+      if (!ops::all_finite(parents[i].value()))
+        throw AnomalyError(fmt::format("forward: input {} of {}{} holds NaN or infinity ({}); it was made outside "
+                                       "the model's ops: check the data",
+                                       i, op, where(current_layer), parents[i].value().describe()));
+    throw AnomalyError(fmt::format("forward: {}{} gave NaN or infinity ({}) from finite inputs", op,
+                                   where(current_layer), value.describe()));
+  }
   Var out(std::move(value));
+  out.node_->layer = current_layer;
   bool any = false;
   for (const Var& p : parents) any = any || p.requires_grad();
   if (!any || !grad_mode) return out;
@@ -84,6 +105,22 @@ void accumulate_broadcast_grad(VarNode& node, const Tensor& grad) {
   accumulate_grad(node, reduced.reshape(target));
 }
 
+namespace {
+// After `node`'s backward: the gradients it gave its inputs (for a parameter, the whole accumulated
+// gradient, which was finite before this contribution, or the check would have stopped earlier).
+void check_gradients(const VarNode& node) {
+  for (size_t i = 0; i < node.parents.size(); ++i) {
+    const VarNode& parent = *node.parents[i];
+    if (!parent.requires_grad) continue;
+    const Tensor& grad = parent.grad_buffer ? parent.grad_buffer->storage() : parent.grad;
+    if (grad.defined() && !ops::all_finite(grad))
+      throw AnomalyError(fmt::format("backward: {}{} gave NaN or infinity as the gradient of its input {} ({}); the "
+                                     "gradient it received was finite",
+                                     node.op, where(node.layer), i, grad.describe()));
+  }
+}
+}  // namespace
+
 void backward(const Var& root, const Tensor& seed) {
   if (!root.requires_grad())
     throw InvalidArgument("backward: the value does not require a gradient (no parameter took part, or grad mode was off)");
@@ -115,6 +152,7 @@ void backward(const Var& root, const Tensor& seed) {
     Tensor grad = node->grad;
     node->grad = Tensor();  // intermediate gradients are not kept
     node->backward(grad);
+    if (anomaly) check_gradients(*node);
   }
 }
 

@@ -23,6 +23,12 @@ Model::Model(ModelSpec spec, const Device& device, uint64_t seed) : spec_(std::m
   layer_params_.resize(layers.size());
   layer_buffers_.resize(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerInfo& layer = layers[i];
+    const bool named = layer.name != std::to_string(i);  // a node's name, not a list position
+    layer_labels_.push_back(fmt::format("{}: {} ({}{})", spec_.source(), layer.json_path, named ? layer.name + ", " : "",
+                                        layer.type));
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
     std::vector<Shape> in;
     for (int index : layers[i].inputs) in.push_back(shape_of(index));
     for (const ParamSpec& p : spec_.layer(i).params(in)) {
@@ -116,6 +122,7 @@ Var Model::run_layer(int index, const std::vector<Var>& inputs, bool training, u
   for (int k : layer_params_[index]) params.push_back(parameters_[k].var);
   LayerContext context{training, seed, rng_offset, params, std::move(buffers), state ? &state->carried[index] : nullptr,
                        state ? state->positions : 0};
+  LayerScope scope(layer_labels_[index].c_str());
   return spec_.layer(index).forward(inputs, context);
 }
 

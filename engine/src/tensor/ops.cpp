@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 
 #include "../runtime/device_runtime.h"
@@ -193,6 +194,13 @@ Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims, bool keepdim)
   for (int d = 0; d < x.rank(); ++d)
     if (!reduced[d]) squeezed.push_back(x.shape()[d]);
   return out.view(squeezed);
+}
+
+// 0 * x sums to 0 exactly when every element is finite (0 * inf and 0 * NaN are NaN).
+bool all_finite(const Tensor& x) {
+  if (!is_floating(x.dtype()) || x.numel() == 0) return true;
+  const Tensor zero = Tensor::full({}, 0.0, x.dtype(), x.device());
+  return std::isfinite(reduce(KESTREL_REDUCE_SUM, binary(KESTREL_BINARY_MUL, x, zero)).to_doubles()[0]);
 }
 
 void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {

@@ -147,6 +147,7 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   // At most 2^24: the device counts a window's steps in f32 (MetricsWindow), exact that far.
   c.log_every = top.integer("log_every", c.log_every, 1, int64_t(1) << 24);
   c.nonfinite_loss = top.kind("nonfinite_loss", c.nonfinite_loss, nonfinite_loss_names);
+  c.detect_anomaly = top.boolean("detect_anomaly", c.detect_anomaly);
 
   JsonReader eval = top.child("eval");
   c.eval_batch_size = eval.integer("batch_size", c.eval_batch_size, 1);

@@ -17,7 +17,7 @@ uint64_t dropout_seed(uint64_t seed) { return seed ^ 0x9e3779b97f4a7c15ULL; }
 
 TrainStep::TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer, MetricsWindow& metrics, Note note)
     : config_(config), model_(model), optimizer_(optimizer), metrics_(metrics), note_(std::move(note)) {
-  if (config_.capture && CapturedGraph::supported(model_.device()))
+  if (config_.capture && !config_.detect_anomaly && CapturedGraph::supported(model_.device()))
     captured_ = std::make_unique<CapturedStep>(
         model_.device(), [this](const Tensor& inputs, const Tensor& targets, uint64_t& rng_offset) {
           body(inputs, targets, rng_offset);
@@ -25,8 +25,18 @@ TrainStep::TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer
 }
 
 void TrainStep::run(const data::Batch& batch, double lr, uint64_t& rng_offset) {
-  forward_backward(batch, rng_offset);
+  if (!config_.detect_anomaly) {
+    forward_backward(batch, rng_offset);
+    optimizer_.step(lr);
+    return;
+  }
+  AnomalyModeGuard check_every_op;
+  body(batch.inputs, batch.targets, rng_offset);
   optimizer_.step(lr);
+  if (!ops::all_finite(model_.flat_parameters()))
+    throw AnomalyError(fmt::format("the optimizer's update gave NaN or infinite parameters from finite gradients "
+                                   "(learning rate {}); check the learning rate and the optimizer's eps",
+                                   lr));
 }
 
 void TrainStep::forward_backward(const data::Batch& batch, uint64_t& rng_offset) {

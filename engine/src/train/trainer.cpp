@@ -136,7 +136,13 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
     data::Batch batch;
     while (state.step < plan.total_steps && loader.next(batch)) {
       double lr = scheduled_lr(config_.schedule, config_.optimizer.lr, state.step, plan.total_steps, state.epoch);
-      step.run(batch, lr, state.rng_offset);
+      try {
+        step.run(batch, lr, state.rng_offset);
+      } catch (const AnomalyError& e) {
+        throw AnomalyError(fmt::format("{}: anomaly detection: step {} (epoch {}, batch {}): {}; stopped there, nothing "
+                                       "of this step was saved",
+                                       config_.source, state.step + 1, state.epoch + 1, batch.index + 1, e.what()));
+      }
       ++state.step;
       state.batch = batch.index + 1;
       metrics.count(batch.size);

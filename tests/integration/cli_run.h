@@ -1,0 +1,23 @@
+// Runs the kestrel command line as a user would, for the CLI tests.
+#pragma once
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+struct CliRun {
+  int status;          // the exit status, or 128 + the signal that ended it
+  std::string output;  // stdout and stderr together
+};
+
+// env: assignments put before the command ("KESTREL_PLUGIN_PATH=..."), or empty.
+inline CliRun run_cli(const std::string& args, const std::string& env = "") {
+  const std::string command = env + " " + KESTREL_CLI + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
+}
