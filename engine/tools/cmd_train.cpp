@@ -39,6 +39,9 @@ void add_train_commands(CLI::App& app, Action& action) {
   t->add_flag("--quiet", train.quiet, "Print only the final result");
   t->add_flag("--no-capture", train.no_capture,
               "Launch every op of every step instead of replaying a captured step (for debugging)");
+  t->add_flag("--fit", train.fit,
+              "Split each batch into the fewest micro-batches whose step fits in the device's free memory (kestrel "
+              "plan shows the figures); like \"accumulate_steps\": \"auto\"");
   t->add_flag("--detect-anomaly", train.detect_anomaly,
               "Stop at the first op whose output or gradient is NaN or infinite, naming it and its layer (slow: "
               "a device read per op)");

@@ -12,5 +12,6 @@ void add_conformance_command(CLI::App& app, Action& action);
 void add_train_commands(CLI::App& app, Action& action);
 void add_ops_command(CLI::App& app, Action& action);
 void add_generate_command(CLI::App& app, Action& action);
+void add_plan_command(CLI::App& app, Action& action);
 
 }  // namespace kestrel::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   kestrel::cli::add_conformance_command(app, action);
   kestrel::cli::add_train_commands(app, action);
   kestrel::cli::add_generate_command(app, action);
+  kestrel::cli::add_plan_command(app, action);
   kestrel::cli::add_ops_command(app, action);
   try {
     app.parse(argc, argv);

@@ -45,6 +45,7 @@ RunConfig resolve(const RunFlags& f) {
   if (!f.out.empty()) config.out_dir = f.out;
   if (f.no_capture) config.capture = false;
   if (f.detect_anomaly) config.detect_anomaly = true;
+  if (f.fit) config.fit_memory = true;
   return config;
 }
 

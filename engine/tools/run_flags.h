@@ -13,7 +13,7 @@ struct RunFlags {
   std::optional<int64_t> epochs, batch_size, accumulate_steps, max_steps, seed, count, train_subset, test_subset;
   std::optional<double> lr;
   bool resume = false, quiet = false, no_progress = false, progress = false, no_capture = false,
-       detect_anomaly = false;
+       detect_anomaly = false, fit = false;
 };
 
 // The config positional, the subsets and --backend.

@@ -66,6 +66,9 @@ struct RunConfig {
   // Micro-batches per optimizer step (gradient accumulation): each forward and backward sees
   // batch_size / accumulate_steps samples, so activation memory shrinks by that factor.
   int64_t accumulate_steps = 1;
+  // "accumulate_steps": "auto" (or --fit): before training, the fewest micro-batches per step whose
+  // step fits on the device by the memory plan (Trainer::plan_memory) replace accumulate_steps.
+  bool fit_memory = false;
   // Layers (by name or type) whose activations are recomputed in backward instead of kept, each a
   // checkpointed segment of its own, e.g. ["transformer_encoder_layer"]; added to the model file's marks.
   std::vector<std::string> activation_checkpointing;

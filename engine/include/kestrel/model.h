@@ -3,6 +3,7 @@
 // parameters, ready to run forward (and, through autograd, backward).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -133,6 +134,10 @@ class Model {
   // causal (it would need positions not seen yet), or past the model's input length.
   Tensor decode(const Tensor& tokens, DecodeState& state);
 
+  // Called with a layer's index after its forward (a checkpointed segment's after its last layer), for
+  // measuring what each layer keeps (Trainer::plan_memory); an empty function stops the calls.
+  void set_layer_observer(std::function<void(int layer)> observer) { layer_observer_ = std::move(observer); }
+
  private:
   ModelSpec spec_;
   Device device_;
@@ -142,6 +147,7 @@ class Model {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::vector<int>> layer_params_;   // per layer: indices into parameters_
   std::vector<std::vector<int>> layer_buffers_;  // per layer: indices into buffers_
+  std::function<void(int)> layer_observer_;
   std::vector<std::string> layer_labels_;        // per layer: "file: /layers/3 (linear)", for anomaly reports
 
   Var run_layers(const Var& input, bool training, uint64_t seed, uint64_t& rng_offset, DecodeState* state);

@@ -11,6 +11,7 @@
 #include "kestrel/config.h"
 #include "kestrel/data.h"
 #include "kestrel/engine.h"
+#include "kestrel/memory_plan.h"
 #include "kestrel/model.h"
 #include "kestrel/optim.h"
 #include "kestrel/text.h"
@@ -63,6 +64,10 @@ class Trainer {
 
   TrainSummary fit(const TrainOptions& options = {});
   EvalResult evaluate();
+  // What training will hold on the device at `batch_size` (0: the config's) with the config's
+  // accumulation, and whether it fits (kestrel/memory_plan.h). Runs the model on two small batches;
+  // leaves the weights and running statistics as they were.
+  MemoryPlan plan_memory(int64_t batch_size = 0);
   // Loads weights (a .safetensors file or a checkpoint.json) into the model.
   void load_weights(const std::string& path);
   std::vector<Prediction> predict(int64_t count, int64_t top_k = 3);
@@ -79,6 +84,8 @@ class Trainer {
 
  private:
   RunIdentity identity() const;
+  // Sets accumulate_steps from the memory plan (RunConfig::fit_memory); returns what to tell the user.
+  std::string fit_to_memory();
   EvalResult evaluate_on(const std::shared_ptr<const data::Dataset>& dataset);
   void save_checkpoint(TrainState state, const MetricsWindow& metrics);
   // The state of the checkpoint at `path` (a run folder or its checkpoint.json), checked against this

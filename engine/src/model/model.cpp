@@ -105,6 +105,7 @@ Var Model::run_layers(const Var& input, bool training, uint64_t seed, uint64_t& 
     if (checkpointing && segment != spec_.checkpoint_segments().end() && segment->first == i) {
       outputs[segment->last] = run_segment(*segment, input, outputs, seed, rng_offset);
       i = segment->last;
+      if (layer_observer_) layer_observer_(i);
       continue;
     }
     std::vector<Var> in;
@@ -112,6 +113,7 @@ Var Model::run_layers(const Var& input, bool training, uint64_t seed, uint64_t& 
     std::vector<Tensor*> buffers;
     for (int k : layer_buffers_[i]) buffers.push_back(&buffers_[k].second);
     outputs[i] = run_layer(i, in, training, seed, rng_offset, buffers, state);
+    if (layer_observer_) layer_observer_(i);
   }
   return outputs[spec_.output()];
 }

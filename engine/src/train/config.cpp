@@ -135,7 +135,10 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   schedule.finish();
 
   c.batch_size = top.integer("batch_size", c.batch_size, 1);
-  c.accumulate_steps = top.integer("accumulate_steps", c.accumulate_steps, 1);
+  if (const nlohmann::json* steps = top.get("accumulate_steps"); steps && *steps == "auto")
+    c.fit_memory = true;  // the trainer picks the count from its memory plan
+  else
+    c.accumulate_steps = top.integer("accumulate_steps", c.accumulate_steps, 1);
   c.micro_batch_size();
   c.activation_checkpointing = top.strings("activation_checkpointing", c.activation_checkpointing,
                                            "a non-empty array of layer names or types");

@@ -104,6 +104,20 @@ Trainer::Trainer(RunConfig config, Engine& engine) : config_(std::move(config)),
 
 Trainer::~Trainer() = default;
 
+std::string Trainer::fit_to_memory() {
+  config_.accumulate_steps = 1;
+  const MemoryPlan plan = plan_memory();
+  if (!plan.suggested_accumulate_steps)
+    throw OutOfMemory(fmt::format("{}: no micro-batch dividing the batch size ({}) fits on {}: the largest that "
+                                  "fits has {} samples. Lower the batch size, checkpoint activations, or free memory; "
+                                  "the memory plan:\n{}",
+                                  config_.source, plan.batch_size, plan.device, plan.largest_micro_batch, plan.report()));
+  config_.accumulate_steps = plan.suggested_accumulate_steps;
+  return fmt::format("kestrel: fitted to memory: the step of {} samples fits on {} (largest micro-batch {}), so "
+                     "accumulate_steps is {}",
+                     config_.micro_batch_size(), plan.device, plan.largest_micro_batch, config_.accumulate_steps);
+}
+
 RunIdentity Trainer::identity() const {
   const DeviceInfo info = engine_.properties(device_);
   const ModelSpec& spec = model_->spec();
@@ -114,6 +128,8 @@ RunIdentity Trainer::identity() const {
 // checkpoint_every steps and at each epoch's end, an evaluation per epoch.
 TrainSummary Trainer::fit(const TrainOptions& options) {
   const bool resuming = options.resume || !options.resume_from.empty();
+  std::string fitted;
+  if (config_.fit_memory) fitted = fit_to_memory();
   io::remove_stale_temporaries(config_.out_dir);
   io::remove_stale_temporaries(config_.out_dir + "/checkpoints");
   data::DataLoader loader(train_, {config_.batch_size, true, config_.drop_last, config_.seed, config_.data.workers, 4},
@@ -123,6 +139,7 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
   if (resuming)
     state = restore_checkpoint(options.resume_from.empty() ? config_.out_dir : options.resume_from, plan.batches);
   RunReport report(config_, plan, identity(), state, resuming, options);
+  if (!fitted.empty()) report.message(fitted);
   // The ids' meaning goes with the weights: generation and evaluation read it from the run folder.
   if (vocabulary_) io::write_file_atomically(config_.out_dir + "/vocabulary.json", vocabulary_->to_json());
   MetricsWindow metrics(device_, train_->is_classification() ? train_->target_numel() : 0, state.window, state.step);

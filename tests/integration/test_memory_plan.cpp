@@ -1,0 +1,124 @@
+// The memory planner against the memory statistics: for every shipped run config, the predicted peak of
+// training and evaluation is within 10% of the peak the CPU backend records while the run trains, with
+// and without gradient accumulation; and `kestrel plan` says what does not fit and what would.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "cli_run.h"
+#include "kestrel/engine.h"
+#include "kestrel/io.h"
+#include "kestrel/trainer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path models = fs::path(KESTREL_SOURCE_DIR) / "models";
+
+struct Peaks {
+  int64_t predicted, measured;
+  bool fits;
+};
+
+// Plans, then trains a few steps (and evaluates once) on the CPU, from a fresh peak.
+// eval_batch: 0 keeps the config's (whose evaluation pass is the peak of several models).
+Peaks plan_and_train(const std::string& config_name, int64_t accumulate_steps, int64_t eval_batch = 0) {
+  kestrel::RunConfig config = kestrel::RunConfig::load((models / config_name).string());
+  config.backends = {"cpu"};
+  config.max_steps = 2;  // an eager warm-up step, then (where the backend captures) a captured one
+  config.accumulate_steps = accumulate_steps;
+  if (eval_batch) config.eval_batch_size = eval_batch;
+  config.data.train_subset = config.data.test_subset = 2000;  // file datasets: one full evaluation batch
+  config.data.train_samples = std::min<int64_t>(config.data.train_samples, 2000);
+  config.data.test_samples = std::min<int64_t>(config.data.test_samples, 1000);
+  if (config.data.dataset == "text" && config.data.task == "next_token")
+    config.data.path = "/usr/share/games/fortunes/linux";  // one file of the corpus: quicker to read
+  config.out_dir = (fs::temp_directory_path() / ("kestrel_memory_plan_" + config_name)).string();
+  fs::remove_all(config.out_dir);
+  kestrel::Engine& engine = kestrel::Engine::global();
+  const kestrel::Device cpu = engine.device("cpu");
+  kestrel::Trainer trainer(config);
+  const kestrel::MemoryPlan plan = trainer.plan_memory();
+  engine.reset_peak_memory_stats(cpu);
+  kestrel::TrainOptions quiet;
+  quiet.quiet = true;
+  trainer.fit(quiet);
+  return {plan.predicted_peak, int64_t(engine.memory_stats(cpu).peak_allocated), plan.fits};
+}
+
+class EveryShippedRunConfig : public testing::TestWithParam<std::string> {};
+
+Peaks expect_within_ten_percent(const std::string& config, int64_t accumulate_steps, int64_t eval_batch = 0) {
+  const Peaks peaks = plan_and_train(config, accumulate_steps, eval_batch);
+  EXPECT_TRUE(peaks.fits);
+  EXPECT_NEAR(double(peaks.predicted), double(peaks.measured), 0.1 * double(peaks.measured))
+      << config << " with " << accumulate_steps << " micro-batches: predicted " << peaks.predicted
+      << " bytes, measured " << peaks.measured;
+  return peaks;
+}
+
+TEST_P(EveryShippedRunConfig, PredictedPeakWithinTenPercentOfTheMeasuredOne) { expect_within_ten_percent(GetParam(), 1); }
+
+// With a small evaluation batch the training step is the peak, and it shrinks with the micro-batch.
+TEST(MemoryPlan, MicroBatchesAreWhatTheStepHolds) {
+  expect_within_ten_percent("fashion_convnet.train.json", 4, 16);
+  const Peaks whole = expect_within_ten_percent("gpt_char.train.json", 1, 8);
+  const Peaks quarters = expect_within_ten_percent("gpt_char.train.json", 4, 8);
+  EXPECT_LT(quarters.predicted * 2, whole.predicted);
+}
+
+std::vector<std::string> shipped_run_configs() {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(models))
+    if (const std::string name = entry.path().filename().string();
+        name.size() > 11 && name.compare(name.size() - 11, 11, ".train.json") == 0)
+      names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EveryShippedRunConfig, testing::ValuesIn(shipped_run_configs()),
+                         [](const testing::TestParamInfo<std::string>& info) {
+                           return info.param.substr(0, info.param.find('.'));
+                         });
+
+TEST(PlanCommand, SaysWhatFitsAndSuggestsMicroBatches) {
+  CliRun plan = run_cli("plan " + (models / "fashion_mlp.train.json").string() + " --backend cpu --batch-size 256");
+  ASSERT_EQ(plan.status, 0) << plan.output;
+  for (const char* line : {"/layers/1 (linear)", "parameters", "optimizer state", "kept for backward",
+                           "predicted peak", "with batch 256 (1 x 256)", "\nfits\n", "\"accumulate_steps\": 1"})
+    EXPECT_NE(plan.output.find(line), std::string::npos) << line << " missing from\n" << plan.output;
+  // A batch no machine holds: the plan says so and finds the micro-batches that do fit.
+  CliRun huge = run_cli("plan " + (models / "gpt_char.train.json").string() + " --backend cpu --batch-size 4194304");
+  ASSERT_EQ(huge.status, 0) << huge.output;
+  EXPECT_NE(huge.output.find("\ndoes not fit\n"), std::string::npos) << huge.output;
+  const size_t suggestion = huge.output.find("batch 4194304 as ");
+  ASSERT_NE(suggestion, std::string::npos) << huge.output;
+  EXPECT_GT(std::stoll(huge.output.substr(suggestion + 17)), 1) << huge.output;
+  CliRun bad = run_cli("plan " + (models / "fashion_mlp.train.json").string() + " --batch-size 64 --accumulate-steps 5");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("/accumulate_steps: 5 micro-batches do not divide /batch_size (64)"), std::string::npos)
+      << bad.output;
+}
+
+TEST(MemoryPlan, AutoAccumulationPicksTheFewestMicroBatchesThatFit) {
+  kestrel::RunConfig config = kestrel::RunConfig::parse(R"({"model": "fashion_mlp.json", "accumulate_steps": "auto",
+    "data": {"dataset": "fashion-mnist", "train_subset": 256, "test_subset": 100}, "batch_size": 64, "max_steps": 2,
+    "backend": {"preference": ["cpu"]}})",
+                                                        (models / "auto.train.json").string());
+  EXPECT_TRUE(config.fit_memory);
+  config.out_dir = (fs::temp_directory_path() / "kestrel_memory_plan_auto").string();
+  fs::remove_all(config.out_dir);
+  kestrel::Trainer trainer(config);
+  kestrel::TrainOptions quiet;
+  quiet.quiet = true;
+  const kestrel::TrainSummary summary = trainer.fit(quiet);
+  const std::string log = kestrel::io::read_file(config.out_dir + "/summary.json");
+  EXPECT_NE(log.find("\"accumulate_steps\": 1"), std::string::npos) << log;  // 64 samples fit at once here
+  EXPECT_EQ(summary.steps, 2);
+  EXPECT_THROW(kestrel::RunConfig::parse(R"({"model": "m.json", "accumulate_steps": "most"})", "x.train.json"),
+               kestrel::ConfigError);
+}
+
+}  // namespace
