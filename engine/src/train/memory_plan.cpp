@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "kestrel/graph.h"
 #include "kestrel/loader.h"
@@ -65,6 +66,20 @@ data::Batch first_batch(const std::shared_ptr<const data::Dataset>& dataset, int
   return batch;
 }
 
+// Clears the model's layer observer however the measured pass ends: it refers to the pass's locals.
+class ObserverScope {
+ public:
+  ObserverScope(Model& model, std::function<void(int)> observer) : model_(model) {
+    model_.set_layer_observer(std::move(observer));
+  }
+  ~ObserverScope() { model_.set_layer_observer({}); }
+  ObserverScope(const ObserverScope&) = delete;
+  ObserverScope& operator=(const ObserverScope&) = delete;
+
+ private:
+  Model& model_;
+};
+
 std::string mib(int64_t bytes) {
   if (bytes < (1 << 20)) return fmt::format("{:.1f} KiB", double(bytes) / 1024);
   if (bytes < (int64_t(1) << 30)) return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20));
@@ -123,15 +138,17 @@ MemoryPlan Trainer::plan_memory(int64_t batch_size) {
       Measured& m = step[k];
       m.per_layer.assign(layers, 0);
       int64_t last = 0;
-      model_->set_layer_observer([&](int layer) {
-        m.per_layer[layer] = meter.since_start() - last;
-        last = meter.since_start();
-      });
       uint64_t offset = 0;
       model_->zero_grad(/*lazy=*/true);
       {
-        Var out = model_->forward(batch.inputs, true, config_.seed, offset);
-        model_->set_layer_observer({});
+        Var out;
+        {
+          ObserverScope observe(*model_, [&](int layer) {
+            m.per_layer[layer] = meter.since_start() - last;
+            last = meter.since_start();
+          });
+          out = model_->forward(batch.inputs, true, config_.seed, offset);
+        }
         m.kept = meter.since_start();
         backward(batch_loss(config_.loss, out, batch.targets));
       }
@@ -149,7 +166,6 @@ MemoryPlan Trainer::plan_memory(int64_t batch_size) {
       eval[k].peak = meter.peak();
     }
   }
-  model_->set_layer_observer({});
   for (size_t i = 0; i < statistics.size(); ++i) ops::copy_(model_->buffers()[i].second, statistics[i]);
 
   const auto& spec = model_->spec();
