@@ -44,12 +44,11 @@ class PassMeter {
   int64_t start_ = 0;
 };
 
-// Bytes of one batch of `samples` on the device: its inputs and targets.
-int64_t batch_bytes(const data::Batch& batch, int64_t samples) {
-  const int64_t per_sample = (batch.inputs.numel() * static_cast<int64_t>(dtype_size(batch.inputs.dtype())) +
-                              batch.targets.numel() * static_cast<int64_t>(dtype_size(batch.targets.dtype()))) /
-                             std::max<int64_t>(batch.size, 1);
-  return per_sample * samples;
+// Bytes one sample of `batch` takes on the device: its inputs and targets.
+int64_t sample_bytes(const data::Batch& batch) {
+  return (batch.inputs.numel() * static_cast<int64_t>(dtype_size(batch.inputs.dtype())) +
+          batch.targets.numel() * static_cast<int64_t>(dtype_size(batch.targets.dtype()))) /
+         std::max<int64_t>(batch.size, 1);
 }
 
 // The line through (x1, y1) and (x2, y2) at x: what grows with the batch, and what does not.
@@ -120,7 +119,7 @@ MemoryPlan Trainer::plan_memory(int64_t batch_size) {
   const int64_t small = std::max<int64_t>(1, std::min<int64_t>({16, train_->size / 2, test_->size / 2}));
   const int64_t sizes[3] = {small, small, 2 * small};
   Measured step[3], eval[3];
-  int64_t train_batch_bytes = 0, eval_batch_bytes = 0;
+  int64_t train_sample_bytes = 0, eval_sample_bytes = 0;
   const size_t layers = model_->spec().layers().size();
   // Pass 0 warms up: what layers keep once made (causal masks, position tables) and library workspaces
   // come into being there, and count as held; passes 1 and 2 measure.
@@ -133,7 +132,7 @@ MemoryPlan Trainer::plan_memory(int64_t batch_size) {
     }
     {
       data::Batch batch = first_batch(train_, sizes[k], device_);
-      train_batch_bytes = batch_bytes(batch, plan.micro_batch);
+      train_sample_bytes = sample_bytes(batch);
       PassMeter meter(engine_, device_);
       Measured& m = step[k];
       m.per_layer.assign(layers, 0);
@@ -158,7 +157,7 @@ MemoryPlan Trainer::plan_memory(int64_t batch_size) {
     {
       NoGradGuard no_grad;
       data::Batch batch = first_batch(test_, sizes[k], device_);
-      eval_batch_bytes = batch_bytes(batch, plan.eval_batch);
+      eval_sample_bytes = sample_bytes(batch);
       PassMeter meter(engine_, device_);
       uint64_t offset = 0;
       Var out = model_->forward(batch.inputs, false, 0, offset);
@@ -186,7 +185,7 @@ MemoryPlan Trainer::plan_memory(int64_t batch_size) {
   // the training batch aside) the next one only once that pass's activations are gone, since the loader
   // copies it in when asked for it. The last training batch stays while the model is evaluated.
   const bool captured = config_.capture && !config_.detect_anomaly && CapturedGraph::supported(device_);
-  const int64_t whole_batch = train_batch_bytes / std::max<int64_t>(plan.micro_batch, 1) * plan.batch_size;
+  const int64_t whole_batch = train_sample_bytes * plan.batch_size, eval_batch_bytes = eval_sample_bytes * plan.eval_batch;
   const int64_t kept_copy = captured ? whole_batch : 0;
   const int64_t training = kept_copy + std::max(step_peak + whole_batch, 2 * whole_batch);
   const int64_t evaluating = kept_copy + whole_batch + std::max(plan.eval_peak + eval_batch_bytes, 2 * eval_batch_bytes);
