@@ -45,6 +45,10 @@ struct kestrel_context : kestrel_cpu::Context {};
 struct kestrel_stream {
   kestrel_context* context;
   kestrel_graph* recording = nullptr;  // launches and device copies are recorded into it, not run
+  // The last collective issued on the stream (cpu_comm.cpp): it runs on its communicator's thread, and
+  // what the stream does next waits for it. Null once it has been waited for.
+  kestrel_comm* comm = nullptr;
+  uint64_t comm_ticket = 0;
 };
 
 namespace kestrel_cpu {
@@ -60,6 +64,9 @@ void record_op(kestrel_stream* stream, const kestrel_op& op);
 void record_copy(kestrel_stream* stream, kestrel_buffer* dst, uint64_t dst_offset, kestrel_buffer* src,
                  uint64_t src_offset, uint64_t bytes);
 [[noreturn]] void refuse_while_capturing(const char* what);
+// Waits for the collective last issued on the stream, if any (cpu_comm.cpp; without MPI there is none);
+// throws Failure with PEER_FAILED when it failed.
+void wait_for_collectives(kestrel_stream* stream);
 
 // The capture entries of the ABI table.
 kestrel_status capture_begin(kestrel_stream* stream);

@@ -17,6 +17,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "cpu_comm.hpp"
 #include "cpu_context.hpp"
 #include "cpu_ops.hpp"
 #include "kestrel/plugin_table.hpp"
@@ -157,7 +158,10 @@ kestrel_status stream_create(kestrel_context* context, kestrel_stream** stream) 
   return Boundary::guarded([&] { *stream = new kestrel_stream{context}; });
 }
 
-void stream_destroy(kestrel_stream* stream) { delete stream; }
+void stream_destroy(kestrel_stream* stream) {
+  Boundary::guarded([&] { wait_for_collectives(stream); });  // a failure was reported by whoever waited last
+  delete stream;
+}
 
 kestrel_status stream_synchronize(kestrel_stream* stream) {
   if (stream->recording) {
@@ -166,7 +170,7 @@ kestrel_status stream_synchronize(kestrel_stream* stream) {
   }
   // Static engines may outlive Kokkos, which is finalised at exit: by then there is nothing to wait for.
   if (Kokkos::is_initialized()) Kokkos::fence();
-  return KESTREL_STATUS_OK;
+  return Boundary::guarded([&] { wait_for_collectives(stream); });
 }
 
 kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_buffer** buffer) {
@@ -221,6 +225,7 @@ kestrel_status copy_host_to_device(kestrel_stream* stream, kestrel_buffer* dst, 
                                    const void* src, uint64_t bytes) {
   return Boundary::guarded([&] {
     if (stream->recording) refuse_while_capturing("copy_host_to_device");
+    wait_for_collectives(stream);
     kestrel::plugin_sdk::check_copy_range(dst, dst_offset, bytes, "copy_host_to_device");
     std::memcpy(static_cast<char*>(dst->data) + dst_offset, src, bytes);
   });
@@ -230,6 +235,7 @@ kestrel_status copy_device_to_host(kestrel_stream* stream, void* dst, kestrel_bu
                                    uint64_t bytes) {
   return Boundary::guarded([&] {
     if (stream->recording) refuse_while_capturing("copy_device_to_host");
+    wait_for_collectives(stream);
     kestrel::plugin_sdk::check_copy_range(src, src_offset, bytes, "copy_device_to_host");
     std::memcpy(dst, static_cast<const char*>(src->data) + src_offset, bytes);
   });
@@ -241,6 +247,7 @@ kestrel_status copy_device_to_device(kestrel_stream* stream, kestrel_buffer* dst
     kestrel::plugin_sdk::check_copy_range(dst, dst_offset, bytes, "copy_device_to_device");
     kestrel::plugin_sdk::check_copy_range(src, src_offset, bytes, "copy_device_to_device");
     if (stream->recording) return record_copy(stream, dst, dst_offset, src, src_offset, bytes);
+    wait_for_collectives(stream);
     std::memmove(static_cast<char*>(dst->data) + dst_offset, static_cast<const char*>(src->data) + src_offset, bytes);
   });
 }
@@ -283,10 +290,12 @@ kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
   return Boundary::guarded([&] {
     if (!op) fail("launch: no op");
     check_op(*op);
-    if (stream->recording)
+    if (stream->recording) {
       record_op(stream, *op);
-    else
+    } else {
+      wait_for_collectives(stream);
       run_op(*op);
+    }
   });
 }
 
@@ -305,6 +314,10 @@ void run_op(const kestrel_op& op) {
     launch(op);
 }
 
+#ifndef KESTREL_CPU_MPI
+void wait_for_collectives(kestrel_stream*) {}  // built without MPI: no collective is ever issued
+#endif
+
 }  // namespace kestrel_cpu
 
 KESTREL_PLUGIN_ENTRY {
@@ -313,6 +326,9 @@ KESTREL_PLUGIN_ENTRY {
     KESTREL_SET_REQUIRED_ENTRIES(api);
     KESTREL_SET_MEMORY_CACHE_ENTRIES(api);
     KESTREL_SET_CAPTURE_ENTRIES(api);
+#ifdef KESTREL_CPU_MPI
+    KESTREL_SET_COLLECTIVE_ENTRIES(api);
+#endif
     api.probe = probe;
     api.initialize = initialize;
   });

@@ -80,5 +80,6 @@ void random_cases(Runner& r);
 void window_cases(Runner& r);
 void fused_cases(Runner& r);
 void capture_cases(Runner& r);
+void collective_cases(Runner& r);
 
 }  // namespace kestrel::conformance

@@ -40,6 +40,10 @@
  *        know are answered 0 by supports_op (unchanged rule, now stated): new fused families are added
  *        to one backend at a time. The host reads only the first struct_size bytes of a plugin's table
  *        and checks the required entries within them.
+ *   1.3  collectives complete: broadcast, reduce-scatter and all-gather beside all-reduce, a timeout per
+ *        communicator, a non-blocking failure query, an abort, group start/end for one thread driving
+ *        several devices, and the status PEER_FAILED. Collectives are ordered on their stream like
+ *        launches (see all_reduce_sum).
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -52,7 +56,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 2
+#define KESTREL_PLUGIN_ABI_MINOR 3
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -79,7 +83,9 @@ typedef enum kestrel_status {
   KESTREL_STATUS_UNSUPPORTED = 2,      /* valid, but this plugin or device cannot do it */
   KESTREL_STATUS_OUT_OF_MEMORY = 3,    /* an allocation failed; the context stays usable */
   KESTREL_STATUS_UNAVAILABLE = 4,      /* the hardware or driver is missing or went away */
-  KESTREL_STATUS_INTERNAL = 5          /* a bug or an unexpected driver error */
+  KESTREL_STATUS_INTERNAL = 5,         /* a bug or an unexpected driver error */
+  KESTREL_STATUS_PEER_FAILED = 6       /* since 1.3: another rank of a collective failed, left, or missed the
+                                          communicator's timeout; the communicator is unusable: abort it */
 } kestrel_status;
 
 typedef enum kestrel_dtype {
@@ -353,14 +359,49 @@ typedef struct kestrel_plugin_api {
   kestrel_status (*graph_launch)(kestrel_graph* graph, kestrel_stream* stream);
   void (*graph_destroy)(kestrel_graph* graph);
 
-  /* optional (all four): collectives for data-parallel training. NULL means single-process only.
-   * comm_create takes an opaque unique id produced by comm_unique_id on rank 0 and shared by the host. */
+  /* optional (all four, and since 1.3 the six after them): collectives for data-parallel training. NULL
+   * means single-process only.
+   * comm_create takes an opaque unique id (id_size bytes, at most 128) produced by comm_unique_id on rank 0
+   * and shared by the host with every rank (over MPI, say); the communicator belongs to the context and
+   * is destroyed before it. A plugin whose transport is itself the launcher's (MPI) may ignore the id but
+   * checks that rank and world_size are the launcher's.
+   * Collectives are ordered on `stream` like launches: work enqueued on the stream after a collective
+   * waits for it, and stream_synchronize returns once it is done, or returns PEER_FAILED (with a message
+   * naming the ranks missing, where the plugin can tell) when a rank failed or the communicator's timeout
+   * passed first. Every rank issues the same collectives in the same order. Tensors are contiguous and
+   * borrowed until the collective has completed; dtypes are those of the device's dtype_mask. */
   kestrel_status (*comm_unique_id)(char* id, size_t id_size);
   kestrel_status (*comm_create)(kestrel_context* context, const char* id, int32_t rank, int32_t world_size,
                                 kestrel_comm** comm);
   void (*comm_destroy)(kestrel_comm* comm);
-  /* In-place sum all-reduce of `tensor` (contiguous) over every rank of the group. */
+  /* In place: `tensor` (any shape) becomes the element-wise sum of every rank's `tensor`. */
   kestrel_status (*all_reduce_sum)(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* tensor);
+  /* 1.3. In place: every rank's `tensor` becomes root's. */
+  kestrel_status (*broadcast)(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* tensor,
+                              int32_t root);
+  /* 1.3. input: (world_size * n) on every rank; output: (n), rank r's gets elements [r*n, (r+1)*n) of the
+   * sum over ranks of input. */
+  kestrel_status (*reduce_scatter_sum)(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* input,
+                                       const kestrel_tensor* output);
+  /* 1.3. input: (n); output: (world_size * n), elements [r*n, (r+1)*n) are rank r's input. */
+  kestrel_status (*all_gather)(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* input,
+                               const kestrel_tensor* output);
+  /* 1.3. A collective not complete `seconds` after it could start (its stream reached it) fails the
+   * communicator with PEER_FAILED. Until set, the plugin's default (at most 10 minutes). */
+  kestrel_status (*comm_set_timeout)(kestrel_comm* comm, double seconds);
+  /* 1.3. Non-blocking: OK while the communicator works, else the status it failed with (message in
+   * last_error). Safe to call from any thread while a collective is pending. */
+  kestrel_status (*comm_query)(kestrel_comm* comm);
+  /* 1.3. Ends the communicator's pending collectives on every rank so that no rank waits on them. Where
+   * the transport can only do so by ending the processes (MPI_Abort), it ends the whole job with
+   * `exit_code` and does not return: the host says what went wrong before calling it. */
+  void (*comm_abort)(kestrel_comm* comm, int32_t exit_code);
+
+  /* optional (both), 1.3: between group_start and group_end, collectives the calling thread issues (on
+   * the communicators of several devices, one per device) are held and issued together at group_end, as
+   * one thread driving several devices needs. NULL means collectives are issued as they are called. */
+  kestrel_status (*group_start)(void);
+  kestrel_status (*group_end)(void);
 } kestrel_plugin_api;
 
 typedef const kestrel_plugin_api* (*kestrel_plugin_entry_fn)(void);

@@ -36,7 +36,10 @@
    (api).graph_launch = graph_launch, (api).graph_destroy = graph_destroy)
 #define KESTREL_SET_COLLECTIVE_ENTRIES(api)                                                      \
   ((api).comm_unique_id = comm_unique_id, (api).comm_create = comm_create,                        \
-   (api).comm_destroy = comm_destroy, (api).all_reduce_sum = all_reduce_sum)
+   (api).comm_destroy = comm_destroy, (api).all_reduce_sum = all_reduce_sum, (api).broadcast = broadcast,   \
+   (api).reduce_scatter_sum = reduce_scatter_sum, (api).all_gather = all_gather,                          \
+   (api).comm_set_timeout = comm_set_timeout, (api).comm_query = comm_query, (api).comm_abort = comm_abort)
+#define KESTREL_SET_GROUP_ENTRIES(api) ((api).group_start = group_start, (api).group_end = group_end)
 
 namespace kestrel::plugin_sdk {
 

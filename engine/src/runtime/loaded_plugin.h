@@ -54,5 +54,7 @@ kestrel_plugin_api complete_plugin_api(const kestrel_plugin_api& from_plugin);
 std::string missing_required_entries(const kestrel_plugin_api& api);
 // Whether the plugin filled the capture entries itself (true) or runs on the host's refusals.
 bool offers_capture(const kestrel_plugin_api& api);
+// Whether the plugin filled the collective entries itself (the whole 1.3 set).
+bool offers_collectives(const kestrel_plugin_api& api);
 
 }  // namespace kestrel

@@ -51,6 +51,17 @@ void noop_comm_destroy(kestrel_comm*) {}
 kestrel_status unsupported_all_reduce_sum(kestrel_comm*, kestrel_stream*, const kestrel_tensor*) {
   return KESTREL_STATUS_UNSUPPORTED;
 }
+kestrel_status unsupported_broadcast(kestrel_comm*, kestrel_stream*, const kestrel_tensor*, int32_t) {
+  return KESTREL_STATUS_UNSUPPORTED;
+}
+kestrel_status unsupported_exchange(kestrel_comm*, kestrel_stream*, const kestrel_tensor*, const kestrel_tensor*) {
+  return KESTREL_STATUS_UNSUPPORTED;
+}
+kestrel_status unsupported_comm_set_timeout(kestrel_comm*, double) { return KESTREL_STATUS_UNSUPPORTED; }
+kestrel_status unsupported_comm_query(kestrel_comm*) { return KESTREL_STATUS_UNSUPPORTED; }
+void noop_comm_abort(kestrel_comm*, int32_t) {}
+// Without grouping each collective is issued as it is called.
+kestrel_status default_group_edge() { return KESTREL_STATUS_OK; }
 
 template <class Fn>
 void default_to(Fn*& entry, Fn* fallback) {
@@ -88,16 +99,30 @@ kestrel_plugin_api complete_plugin_api(const kestrel_plugin_api& from_plugin) {
     api.graph_launch = unsupported_graph_launch;
     api.graph_destroy = noop_graph_destroy;
   }
-  if (!api.comm_unique_id || !api.comm_create || !api.comm_destroy || !api.all_reduce_sum) {
+  // Training needs the whole set (timeouts and abort included): a plugin offering only the 1.0 four is
+  // treated as offering none, so the engine's "no collectives" message names it.
+  if (!api.comm_unique_id || !api.comm_create || !api.comm_destroy || !api.all_reduce_sum || !api.broadcast ||
+      !api.reduce_scatter_sum || !api.all_gather || !api.comm_set_timeout || !api.comm_query || !api.comm_abort) {
     api.comm_unique_id = unsupported_comm_unique_id;
     api.comm_create = unsupported_comm_create;
     api.comm_destroy = noop_comm_destroy;
     api.all_reduce_sum = unsupported_all_reduce_sum;
+    api.broadcast = unsupported_broadcast;
+    api.reduce_scatter_sum = unsupported_exchange;
+    api.all_gather = unsupported_exchange;
+    api.comm_set_timeout = unsupported_comm_set_timeout;
+    api.comm_query = unsupported_comm_query;
+    api.comm_abort = noop_comm_abort;
+  }
+  if (!api.group_start || !api.group_end) {
+    api.group_start = default_group_edge;
+    api.group_end = default_group_edge;
   }
   return api;
 }
 
 bool offers_capture(const kestrel_plugin_api& api) { return api.capture_begin != unsupported_capture_begin; }
+bool offers_collectives(const kestrel_plugin_api& api) { return api.comm_create != unsupported_comm_create; }
 
 std::string missing_required_entries(const kestrel_plugin_api& api) {
   std::vector<const char*> missing;
