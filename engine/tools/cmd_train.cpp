@@ -42,6 +42,12 @@ void add_train_commands(CLI::App& app, Action& action) {
   t->add_flag("--fit", train.fit,
               "Split each batch into the fewest micro-batches whose step fits in the device's free memory (kestrel "
               "plan shows the figures); like \"accumulate_steps\": \"auto\"");
+  add_number_flag(t, "--bucket-mb", train.bucket_mb,
+                  "Data parallelism: sum gradients over the ranks in buckets of about this many MiB (default 25)", 0.001,
+                  1 << 16);
+  add_number_flag(t, "--collective-timeout", train.collective_timeout,
+                  "Data parallelism: seconds a collective waits for the other ranks before the run stops (default 60)",
+                  0.1, 86400);
   t->add_flag("--detect-anomaly", train.detect_anomaly,
               "Stop at the first op whose output or gradient is NaN or infinite, naming it and its layer (slow: "
               "a device read per op)");
@@ -53,6 +59,7 @@ void add_train_commands(CLI::App& app, Action& action) {
       options.quiet = train.quiet;
       options.progress = train.progress ? 1 : train.no_progress ? 0 : -1;
       TrainSummary s = trainer.fit(options);
+      if (!trainer.world().is_root()) return 0;  // rank 0 speaks for a data-parallel run
       fmt::print("final: {} steps on {}, test loss {:.4f}, test accuracy {}, {:.0f} samples/s; outputs in {}\n", s.steps,
                  s.device, s.test.loss, percent(s.test.accuracy), s.samples_per_second, s.out_dir);
       return 0;

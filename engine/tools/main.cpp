@@ -4,7 +4,31 @@
 #include <exception>
 
 #include "commands.h"
+#include "kestrel/distributed.h"
 #include "kestrel/error.h"
+
+namespace {
+
+// Says what went wrong and gives the exit status. In a data-parallel run this rank's failure ends every
+// rank (MPI_Abort), which would otherwise wait for it until their collectives' timeout.
+int failed(int status, const char* what) {
+  bool distributed = false;
+  try {
+    distributed = kestrel::World::get().distributed();
+  } catch (const std::exception&) {
+    // no world to end: this process alone
+  }
+  if (!distributed) {
+    fmt::print(stderr, "kestrel: {}\n", what);
+    return status;
+  }
+  kestrel::World& world = kestrel::World::get();
+  fmt::print(stderr, "kestrel: rank {} of {}: {}\nkestrel: rank {}: ending every rank of the run (exit status {})\n",
+             world.rank(), world.size(), what, world.rank(), status);
+  world.abort(status);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Kestrel: train neural networks described in JSON on any backend (cpu, cuda, vulkan)"};
@@ -25,13 +49,12 @@ int main(int argc, char** argv) {
   try {
     return action();
   } catch (const kestrel::InvalidArgument& e) {
-    fmt::print(stderr, "kestrel: {}\n", e.what());
-    return 2;
+    return failed(2, e.what());
   } catch (const kestrel::NonFiniteLossError& e) {
-    fmt::print(stderr, "kestrel: {}\n", e.what());
-    return 3;
+    return failed(3, e.what());
+  } catch (const kestrel::PeerFailed& e) {
+    return failed(4, e.what());
   } catch (const std::exception& e) {
-    fmt::print(stderr, "kestrel: {}\n", e.what());
-    return 1;
+    return failed(1, e.what());
   }
 }

@@ -207,8 +207,8 @@ void watchdog_loop(kestrel_comm* comm) {
     const std::string where = inspect(*comm, ticket);
     lock.lock();
     fail_comm(*comm, KESTREL_STATUS_PEER_FAILED,
-              "rank " + std::to_string(comm->rank) + " of " + std::to_string(comm->size) + ": collective #" +
-                  std::to_string(ticket) + " (" + what + ") did not complete within " + seconds_text(timeout) +
+              "collective #" + std::to_string(ticket) + " (" + what + ") on rank " + std::to_string(comm->rank) +
+                  " of " + std::to_string(comm->size) + " did not complete within " + seconds_text(timeout) +
                   " (the communicator's timeout)" + where);
   }
 }

@@ -11,13 +11,17 @@ struct CliRun {
   std::string output;  // stdout and stderr together
 };
 
-// env: assignments put before the command ("KESTREL_PLUGIN_PATH=..."), or empty.
-inline CliRun run_cli(const std::string& args, const std::string& env = "") {
-  const std::string command = env + " " + KESTREL_CLI + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
+// Runs a shell command; its stdout and stderr together.
+inline CliRun run_command(const std::string& command) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   std::string output;
   std::array<char, 4096> buffer;
   while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
+}
+
+// env: assignments put before the command ("KESTREL_PLUGIN_PATH=..."), or empty.
+inline CliRun run_cli(const std::string& args, const std::string& env = "") {
+  return run_command(env + " " + KESTREL_CLI + " " + args);
 }

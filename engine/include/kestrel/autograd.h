@@ -76,6 +76,28 @@ void accumulate_broadcast_grad(VarNode& node, const Tensor& grad);
 // pass `seed` for a non-scalar root. Intermediate gradients are released as soon as they are used.
 void backward(const Var& root, const Tensor& seed = {});
 
+// Told during backward when a leaf's gradient is complete for the pass: every op that used the leaf has
+// given its contribution (backward runs in reverse topological order, so a leaf's turn comes after all of
+// its users'). Data-parallel training sends gradients while backward goes on (DDP's hooks). Only the
+// outermost backward reports: a checkpointed segment's inner pass is not the last word on a leaf that is
+// also used outside the segment.
+class LeafGradientObserver {
+ public:
+  virtual ~LeafGradientObserver() = default;
+  virtual void completed(const VarNode& leaf) = 0;
+};
+// Installs `observer` for backward passes on this thread while in scope.
+class LeafGradientScope {
+ public:
+  explicit LeafGradientScope(LeafGradientObserver& observer);
+  ~LeafGradientScope();
+  LeafGradientScope(const LeafGradientScope&) = delete;
+  LeafGradientScope& operator=(const LeafGradientScope&) = delete;
+
+ private:
+  LeafGradientObserver* previous_;
+};
+
 // Turns graph recording off in a scope (evaluation, optimizer steps), like torch.no_grad().
 class NoGradGuard {
  public:

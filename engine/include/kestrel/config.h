@@ -55,6 +55,12 @@ inline constexpr const char* nonfinite_loss_names[] = {"stop", "continue"};  // 
 enum class LossKind { cross_entropy, mse };
 inline constexpr const char* loss_kind_names[] = {"cross_entropy", "mse"};  // in LossKind's order
 
+// Data-parallel training: several processes, each taking its share of every batch (kestrel/distributed.h).
+struct DistributedConfig {
+  double bucket_cap_mb = 25;    // gradients are summed over the ranks in buckets of about this size (DDP's)
+  double timeout_seconds = 60;  // how long one collective waits for the other ranks before the run stops
+};
+
 struct RunConfig {
   std::string source;      // the config file
   std::string model_path;  // resolved relative to the config file
@@ -62,7 +68,7 @@ struct RunConfig {
   LossKind loss = LossKind::cross_entropy;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
-  int64_t batch_size = 64;      // samples per optimizer step
+  int64_t batch_size = 64;      // samples per optimizer step (over all ranks when data-parallel)
   // Micro-batches per optimizer step (gradient accumulation): each forward and backward sees
   // batch_size / accumulate_steps samples, so activation memory shrinks by that factor.
   int64_t accumulate_steps = 1;
@@ -89,6 +95,7 @@ struct RunConfig {
   std::vector<std::string> backends = {"auto"};  // preference order; "auto": highest priority
   std::string fallback = "next";     // "next": try the next preference; "error": only the first
   std::string out_dir;               // default: runs/<model name>
+  DistributedConfig distributed;
 
   // batch_size / accumulate_steps; a ConfigError naming both keys when it does not divide.
   int64_t micro_batch_size() const;

@@ -71,13 +71,17 @@ class ProcessGroup {
   static bool supported(const Device& device);
 
   // Each is queued after the work the device has been given so far, and runs while the caller goes on;
-  // the tensors are kept alive until wait(). All contiguous, on the group's device.
-  void all_reduce_sum(const Tensor& tensor);                          // in place, any shape
-  void broadcast(const Tensor& tensor, int root);                     // in place, any shape
-  void reduce_scatter_sum(const Tensor& input, const Tensor& output); // input: (size * n); output: (n)
-  void all_gather(const Tensor& input, const Tensor& output);         // input: (n); output: (size * n)
+  // the tensors are kept alive until wait(). All contiguous, on the group's device. `label` names the
+  // collective in a failure's message ("gradient bucket 2 of 5").
+  void all_reduce_sum(const Tensor& tensor, const std::string& label = "");   // in place, any shape
+  void broadcast(const Tensor& tensor, int root, const std::string& label = "");  // in place, any shape
+  // input: (size * n); output: (n)
+  void reduce_scatter_sum(const Tensor& input, const Tensor& output, const std::string& label = "");
+  // input: (n); output: (size * n)
+  void all_gather(const Tensor& input, const Tensor& output, const std::string& label = "");
   // Waits for every collective queued so far. On a failure throws PeerFailed whose message starts with
-  // `context` (say, "step 12, gradient bucket 3") and names the ranks the backend found missing.
+  // `context` (say, "step 12"), names the ranks the backend found missing, and the labels of the
+  // collectives that were in flight, numbered as the backend numbers them.
   void wait(const std::string& context);
   // Ends the group's collectives on every rank (with MPI: the whole job, with `exit_code`).
   [[noreturn]] void abort(int exit_code);
@@ -85,6 +89,7 @@ class ProcessGroup {
  private:
   kestrel_stream* ordered_after_device();  // the group's stream, made to wait for the device's stream
   void check(kestrel_status status, const std::string& what);
+  void issued(std::string label, std::initializer_list<Tensor> tensors);
 
   Device device_;
   int rank_, size_;
@@ -92,6 +97,8 @@ class ProcessGroup {
   kestrel_stream* stream_ = nullptr;
   kestrel_event* computed_ = nullptr;  // recorded on the device's stream before each collective
   std::vector<Tensor> in_flight_;      // what the queued collectives read and write
+  uint64_t issued_ = 0;                // collectives so far: the backend numbers them from 1 alike
+  std::vector<std::string> labels_;    // of those in flight, "#13 gradient bucket 2 of 5"
 };
 
 }  // namespace kestrel

@@ -20,13 +20,17 @@ struct LoaderOptions {
   uint64_t seed = 0;
   int workers = 2;         // threads preparing batches
   int prefetch = 4;        // batches prepared ahead (pinned buffers in flight)
+  // Data parallelism: batch_size is the global batch, cut in rank order into world_size shares (as equal
+  // as its size allows); this loader gives rank `rank`'s share of each.
+  int rank = 0, world_size = 1;
 };
 
 struct Batch {
   Tensor inputs;   // (B, sample_shape...) on the device: f32 values or i64 token ids, as the dataset holds
   Tensor targets;  // (B, label_shape...) i64 labels (one per sample or per position), or (B, target_shape...) f32
   int64_t index = 0;
-  int64_t size = 0;
+  int64_t size = 0;         // samples in this rank's share
+  int64_t global_size = 0;  // samples in the batch over all ranks
 };
 
 class DataLoader {
@@ -52,7 +56,8 @@ class DataLoader {
   int64_t sample_bytes() const;  // one sample's inputs
   int64_t target_bytes() const;  // one sample's labels or targets
   void release_copied_slots(int keep);
-  int64_t batch_size_of(int64_t batch) const;
+  int64_t batch_size_of(int64_t batch) const;          // the global batch's samples
+  std::pair<int64_t, int64_t> share_of(int64_t batch) const;  // this rank's [begin, end) of the epoch's order
 
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;

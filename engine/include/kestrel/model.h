@@ -117,6 +117,8 @@ class Model {
   // of parameters the pass did not reach.
   void zero_grad(bool lazy = false);
   void settle_gradients();
+  // One parameter's (by index in parameters()): data parallelism sends a gradient before the pass ends.
+  void settle_gradient(size_t parameter);
 
   // x: (N, ...input_shape). In training mode dropout draws masks from (seed, rng_offset) and advances
   // rng_offset; batchnorm uses batch statistics.

@@ -1,5 +1,6 @@
 // The trainer: one loop for every model and backend. Trains a RunConfig's model on its data, evaluates
-// on the test set each epoch, records metrics, checkpoints atomically and resumes exactly.
+// on the test set each epoch, records metrics, checkpoints atomically and resumes exactly. Started by a
+// launcher (mpirun -np N), each process trains on its share of every batch and rank 0 speaks for the run.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "kestrel/config.h"
 #include "kestrel/data.h"
+#include "kestrel/distributed.h"
 #include "kestrel/engine.h"
 #include "kestrel/memory_plan.h"
 #include "kestrel/model.h"
@@ -58,7 +60,8 @@ struct Prediction {
 
 class Trainer {
  public:
-  // Picks the device from the config's backend preference, loads data and builds the model.
+  // Picks the device from the config's backend preference, loads data and builds the model. Under a
+  // launcher also joins the other ranks (checking that they run the same thing).
   explicit Trainer(RunConfig config, Engine& engine = Engine::global());
   ~Trainer();
 
@@ -73,6 +76,7 @@ class Trainer {
   std::vector<Prediction> predict(int64_t count, int64_t top_k = 3);
 
   const RunConfig& config() const { return config_; }
+  const World& world() const { return world_; }
   const Device& device() const { return device_; }
   Model& model() { return *model_; }
   const data::Dataset& train_data() const { return *train_; }
@@ -99,11 +103,13 @@ class Trainer {
 
   RunConfig config_;
   Engine& engine_;
+  World& world_;
   Device device_;
   std::shared_ptr<const data::Dataset> train_, test_;
   std::optional<data::Vocabulary> vocabulary_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<ProcessGroup> group_;  // the data-parallel ranks; null for one process
 };
 
 // Picks the device for a preference list ("cuda:1", "vulkan", "cpu") under a fallback policy ("next":

@@ -121,6 +121,16 @@ void check_gradients(const VarNode& node) {
 }
 }  // namespace
 
+namespace {
+thread_local LeafGradientObserver* leaf_observer = nullptr;
+thread_local int backward_depth = 0;  // nested passes (checkpointed segments) are not reported
+}  // namespace
+
+LeafGradientScope::LeafGradientScope(LeafGradientObserver& observer) : previous_(leaf_observer) {
+  leaf_observer = &observer;
+}
+LeafGradientScope::~LeafGradientScope() { leaf_observer = previous_; }
+
 void backward(const Var& root, const Tensor& seed) {
   if (!root.requires_grad())
     throw InvalidArgument("backward: the value does not require a gradient (no parameter took part, or grad mode was off)");
@@ -145,9 +155,15 @@ void backward(const Var& root, const Tensor& seed) {
       stack.pop_back();
     }
   }
+  ++backward_depth;
+  struct Leave {
+    ~Leave() { --backward_depth; }
+  } leave;
+  LeafGradientObserver* observer = backward_depth == 1 ? leaf_observer : nullptr;
   accumulate_grad(*root.node(), initial);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     VarNode* node = *it;
+    if (!node->backward && node->grad_buffer && observer) observer->completed(*node);
     if (!node->backward || !node->grad.defined()) continue;
     Tensor grad = node->grad;
     node->grad = Tensor();  // intermediate gradients are not kept

@@ -29,8 +29,12 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   if (dataset_->size < 1) throw InvalidArgument(fmt::format("dataset '{}' is empty", dataset_->name));
   options_.workers = std::max(1, options_.workers);
   options_.prefetch = std::max(2, options_.prefetch);
-  // No batch holds more samples than the dataset, however large the batch size asked for.
-  const int64_t slot_samples = std::min(options_.batch_size, dataset_->size);
+  if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)
+    throw InvalidArgument(fmt::format("loader: rank {} of {} processes", options_.rank, options_.world_size));
+  // No batch holds more samples than the dataset, however large the batch size asked for; a rank holds
+  // its share.
+  const int64_t slot_samples = (std::min(options_.batch_size, dataset_->size) + options_.world_size - 1) /
+                               options_.world_size;
   try {
     DeviceRuntime& runtime = device_.runtime();
     for (int i = 0; i < options_.prefetch; ++i) {
@@ -92,6 +96,14 @@ int64_t DataLoader::batch_size_of(int64_t batch) const {
   return std::min(options_.batch_size, dataset_->size - batch * options_.batch_size);
 }
 
+std::pair<int64_t, int64_t> DataLoader::share_of(int64_t batch) const {
+  // Rank r of N takes [L r / N, L (r + 1) / N) of the batch's L samples: equal shares when N divides L,
+  // and every sample once when it does not (the last batch of an epoch).
+  const int64_t begin = batch * options_.batch_size, size = batch_size_of(batch);
+  const int64_t rank = options_.rank, world = options_.world_size;
+  return {begin + size * rank / world, begin + size * (rank + 1) / world};
+}
+
 void DataLoader::start_epoch(int64_t epoch, int64_t skip_batches) {
   std::vector<int64_t> order;
   if (options_.shuffle) {
@@ -125,8 +137,8 @@ void DataLoader::worker_loop() {
     slot.batch = batch;
     slot.generation = generation_;
     // Copy this batch's sample indices now: start_epoch may replace order_ while we gather.
-    const int64_t begin = batch * options_.batch_size;
-    std::vector<int64_t> samples(order_.begin() + begin, order_.begin() + begin + batch_size_of(batch));
+    const auto [begin, end] = share_of(batch);
+    std::vector<int64_t> samples(order_.begin() + begin, order_.begin() + end);
     lock.unlock();
     fill(slot, samples);
     lock.lock();
@@ -174,7 +186,8 @@ bool DataLoader::next(Batch& out) {
   lock.unlock();
 
   const Dataset& d = *dataset_;
-  const int64_t size = batch_size_of(batch);
+  const auto [begin, end] = share_of(batch);
+  const int64_t size = end - begin;
   Shape input_shape{size}, target_shape{size};
   input_shape.insert(input_shape.end(), d.sample_shape.begin(), d.sample_shape.end());
   const Shape& per_sample_target = d.is_classification() ? d.label_shape : d.target_shape;
@@ -183,6 +196,7 @@ bool DataLoader::next(Batch& out) {
   out.targets = Tensor::empty(target_shape, d.is_classification() ? DType::i64 : DType::f32, device_);
   out.index = batch;
   out.size = size;
+  out.global_size = batch_size_of(batch);
   DeviceRuntime& runtime = device_.runtime();
   const auto& api = runtime.api();
   runtime.check(api.copy_host_to_device(runtime.stream(), out.inputs.storage()->buffer(), 0, slot.inputs,

@@ -57,34 +57,37 @@ kestrel_stream* ProcessGroup::ordered_after_device() {
   return stream_;
 }
 
-void ProcessGroup::all_reduce_sum(const Tensor& tensor) {
+void ProcessGroup::issued(std::string label, std::initializer_list<Tensor> tensors) {
+  labels_.push_back(fmt::format("#{} {}", ++issued_, label));
+  in_flight_.insert(in_flight_.end(), tensors);
+}
+
+void ProcessGroup::all_reduce_sum(const Tensor& tensor, const std::string& label) {
   const kestrel_tensor t = tensor.descriptor();
-  check(device_.runtime().api().all_reduce_sum(comm_, ordered_after_device(), &t),
-        fmt::format("all-reduce of {}", tensor.describe()));
-  in_flight_.push_back(tensor);
+  const std::string what = label.empty() ? fmt::format("all-reduce of {}", tensor.describe()) : label;
+  check(device_.runtime().api().all_reduce_sum(comm_, ordered_after_device(), &t), what);
+  issued(what, {tensor});
 }
 
-void ProcessGroup::broadcast(const Tensor& tensor, int root) {
+void ProcessGroup::broadcast(const Tensor& tensor, int root, const std::string& label) {
   const kestrel_tensor t = tensor.descriptor();
-  check(device_.runtime().api().broadcast(comm_, ordered_after_device(), &t, root),
-        fmt::format("broadcast of {} from rank {}", tensor.describe(), root));
-  in_flight_.push_back(tensor);
+  const std::string what = label.empty() ? fmt::format("broadcast of {} from rank {}", tensor.describe(), root) : label;
+  check(device_.runtime().api().broadcast(comm_, ordered_after_device(), &t, root), what);
+  issued(what, {tensor});
 }
 
-void ProcessGroup::reduce_scatter_sum(const Tensor& input, const Tensor& output) {
+void ProcessGroup::reduce_scatter_sum(const Tensor& input, const Tensor& output, const std::string& label) {
   const kestrel_tensor in = input.descriptor(), out = output.descriptor();
-  check(device_.runtime().api().reduce_scatter_sum(comm_, ordered_after_device(), &in, &out),
-        fmt::format("reduce-scatter of {}", input.describe()));
-  in_flight_.push_back(input);
-  in_flight_.push_back(output);
+  const std::string what = label.empty() ? fmt::format("reduce-scatter of {}", input.describe()) : label;
+  check(device_.runtime().api().reduce_scatter_sum(comm_, ordered_after_device(), &in, &out), what);
+  issued(what, {input, output});
 }
 
-void ProcessGroup::all_gather(const Tensor& input, const Tensor& output) {
+void ProcessGroup::all_gather(const Tensor& input, const Tensor& output, const std::string& label) {
   const kestrel_tensor in = input.descriptor(), out = output.descriptor();
-  check(device_.runtime().api().all_gather(comm_, ordered_after_device(), &in, &out),
-        fmt::format("all-gather of {}", input.describe()));
-  in_flight_.push_back(input);
-  in_flight_.push_back(output);
+  const std::string what = label.empty() ? fmt::format("all-gather of {}", input.describe()) : label;
+  check(device_.runtime().api().all_gather(comm_, ordered_after_device(), &in, &out), what);
+  issued(what, {input, output});
 }
 
 void ProcessGroup::wait(const std::string& context) {
@@ -92,10 +95,14 @@ void ProcessGroup::wait(const std::string& context) {
   const kestrel_status status = api.stream_synchronize(stream_);
   if (status == KESTREL_STATUS_OK) {
     in_flight_.clear();
+    labels_.clear();
     return;
   }
   const std::string message = api.last_error();
-  if (status == KESTREL_STATUS_PEER_FAILED) throw PeerFailed(fmt::format("{}: {}", context, message));
+  std::string in_flight;
+  for (const std::string& label : labels_) in_flight += (in_flight.empty() ? "" : ", ") + label;
+  if (status == KESTREL_STATUS_PEER_FAILED)
+    throw PeerFailed(fmt::format("{}: {} (collectives in flight: {})", context, message, in_flight));
   device_.runtime().check(status, context);
 }
 

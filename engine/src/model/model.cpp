@@ -79,6 +79,8 @@ void Model::settle_gradients() {
   for (auto& grad : grads_) grad->settle();
 }
 
+void Model::settle_gradient(size_t parameter) { grads_.at(parameter)->settle(); }
+
 Var Model::forward(const Tensor& x, bool training, uint64_t seed, uint64_t& rng_offset) {
   const Shape& expected = spec_.input_shape();
   Shape got(x.shape().begin() + (x.rank() > 0 ? 1 : 0), x.shape().end());

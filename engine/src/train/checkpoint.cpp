@@ -40,7 +40,8 @@ void Trainer::check_vocabulary(const std::string& state_path, const CheckpointSt
 
 void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
   const std::string out = config_.out_dir;
-  state.window = metrics.totals();
+  state.window = metrics.totals();  // with data parallelism a collective: every rank comes here
+  if (!world_.is_root()) return;    // rank 0 writes; the ranks' weights are the same
   CheckpointState saved;
   saved.train = state;
   saved.weights = weights_file_name(state.step);

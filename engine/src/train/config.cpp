@@ -167,6 +167,11 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   c.fallback = backend.string("fallback", c.fallback, fallbacks);
   backend.finish();
 
+  JsonReader distributed = top.child("distributed");
+  c.distributed.bucket_cap_mb = distributed.number("bucket_cap_mb", c.distributed.bucket_cap_mb, 0.001, 1 << 16);
+  c.distributed.timeout_seconds = distributed.number("timeout_seconds", c.distributed.timeout_seconds, 0.1, 86400);
+  distributed.finish();
+
   c.out_dir = top.string("out", c.out_dir);
   if (!c.out_dir.empty() && fs::path(c.out_dir).is_relative())  // like the model path: relative to this file
     c.out_dir = (fs::path(source).parent_path() / c.out_dir).lexically_normal().string();

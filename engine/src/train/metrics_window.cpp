@@ -8,10 +8,13 @@
 
 namespace kestrel {
 
-MetricsWindow::MetricsWindow(const Device& device, int64_t labels_per_sample, const WindowTotals& resumed, int64_t step)
+MetricsWindow::MetricsWindow(const Device& device, int64_t labels_per_sample, const WindowTotals& resumed, int64_t step,
+                             ProcessGroup* group)
     : labels_per_sample_(labels_per_sample),
-      loss_sum_(Tensor::full({}, resumed.loss, DType::f32, device)),
-      correct_(Tensor::full({}, resumed.correct, DType::i64, device)),
+      group_(group),
+      // The ranks' sums are added when read: a resumed window's totals start on rank 0 only.
+      loss_sum_(Tensor::full({}, group && group->rank() ? 0.0 : resumed.loss, DType::f32, device)),
+      correct_(Tensor::full({}, group && group->rank() ? 0.0 : resumed.correct, DType::i64, device)),
       finite_steps_(Tensor::full({}, std::isfinite(resumed.loss) ? double(resumed.steps) : 0.0, DType::f32, device)),
       zero_(Tensor::full({}, 0.0, DType::f32, device)),
       finite_scratch_(Tensor::empty({}, DType::f32, device)),
@@ -29,12 +32,21 @@ void MetricsWindow::add(const Tensor& loss, const Tensor& logits, const Tensor& 
   if (labels_per_sample_ > 0) ops::binary_(KESTREL_BINARY_ADD, correct_, correct_, correct_count(logits, targets));
 }
 
+double MetricsWindow::read(const Tensor& scalar) const {
+  if (!group_) return scalar.to_doubles()[0];
+  // Each rank keeps its own sums (a resumed window's are rank 0's alone); their total is the window's.
+  Tensor total = scalar.clone();
+  group_->all_reduce_sum(total, "the training metrics");
+  group_->wait("summing the training metrics over the ranks");
+  return total.to_doubles()[0];
+}
+
 MetricsWindow::Figures MetricsWindow::close() {
   Figures figures;
   figures.samples_per_second = samples_ / std::max(clock_.seconds(), 1e-9);
-  figures.loss = loss_sum_.to_doubles()[0] / steps_;
+  figures.loss = read(loss_sum_) / steps_;
   figures.accuracy =
-      labels_per_sample_ > 0 ? correct_.to_doubles()[0] / (double(samples_) * double(labels_per_sample_)) : NAN;
+      labels_per_sample_ > 0 ? read(correct_) / (double(samples_) * double(labels_per_sample_)) : NAN;
   ops::fill_(loss_sum_, 0.0);
   ops::fill_(correct_, 0.0);
   ops::fill_(finite_steps_, 0.0);
@@ -45,11 +57,11 @@ MetricsWindow::Figures MetricsWindow::close() {
 }
 
 WindowTotals MetricsWindow::totals() const {
-  return {loss_sum_.to_doubles()[0], correct_.to_doubles()[0], steps_, samples_};
+  return {read(loss_sum_), read(correct_), steps_, samples_};
 }
 
 int64_t MetricsWindow::first_nonfinite_step() const {
-  if (std::isfinite(loss_sum_.to_doubles()[0])) return 0;
+  if (std::isfinite(read(loss_sum_))) return 0;
   // Within the window whatever the device counted (a backend failing conformance's finite-test could
   // count every step as finite).
   const auto finite = static_cast<int64_t>(finite_steps_.to_doubles()[0]);

@@ -1,5 +1,6 @@
 // The training metrics since the last report. Engine-internal.
 #pragma once
+#include "kestrel/distributed.h"
 #include "kestrel/tensor.h"
 #include "stopwatch.h"
 #include "train_state.h"
@@ -13,12 +14,15 @@ class MetricsWindow {
  public:
   // labels_per_sample: class labels per sample (1, or a sequence's positions), 0 for regression. step:
   // optimizer steps done when the window (or, resumed, the rest of it) opens.
-  MetricsWindow(const Device& device, int64_t labels_per_sample, const WindowTotals& resumed, int64_t step);
+  // group: with data parallelism, the ranks whose sums are added when read (every rank reads at the same
+  // steps, since each read is a collective); null for one process.
+  MetricsWindow(const Device& device, int64_t labels_per_sample, const WindowTotals& resumed, int64_t step,
+                ProcessGroup* group = nullptr);
 
   // Inside the step, eager or captured. loss: scalar; logits: (N, classes) or (N, T, classes); targets:
   // (N,) or (N, T) labels when classifying.
   void add(const Tensor& loss, const Tensor& logits, const Tensor& targets);
-  // On the host, once per optimizer step.
+  // On the host, once per optimizer step, with the samples of the step over all ranks.
   void count(int64_t samples) {
     ++steps_;
     samples_ += samples;
@@ -37,7 +41,11 @@ class MetricsWindow {
   int64_t first_nonfinite_step() const;
 
  private:
+  // The sum over the ranks of a device scalar of this window (the scalar itself when alone), read.
+  double read(const Tensor& scalar) const;
+
   int64_t labels_per_sample_;  // 0: no class labels
+  ProcessGroup* group_;
   Tensor loss_sum_, correct_;  // scalars on the device: f32, i64
   Tensor finite_steps_;        // f32 scalar: steps of the window after which the sum was still finite
   Tensor zero_;                // f32 scalar 0, to multiply and compare with

@@ -54,6 +54,7 @@ std::string duration(double seconds) {
 
 RunLog::RunLog(std::string out_dir, int64_t resume_step, bool quiet, int progress)
     : out_dir_(std::move(out_dir)), quiet_(quiet), bar_(progress < 0 ? isatty(fileno(stdout)) != 0 : progress == 1) {
+  if (out_dir_.empty()) return;  // a data-parallel rank other than 0: rank 0 writes the run's files
   std::filesystem::create_directories(out_dir_);
   std::string path = out_dir_ + "/metrics.jsonl";
   // The lines kept are kept verbatim: re-encoding them could change how their numbers are written.
@@ -78,6 +79,7 @@ RunLog::RunLog(std::string out_dir, int64_t resume_step, bool quiet, int progres
 void RunLog::record(const MetricRecord& record) {
   reported_ = true;
   records_.push_back(record);
+  if (out_dir_.empty()) return;
   std::ofstream out(out_dir_ + "/metrics.jsonl", std::ios::app);
   out << to_json(record).dump() << "\n";
 }
@@ -115,6 +117,7 @@ void RunLog::message(const std::string& text) {
 }
 
 void RunLog::write_plot() const {
+  if (out_dir_.empty()) return;
   // Two panels over epochs: loss (train and test) and test accuracy.
   std::vector<std::pair<double, double>> train_loss, test_loss, test_acc;
   for (const auto& r : records_) {

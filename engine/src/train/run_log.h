@@ -17,7 +17,8 @@ struct MetricRecord {
 class RunLog {
  public:
   // Reopens OUT/metrics.jsonl; when resuming, records after `resume_step` (written by the run that was
-  // interrupted, and about to be redone) are dropped first.
+  // interrupted, and about to be redone) are dropped first. An empty out_dir writes no files (a
+  // data-parallel rank other than 0).
   RunLog(std::string out_dir, int64_t resume_step, bool quiet, int progress);
   void record(const MetricRecord& record);
   void progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss, double accuracy,

@@ -11,12 +11,13 @@
 namespace kestrel {
 
 RunReport::RunReport(const RunConfig& config, const RunPlan& plan, RunIdentity identity, const TrainState& start,
-                     bool resuming, const TrainOptions& options)
+                     bool resuming, const TrainOptions& options, bool root)
     : config_(config),
       plan_(plan),
       identity_(std::move(identity)),
       start_step_(start.step),
-      log_(config.out_dir, resuming ? start.step : -1, options.quiet, options.progress),
+      root_(root),
+      log_(root ? config.out_dir : "", resuming ? start.step : -1, options.quiet || !root, options.progress),
       last_loss_(NAN),
       last_accuracy_(NAN) {
   log_.message(fmt::format("kestrel: training {} ({} parameters) on {} ({}, {})", identity_.model, identity_.parameters,
@@ -77,6 +78,7 @@ TrainSummary RunReport::finish(const TrainState& state, const EvalResult& test, 
 }
 
 void RunReport::write_summary(const TrainSummary& summary) const {
+  if (!root_) return;
   nlohmann::json json{{"model", identity_.model},
                       {"model_file", identity_.model_file},
                       {"config", config_.source},

@@ -28,8 +28,10 @@ struct RunPlan {
 class RunReport {
  public:
   // Opens the log (when resuming, dropping records after the checkpoint's step) and announces the run.
+  // root: whether this process speaks for the run (rank 0 of a data-parallel run); the others only keep
+  // the metrics window's rhythm, since reading it is a collective.
   RunReport(const RunConfig& config, const RunPlan& plan, RunIdentity identity, const TrainState& start,
-            bool resuming, const TrainOptions& options);
+            bool resuming, const TrainOptions& options, bool root = true);
 
   void message(const std::string& text) { log_.message(text); }
   // Whether stepped() will close the metrics window at this state.
@@ -53,6 +55,7 @@ class RunReport {
   const RunPlan plan_;
   const RunIdentity identity_;
   const int64_t start_step_;
+  const bool root_;
   RunLog log_;
   Stopwatch run_clock_, redraw_clock_;
   int64_t run_samples_ = 0;

@@ -9,6 +9,7 @@
 #include "kestrel/model.h"
 #include "kestrel/optim.h"
 #include "captured_step.h"
+#include "gradient_buckets.h"
 #include "metrics_window.h"
 
 namespace kestrel {
@@ -18,21 +19,27 @@ namespace kestrel {
 // optimizer update as one launch outside the capture, since its learning rate and step count change.
 // What a step will do differently lives here: gradient accumulation loops over micro-batches in body()
 // (zeroing lazily before the first only), and a loss scaler scales the loss before backward and hands
-// 1 / scale to the optimizer as its grad_scale.
+// 1 / scale to the optimizer as its grad_scale. With data parallelism each rank runs its share of the
+// batch, weights its loss by that share of the global batch, and the gradient buckets sum the ranks'
+// gradients while the last micro-batch's backward runs (such steps are not captured).
 class TrainStep {
  public:
   using Note = std::function<void(const std::string&)>;  // told once when the step starts replaying, or can't
-  TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer, MetricsWindow& metrics, Note note);
+  // group: the data-parallel ranks (null for one process).
+  TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer, MetricsWindow& metrics, Note note,
+            ProcessGroup* group = nullptr);
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
 
-  // Advances rng_offset by the counters the step's random draws (dropout) used.
-  void run(const data::Batch& batch, double lr, uint64_t& rng_offset);
+  // Advances rng_offset by the counters the step's random draws (dropout) used. step: the optimizer
+  // step this is, counted from 1, for messages.
+  void run(const data::Batch& batch, double lr, uint64_t& rng_offset, int64_t step);
   int64_t replayed() const { return replayed_; }  // steps run as one replay
 
  private:
-  // inputs: (N, ...input_shape); targets: (N,) labels or (N, ...) regression targets.
-  void body(const Tensor& inputs, const Tensor& targets, uint64_t& rng_offset);
+  // inputs: (N, ...input_shape); targets: (N,) labels or (N, ...) regression targets. global_samples:
+  // the batch's samples over all ranks (N for one process).
+  void body(const Tensor& inputs, const Tensor& targets, int64_t global_samples, uint64_t& rng_offset);
   void forward_backward(const data::Batch& batch, uint64_t& rng_offset);
 
   const RunConfig& config_;
@@ -40,6 +47,11 @@ class TrainStep {
   Optimizer& optimizer_;
   MetricsWindow& metrics_;
   Note note_;
+  ProcessGroup* group_;
+  std::unique_ptr<GradientBuckets> buckets_;  // with data parallelism
+  int64_t micro_batch_;                       // samples per forward and backward on this rank
+  int64_t step_ = 0;                          // the step running, for messages
+  uint64_t dropout_seed_;                     // each rank draws its own masks
   std::unique_ptr<CapturedStep> captured_;  // null when capture is off or unsupported
   int64_t replayed_ = 0;
   bool told_eager_ = false;

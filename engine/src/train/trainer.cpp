@@ -10,6 +10,7 @@
 
 #include "kestrel/io.h"
 #include "kestrel/loader.h"
+#include "data_parallel.h"
 #include "metrics_window.h"
 #include "run_data.h"
 #include "run_report.h"
@@ -84,7 +85,8 @@ Device select_device(Engine& engine, std::vector<std::string> preferences, const
   return engine.best_device(preferences);
 }
 
-Trainer::Trainer(RunConfig config, Engine& engine) : config_(std::move(config)), engine_(engine) {
+Trainer::Trainer(RunConfig config, Engine& engine)
+    : config_(std::move(config)), engine_(engine), world_(World::get()) {
   config_.micro_batch_size();  // flags may have changed either number since the file was read
   ModelSpec spec = ModelSpec::load(config_.model_path);
   const std::vector<std::string> unmatched = spec.checkpoint_layers(config_.activation_checkpointing);
@@ -97,9 +99,13 @@ Trainer::Trainer(RunConfig config, Engine& engine) : config_(std::move(config)),
   train_ = std::make_shared<const data::Dataset>(std::move(data.train));
   test_ = std::make_shared<const data::Dataset>(std::move(data.test));
   vocabulary_ = std::move(data.vocabulary);
-  device_ = select_device(engine_, config_.backends, config_.fallback);
+  device_ = rank_device(engine_, select_device(engine_, config_.backends, config_.fallback), world_, config_);
   model_ = std::make_unique<Model>(std::move(spec), device_, config_.seed);
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->flat_parameters(), model_->flat_gradients());
+  if (world_.distributed()) {
+    check_same_run(world_, config_, *model_, train_->size);
+    group_ = std::make_unique<ProcessGroup>(device_, world_, config_.distributed.timeout_seconds);
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -130,22 +136,34 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
   const bool resuming = options.resume || !options.resume_from.empty();
   std::string fitted;
   if (config_.fit_memory) fitted = fit_to_memory();
-  io::remove_stale_temporaries(config_.out_dir);
-  io::remove_stale_temporaries(config_.out_dir + "/checkpoints");
-  data::DataLoader loader(train_, {config_.batch_size, true, config_.drop_last, config_.seed, config_.data.workers, 4},
+  const bool root = world_.is_root();  // rank 0 writes the run's files and speaks for it
+  if (root) {
+    io::remove_stale_temporaries(config_.out_dir);
+    io::remove_stale_temporaries(config_.out_dir + "/checkpoints");
+  }
+  data::DataLoader loader(train_, {config_.batch_size, true, config_.drop_last, config_.seed, config_.data.workers, 4,
+                                   world_.rank(), world_.size()},
                           device_);
   const RunPlan plan = plan_for(config_, loader.batches_per_epoch());
   TrainState state;
   if (resuming)
     state = restore_checkpoint(options.resume_from.empty() ? config_.out_dir : options.resume_from, plan.batches);
-  RunReport report(config_, plan, identity(), state, resuming, options);
+  if (group_) broadcast_model(*group_, *model_);  // the ranks start from the same weights, whatever they loaded
+  RunReport report(config_, plan, identity(), state, resuming, options, root);
   if (!fitted.empty()) report.message(fitted);
+  if (group_)
+    report.message(fmt::format("kestrel: data-parallel over {} ranks started by {}: {} samples per rank and step, "
+                               "gradients summed in {:g} MiB buckets during backward",
+                               world_.size(), world_.launcher(), config_.batch_size / world_.size(),
+                               config_.distributed.bucket_cap_mb));
   // The ids' meaning goes with the weights: generation and evaluation read it from the run folder.
-  if (vocabulary_) io::write_file_atomically(config_.out_dir + "/vocabulary.json", vocabulary_->to_json());
-  MetricsWindow metrics(device_, train_->is_classification() ? train_->target_numel() : 0, state.window, state.step);
+  if (vocabulary_ && root) io::write_file_atomically(config_.out_dir + "/vocabulary.json", vocabulary_->to_json());
+  MetricsWindow metrics(device_, train_->is_classification() ? train_->target_numel() : 0, state.window, state.step,
+                        group_.get());
   NonFiniteGuard nonfinite(config_, plan.batches);
   nonfinite.resumed(state);
-  TrainStep step(config_, *model_, *optimizer_, metrics, [&](const std::string& note) { report.message(note); });
+  TrainStep step(config_, *model_, *optimizer_, metrics, [&](const std::string& note) { report.message(note); },
+                 group_.get());
 
   EvalResult test{NAN, NAN, 0};
   while (state.epoch < config_.epochs && state.step < plan.total_steps) {
@@ -154,7 +172,7 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
     while (state.step < plan.total_steps && loader.next(batch)) {
       double lr = scheduled_lr(config_.schedule, config_.optimizer.lr, state.step, plan.total_steps, state.epoch);
       try {
-        step.run(batch, lr, state.rng_offset);
+        step.run(batch, lr, state.rng_offset, state.step + 1);
       } catch (const AnomalyError& e) {
         throw AnomalyError(fmt::format("{}: anomaly detection: step {} (epoch {}, batch {}): {}; stopped there, nothing "
                                        "of this step was saved",
@@ -162,11 +180,11 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
       }
       ++state.step;
       state.batch = batch.index + 1;
-      metrics.count(batch.size);
+      metrics.count(batch.global_size);
       // Reports and checkpoints read the device anyway: the loss is checked there.
       const bool checkpoint_due = config_.checkpoint_every && state.step % config_.checkpoint_every == 0;
       if (checkpoint_due || report.due(state)) nonfinite.check(metrics, report);
-      report.stepped(state, lr, batch.size, metrics);
+      report.stepped(state, lr, batch.global_size, metrics);
       if (checkpoint_due) save_checkpoint(state, metrics);
       if (options.interrupt_after && state.step >= options.interrupt_after)
         return interrupted(device_, state, config_.out_dir);

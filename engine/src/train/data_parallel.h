@@ -1,0 +1,24 @@
+// The trainer's data-parallel setup: the device each rank takes, the checks that every rank runs the same
+// thing, and rank 0's parameters for all. Engine-internal.
+#pragma once
+#include "kestrel/config.h"
+#include "kestrel/distributed.h"
+#include "kestrel/engine.h"
+#include "kestrel/model.h"
+
+namespace kestrel {
+
+// `selected` for this rank: a GPU backend's device `local_rank` (one device per rank); the CPU is shared
+// by the ranks on a machine. Throws ConfigError when the machine has fewer devices than ranks on it, or
+// when two ranks on one machine ended up on one GPU.
+Device rank_device(Engine& engine, const Device& selected, World& world, const RunConfig& config);
+
+// Throws ConfigError naming the ranks and the setting when the ranks' configurations differ in anything
+// that would make their steps disagree, or the batch does not divide among the ranks; and naming the
+// parameter when their models' parameters differ.
+void check_same_run(World& world, const RunConfig& config, Model& model, int64_t train_samples);
+
+// Every rank's parameters and buffers (running statistics) become rank 0's.
+void broadcast_model(ProcessGroup& group, Model& model);
+
+}  // namespace kestrel

@@ -1,0 +1,41 @@
+// One rank of a data-parallel run driven through the C++ API (or a single process): trains a run config
+// and writes this rank's final parameters as raw f32 to OUT/params.rank<R>.f32, so test_data_parallel can
+// compare them across ranks and world sizes.
+//
+//   data_parallel_worker CONFIG OUT [--interrupt-after STEPS] [--resume]
+#include <fmt/format.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "kestrel/trainer.h"
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fmt::print(stderr, "usage: data_parallel_worker CONFIG OUT [--interrupt-after STEPS] [--resume]\n");
+    return 2;
+  }
+  try {
+    kestrel::RunConfig config = kestrel::RunConfig::load(argv[1]);
+    config.out_dir = argv[2];
+    kestrel::TrainOptions options;
+    options.quiet = true;
+    for (int i = 3; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--resume") == 0) options.resume = true;
+      if (std::strcmp(argv[i], "--interrupt-after") == 0 && i + 1 < argc) options.interrupt_after = std::stoll(argv[++i]);
+    }
+    kestrel::Trainer trainer(config);
+    trainer.fit(options);
+    std::vector<float> values;
+    for (double v : trainer.model().flat_parameters().to_doubles()) values.push_back(static_cast<float>(v));
+    std::ofstream out(fmt::format("{}/params.rank{}.f32", config.out_dir, trainer.world().rank()), std::ios::binary);
+    out.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * sizeof(float)));
+    return out ? 0 : 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "data_parallel_worker: {}\n", e.what());
+    if (kestrel::World::get().distributed()) kestrel::World::get().abort(1);
+    return 1;
+  }
+}

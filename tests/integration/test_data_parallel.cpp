@@ -1,0 +1,219 @@
+// Data-parallel training on the CPU backend with real ranks under mpirun: the same global batch trains
+// the same model at any world size, every rank ends with the same parameters, a resumed run may change
+// its world size, mismatched ranks are refused by name, and a killed or stalled rank ends the whole run
+// within its deadline, naming the rank, with no process left behind.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "cli_run.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+const std::string mpirun = KESTREL_MPIRUN;
+
+// A run of a small MLP on synthetic data in a fresh folder: config, model and outputs.
+struct RunFiles {
+  fs::path dir;
+  std::string config;
+  std::string out;
+};
+
+RunFiles make_run(const std::string& name, const std::string& extra_settings = "") {
+  RunFiles run;
+  run.dir = fs::temp_directory_path() / ("kestrel_dp_" + name);
+  fs::remove_all(run.dir);
+  fs::create_directories(run.dir);
+  std::ofstream(run.dir / "mlp.json") << R"({"name": "dp_mlp", "input": {"shape": [32]}, "layers": [
+      {"type": "linear", "out_features": 64}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})";
+  std::ofstream(run.dir / "run.json") << R"({"model": "mlp.json",
+      "data": {"dataset": "synthetic", "train_samples": 500, "test_samples": 48, "classes": 10, "workers": 1},
+      "optimizer": {"type": "adam", "lr": 0.001}, "batch_size": 24, "epochs": 1, "max_steps": 20, "seed": 3,
+      "log_every": 5, "backend": {"preference": ["cpu"]})" +
+                                                 extra_settings + "}";
+  run.config = (run.dir / "run.json").string();
+  run.out = (run.dir / "out").string();
+  return run;
+}
+
+std::vector<float> read_parameters(const std::string& out, int rank) {
+  std::ifstream in(out + "/params.rank" + std::to_string(rank) + ".f32", std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double difference = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    difference += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(difference / norm);
+}
+
+// The worker (the C++ API) as `ranks` processes, or alone for 0.
+CliRun run_worker(int ranks, const RunFiles& run, const std::string& out, const std::string& args = "") {
+  const std::string launch = ranks ? mpirun + " -np " + std::to_string(ranks) + " " : "";
+  return run_command(launch + KESTREL_DP_WORKER + " " + run.config + " " + out + " " + args);
+}
+
+TEST(DataParallel, AnyWorldSizeTrainsLikeOneProcessAndRanksAgreeBitForBit) {
+  RunFiles run = make_run("world_sizes");
+  CliRun alone = run_worker(0, run, run.out + "1");
+  ASSERT_EQ(alone.status, 0) << alone.output;
+  const std::vector<float> reference = read_parameters(run.out + "1", 0);
+  ASSERT_FALSE(reference.empty());
+  for (int ranks : {2, 3, 4}) {
+    const std::string out = run.out + std::to_string(ranks);
+    CliRun result = run_worker(ranks, run, out);
+    ASSERT_EQ(result.status, 0) << result.output;
+    const std::vector<float> rank0 = read_parameters(out, 0);
+    ASSERT_EQ(rank0.size(), reference.size());
+    for (int r = 1; r < ranks; ++r) EXPECT_EQ(read_parameters(out, r), rank0) << "rank " << r << " of " << ranks;
+    // The sums run in another order than one process's: a few f32 roundings, not a different model.
+    EXPECT_LE(relative_difference(rank0, reference), 1e-5) << ranks << " ranks";
+  }
+}
+
+TEST(DataParallel, ResumesWithAnotherNumberOfRanks) {
+  // 8 steps on 2 ranks, stopped as if killed after a checkpoint, then the rest on 3 ranks.
+  RunFiles run = make_run("resume", R"(, "checkpoint": {"every_steps": 4})");
+  CliRun first = run_worker(2, run, run.out, "--interrupt-after 8");
+  ASSERT_EQ(first.status, 0) << first.output;
+  CliRun rest = run_worker(3, run, run.out, "--resume");
+  ASSERT_EQ(rest.status, 0) << rest.output;
+  CliRun whole = run_worker(0, run, run.out + "_whole");
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  EXPECT_LE(relative_difference(read_parameters(run.out, 0), read_parameters(run.out + "_whole", 0)), 1e-5);
+  for (int r = 1; r < 3; ++r) EXPECT_EQ(read_parameters(run.out, r), read_parameters(run.out, 0));
+}
+
+TEST(DataParallel, OnlyRankZeroWritesAndSpeaks) {
+  RunFiles run = make_run("rank_zero");
+  CliRun result = run_command(mpirun + " -np 2 " + KESTREL_CLI + " train " + run.config + " --out " + run.out +
+                              " --no-progress");
+  ASSERT_EQ(result.status, 0) << result.output;
+  auto count = [&](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = result.output.find(text); at != std::string::npos; at = result.output.find(text, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("final: 20 steps"), 1u) << result.output;
+  EXPECT_EQ(count("data-parallel over 2 ranks"), 1u) << result.output;
+  EXPECT_TRUE(fs::exists(run.out + "/checkpoint.json"));
+  EXPECT_TRUE(fs::exists(run.out + "/summary.json"));
+}
+
+TEST(DataParallel, RefusesMismatchedRanksAndBatchesThatDoNotDivide) {
+  RunFiles run = make_run("mismatch");
+  const std::string train = std::string(KESTREL_CLI) + " train " + run.config + " --out " + run.out + " --quiet";
+  // MPMD: the two ranks get different flags.
+  CliRun mismatched = run_command(mpirun + " -np 1 " + train + " --lr 0.001 : -np 1 " + train + " --lr 0.002");
+  EXPECT_EQ(mismatched.status, 2) << mismatched.output;
+  EXPECT_NE(mismatched.output.find("the ranks run different configurations"), std::string::npos) << mismatched.output;
+  EXPECT_NE(mismatched.output.find("lr 0.002"), std::string::npos) << mismatched.output;
+
+  CliRun indivisible = run_command(mpirun + " -np 3 " + train + " --batch-size 32");
+  EXPECT_EQ(indivisible.status, 2) << indivisible.output;
+  EXPECT_NE(indivisible.output.find("do not divide among 3 ranks"), std::string::npos) << indivisible.output;
+}
+
+// Processes whose command line holds `marker`, with the MPI rank each was started as (-1: not a rank).
+std::vector<std::pair<pid_t, int>> processes_with(const std::string& marker) {
+  std::vector<std::pair<pid_t, int>> found;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmdline(entry.path() / "cmdline"), environ(entry.path() / "environ");
+    std::string command((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    if (command.find(marker) == std::string::npos || command.find("kestrel") == std::string::npos) continue;
+    if (command.rfind("/bin/sh", 0) == 0 || command.find("mpirun") != std::string::npos) continue;
+    std::string env((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
+    const std::string key = std::string("OMPI_COMM_WORLD_RANK=");
+    size_t at = env.find(key);
+    int rank = at == std::string::npos ? -1 : std::atoi(env.c_str() + at + key.size());
+    found.push_back({std::stoi(name), rank});
+  }
+  return found;
+}
+
+struct Fault {
+  CliRun result;
+  double seconds;  // from the fault to the launcher's exit
+  std::vector<std::pair<pid_t, int>> left;  // processes of the run still alive after it
+};
+
+// Two ranks training for good; once they are stepping, rank 1 gets `signal`.
+Fault inject(const std::string& name, int signal, double timeout) {
+  RunFiles run = make_run(name, R"(, "distributed": {"timeout_seconds": )" + std::to_string(timeout) + "}");
+  const std::string command = mpirun + " -np 2 " + KESTREL_CLI + " train " + run.config + " --out " + run.out +
+                              " --no-progress --max-steps 0 --epochs 1000000";
+  auto launched = std::async(std::launch::async, [&] { return run_command(command); });
+  // Stepping once rank 0 has logged a few reports (log_every 5).
+  const auto give_up = Clock::now() + std::chrono::seconds(60);
+  pid_t victim = 0;
+  while (Clock::now() < give_up && !victim) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream metrics(run.out + "/metrics.jsonl");
+    std::string line;
+    int lines = 0;
+    while (std::getline(metrics, line)) ++lines;
+    if (lines < 3) continue;
+    for (auto [pid, rank] : processes_with(run.out))
+      if (rank == 1) victim = pid;
+  }
+  Fault fault;
+  if (!victim) {
+    fault.result = {-1, "rank 1 never started stepping"};
+    for (auto [pid, rank] : processes_with(run.out)) kill(pid, SIGKILL);
+    launched.wait();
+    return fault;
+  }
+  const auto injected = Clock::now();
+  kill(victim, signal);
+  if (launched.wait_for(std::chrono::seconds(int(timeout) + 30)) != std::future_status::ready) {
+    for (auto [pid, rank] : processes_with(run.out)) kill(pid, SIGKILL);  // never leave a hung run behind
+  }
+  fault.result = launched.get();
+  fault.seconds = std::chrono::duration<double>(Clock::now() - injected).count();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  fault.left = processes_with(run.out);
+  for (auto [pid, rank] : fault.left) kill(pid, SIGKILL);
+  return fault;
+}
+
+TEST(DataParallel, AKilledRankEndsEveryRankWithinTheDeadline) {
+  const double timeout = 3;
+  Fault fault = inject("killed", SIGKILL, timeout);
+  EXPECT_NE(fault.result.status, 0) << fault.result.output;
+  EXPECT_LE(fault.seconds, timeout + 2) << fault.result.output;
+  EXPECT_TRUE(fault.left.empty()) << fault.left.size() << " processes left behind";
+}
+
+TEST(DataParallel, AStalledRankIsNamedAndEveryRankEnds) {
+  const double timeout = 3;
+  Fault fault = inject("stalled", SIGSTOP, timeout);
+  EXPECT_EQ(fault.result.status, 4) << fault.result.output;
+  EXPECT_NE(fault.result.output.find("rank 1 did not join it"), std::string::npos) << fault.result.output;
+  EXPECT_NE(fault.result.output.find("step "), std::string::npos) << fault.result.output;
+  // The deadline, the other ranks' half-second answer window, and MPI ending the job; slack for CI.
+  EXPECT_LE(fault.seconds, timeout + 2) << fault.result.output;
+  EXPECT_TRUE(fault.left.empty()) << fault.left.size() << " processes left behind";
+  std::cout << "stalled rank: the run ended " << fault.seconds << " s after the stall (timeout " << timeout << " s)\n";
+}
+
+}  // namespace
