@@ -89,6 +89,34 @@ TEST(DataParallel, AnyWorldSizeTrainsLikeOneProcessAndRanksAgreeBitForBit) {
   }
 }
 
+TEST(DataParallel, DeterministicModeIsBitIdenticalToOneProcessAtEveryWorldSize) {
+  // Dropout in the model: each shard draws its own masks, wherever it runs.
+  RunFiles run = make_run("deterministic", R"(, "distributed": {"deterministic": true, "shards": 12})");
+  std::ofstream(run.dir / "mlp.json", std::ios::trunc) << R"({"name": "dp_mlp", "input": {"shape": [32]}, "layers": [
+      {"type": "linear", "out_features": 64}, {"type": "relu"}, {"type": "dropout", "p": 0.25},
+      {"type": "linear", "out_features": 10}]})";
+  ASSERT_EQ(run_worker(0, run, run.out + "1").status, 0);
+  const std::vector<float> reference = read_parameters(run.out + "1", 0);
+  for (int ranks : {2, 3, 4}) {
+    const std::string out = run.out + std::to_string(ranks);
+    CliRun result = run_worker(ranks, run, out);
+    ASSERT_EQ(result.status, 0) << result.output;
+    for (int r = 0; r < ranks; ++r) EXPECT_EQ(read_parameters(out, r), reference) << "rank " << r << " of " << ranks;
+  }
+  // Not a run that never moved: the ordinary mode on 3 ranks lands elsewhere, if close.
+  RunFiles plain = make_run("deterministic_plain");
+  std::ofstream(plain.dir / "mlp.json", std::ios::trunc) << R"({"name": "dp_mlp", "input": {"shape": [32]}, "layers": [
+      {"type": "linear", "out_features": 64}, {"type": "relu"}, {"type": "dropout", "p": 0.25},
+      {"type": "linear", "out_features": 10}]})";
+  ASSERT_EQ(run_worker(3, plain, plain.out).status, 0);
+  EXPECT_NE(read_parameters(plain.out, 0), reference);
+
+  CliRun indivisible = run_worker(5, run, run.out + "5");
+  EXPECT_NE(indivisible.status, 0);
+  EXPECT_NE(indivisible.output.find("12 micro-shards do not divide among 5 ranks"), std::string::npos)
+      << indivisible.output;
+}
+
 TEST(DataParallel, ResumesWithAnotherNumberOfRanks) {
   // 8 steps on 2 ranks, stopped as if killed after a checkpoint, then the rest on 3 ranks.
   RunFiles run = make_run("resume", R"(, "checkpoint": {"every_steps": 4})");

@@ -59,6 +59,11 @@ inline constexpr const char* loss_kind_names[] = {"cross_entropy", "mse"};  // i
 struct DistributedConfig {
   double bucket_cap_mb = 25;    // gradients are summed over the ranks in buckets of about this size (DDP's)
   double timeout_seconds = 60;  // how long one collective waits for the other ranks before the run stops
+  // Deterministic mode: the global batch is cut into `shards` equal micro-shards, each with a gradient of
+  // its own, summed in shard order; parameters are then bit-identical on one process and on any number of
+  // ranks dividing `shards` (each rank holds every shard's gradient while summing: shards x parameters).
+  bool deterministic = false;
+  int64_t shards = 8;
 };
 
 struct RunConfig {

@@ -170,7 +170,13 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   JsonReader distributed = top.child("distributed");
   c.distributed.bucket_cap_mb = distributed.number("bucket_cap_mb", c.distributed.bucket_cap_mb, 0.001, 1 << 16);
   c.distributed.timeout_seconds = distributed.number("timeout_seconds", c.distributed.timeout_seconds, 0.1, 86400);
+  c.distributed.deterministic = distributed.boolean("deterministic", c.distributed.deterministic);
+  c.distributed.shards = distributed.integer("shards", c.distributed.shards, 1, 1 << 16);
   distributed.finish();
+  if (c.distributed.deterministic && c.accumulate_steps != 1)
+    throw ConfigError(fmt::format("{}: /distributed/deterministic: the batch is cut into /distributed/shards micro-shards "
+                                  "there; leave accumulate_steps at 1",
+                                  source));
 
   c.out_dir = top.string("out", c.out_dir);
   if (!c.out_dir.empty() && fs::path(c.out_dir).is_relative())  // like the model path: relative to this file

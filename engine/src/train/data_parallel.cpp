@@ -56,24 +56,40 @@ Device rank_device(Engine& engine, const Device& selected, World& world, const R
   return mine;
 }
 
-void check_same_run(World& world, const RunConfig& config, Model& model, int64_t train_samples) {
-  if (!world.distributed()) return;
+void check_batch_split(const World& world, const RunConfig& config) {
+  const DistributedConfig& d = config.distributed;
+  if (d.deterministic) {
+    if (config.batch_size % d.shards != 0)
+      throw ConfigError(fmt::format("{}: /distributed/shards: {} micro-shards do not divide /batch_size ({}); give a "
+                                    "divisor of the batch size",
+                                    config.source, d.shards, config.batch_size));
+    if (d.shards % world.size() != 0)
+      throw ConfigError(fmt::format("{}: /distributed/shards: {} micro-shards do not divide among {} ranks; deterministic "
+                                    "mode runs on a number of ranks dividing the shards",
+                                    config.source, d.shards, world.size()));
+    return;
+  }
   const int64_t per_step = int64_t(world.size()) * config.accumulate_steps;
   if (config.batch_size % per_step != 0)
     throw ConfigError(fmt::format("{}: /batch_size: {} samples do not divide among {} ranks x {} micro-batches "
                                   "(accumulate_steps): batch_size is the global batch; give a multiple of {}",
                                   config.source, config.batch_size, world.size(), config.accumulate_steps, per_step));
+}
+
+void check_same_run(World& world, const RunConfig& config, Model& model, int64_t train_samples) {
+  if (!world.distributed()) return;
   // What each rank's steps depend on: a difference makes the ranks' gradients disagree, or their
   // collectives mismatch and hang.
   const OptimizerConfig& o = config.optimizer;
   std::string settings = fmt::format(
       "model file {} (SHA-256 {})\nbatch_size {}\naccumulate_steps {}\nseed {}\nepochs {}\nmax_steps {}\n"
       "optimizer {} lr {} betas {} {} eps {} weight_decay {} momentum {}\ntraining samples {}\nlog_every {}\n"
-      "checkpoint every_steps {}\ndistributed bucket_cap_mb {} timeout_seconds {}\nout {}\n",
+      "checkpoint every_steps {}\ndistributed bucket_cap_mb {} timeout_seconds {} deterministic {} shards {}\nout {}\n",
       model.spec().source(), model.spec().fingerprint(), config.batch_size, config.accumulate_steps, config.seed,
       config.epochs, config.max_steps, optimizer_kind_names[int(o.type)], o.lr, o.beta1, o.beta2, o.eps,
       o.weight_decay, o.momentum, train_samples, config.log_every, config.checkpoint_every,
-      config.distributed.bucket_cap_mb, config.distributed.timeout_seconds, config.out_dir);
+      config.distributed.bucket_cap_mb, config.distributed.timeout_seconds, config.distributed.deterministic,
+      config.distributed.shards, config.out_dir);
   if (std::string differs = first_difference(world.all_gather(settings)); !differs.empty())
     throw ConfigError(fmt::format("{}: the ranks run different configurations: {}; start every rank with the same run "
                                   "config, flags and data",

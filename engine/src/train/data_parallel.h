@@ -13,9 +13,12 @@ namespace kestrel {
 // when two ranks on one machine ended up on one GPU.
 Device rank_device(Engine& engine, const Device& selected, World& world, const RunConfig& config);
 
+// Throws ConfigError when the global batch does not divide among the ranks (and their micro-batches, or
+// the deterministic mode's shards), naming the keys.
+void check_batch_split(const World& world, const RunConfig& config);
+
 // Throws ConfigError naming the ranks and the setting when the ranks' configurations differ in anything
-// that would make their steps disagree, or the batch does not divide among the ranks; and naming the
-// parameter when their models' parameters differ.
+// that would make their steps disagree; and naming the parameter when their models' parameters differ.
 void check_same_run(World& world, const RunConfig& config, Model& model, int64_t train_samples);
 
 // Every rank's parameters and buffers (running statistics) become rank 0's.

@@ -28,6 +28,13 @@ TrainStep::TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer
       group_(group),
       micro_batch_(config.micro_batch_size() / (group ? group->size() : 1)),
       dropout_seed_(dropout_seed(config.seed, group ? group->rank() : 0)) {
+  if (config_.distributed.deterministic) {
+    const int64_t world = group_ ? group_->size() : 1, shards = config_.distributed.shards;
+    const int64_t parameters = model_.flat_gradients().numel();
+    shard_grads_ = Tensor::empty({shards / world, parameters}, DType::f32, model_.device());
+    all_shard_grads_ = world == 1 ? shard_grads_ : Tensor::empty({shards, parameters}, DType::f32, model_.device());
+    return;  // steps run eagerly
+  }
   if (group_) {
     buckets_ = std::make_unique<GradientBuckets>(model_, *group_, config_.distributed.bucket_cap_mb * 1024 * 1024);
     return;  // collectives are not captured (yet): every step runs eagerly
@@ -47,7 +54,10 @@ void TrainStep::run(const data::Batch& batch, double lr, uint64_t& rng_offset, i
     return;
   }
   AnomalyModeGuard check_every_op;
-  body(batch.inputs, batch.targets, batch.global_size, rng_offset);
+  if (config_.distributed.deterministic)
+    deterministic_body(batch.inputs, batch.targets, batch.global_size, rng_offset);
+  else
+    body(batch.inputs, batch.targets, batch.global_size, rng_offset);
   optimizer_.step(lr);
   if (!ops::all_finite(model_.flat_parameters()))
     throw AnomalyError(fmt::format("the optimizer's update gave NaN or infinite parameters from finite gradients "
@@ -56,6 +66,7 @@ void TrainStep::run(const data::Batch& batch, double lr, uint64_t& rng_offset, i
 }
 
 void TrainStep::forward_backward(const data::Batch& batch, uint64_t& rng_offset) {
+  if (config_.distributed.deterministic) return deterministic_body(batch.inputs, batch.targets, batch.global_size, rng_offset);
   if (captured_ && captured_->run(batch, rng_offset)) {
     if (replayed_++ == 0)
       note_(fmt::format("kestrel: training step captured on {}; replaying it for every full batch",
@@ -98,6 +109,45 @@ void TrainStep::body(const Tensor& inputs, const Tensor& targets, int64_t global
   }
   model_.settle_gradients();  // a rank with no samples this step (a short last batch) sends zeros
   if (buckets_) buckets_->finish(step_);
+}
+
+// Shard s of the global batch of L samples is rows [L s / S, L (s + 1) / S); rank r of N holds shards
+// [r S / N, (r + 1) S / N), exactly its loader share. Each shard runs as its own forward and backward,
+// the same on one process as on any rank: its dropout masks come from a key of its own (not the rank's)
+// at the step's counter base, and its gradient, weighted by its share of the batch, is copied out of the
+// model's buffer. The ranks then gather every shard's gradient and each adds them in shard order: the
+// same additions in the same order as one process makes, so the same bits.
+void TrainStep::deterministic_body(const Tensor& inputs, const Tensor& targets, int64_t global_samples,
+                                   uint64_t& rng_offset) {
+  const int64_t shards = config_.distributed.shards, world = group_ ? group_->size() : 1;
+  const int64_t rank = group_ ? group_->rank() : 0, mine = shards / world;
+  const int64_t first_row = global_samples * rank / world;
+  const uint64_t base = rng_offset;
+  for (int64_t j = 0; j < mine; ++j) {
+    const int64_t s = rank * mine + j;
+    const int64_t begin = global_samples * s / shards - first_row, end = global_samples * (s + 1) / shards - first_row;
+    model_.zero_grad(/*lazy=*/true);  // each shard's backward writes a gradient of its own
+    if (end > begin) {
+      const Tensor x = inputs.slice(0, begin, end), y = targets.slice(0, begin, end);
+      uint64_t offset = base;
+      Var out = model_.forward(x, true, dropout_seed(config_.seed, 0) + uint64_t(s) * 0x9e3779b97f4a7c15ULL, offset);
+      rng_offset = std::max(rng_offset, offset);
+      Var loss = batch_loss(config_.loss, out, y);
+      const Tensor share = Tensor::full({}, double(end - begin) / double(global_samples), loss.value().dtype(),
+                                        loss.value().device());
+      backward(loss, share);
+      metrics_.add(ops::binary(KESTREL_BINARY_MUL, loss.value(), share), out.value(), y);
+    }
+    model_.settle_gradients();  // a shard without samples (a short last batch) has a zero gradient
+    shard_grads_.select(0, j).copy_from(model_.flat_gradients());
+  }
+  if (group_) {
+    group_->all_gather(shard_grads_.view({-1}), all_shard_grads_.view({-1}), "every shard's gradient");
+    group_->wait(fmt::format("step {}: gathering every shard's gradient from {} ranks", step_, world));
+  }
+  Tensor& sum = model_.flat_gradients();
+  sum.copy_from(all_shard_grads_.select(0, 0));
+  for (int64_t s = 1; s < shards; ++s) ops::binary_(KESTREL_BINARY_ADD, sum, sum, all_shard_grads_.select(0, s));
 }
 
 }  // namespace kestrel

@@ -40,6 +40,9 @@ class TrainStep {
   // inputs: (N, ...input_shape); targets: (N,) labels or (N, ...) regression targets. global_samples:
   // the batch's samples over all ranks (N for one process).
   void body(const Tensor& inputs, const Tensor& targets, int64_t global_samples, uint64_t& rng_offset);
+  // Deterministic mode (DistributedConfig::deterministic): this rank's micro-shards, each gradient kept
+  // apart, then every shard's gradient summed in shard order on every rank. Same arguments as body().
+  void deterministic_body(const Tensor& inputs, const Tensor& targets, int64_t global_samples, uint64_t& rng_offset);
   void forward_backward(const data::Batch& batch, uint64_t& rng_offset);
 
   const RunConfig& config_;
@@ -48,7 +51,8 @@ class TrainStep {
   MetricsWindow& metrics_;
   Note note_;
   ProcessGroup* group_;
-  std::unique_ptr<GradientBuckets> buckets_;  // with data parallelism
+  std::unique_ptr<GradientBuckets> buckets_;  // with data parallelism, unless deterministic
+  Tensor shard_grads_, all_shard_grads_;      // deterministic: (shards here, P) and (shards, P)
   int64_t micro_batch_;                       // samples per forward and backward on this rank
   int64_t step_ = 0;                          // the step running, for messages
   uint64_t dropout_seed_;                     // each rank draws its own masks

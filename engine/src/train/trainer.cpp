@@ -88,6 +88,7 @@ Device select_device(Engine& engine, std::vector<std::string> preferences, const
 Trainer::Trainer(RunConfig config, Engine& engine)
     : config_(std::move(config)), engine_(engine), world_(World::get()) {
   config_.micro_batch_size();  // flags may have changed either number since the file was read
+  check_batch_split(world_, config_);
   ModelSpec spec = ModelSpec::load(config_.model_path);
   const std::vector<std::string> unmatched = spec.checkpoint_layers(config_.activation_checkpointing);
   if (!unmatched.empty())
