@@ -11,6 +11,7 @@ KESTREL_PACKAGES=(
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
   libboost-dev nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
   libvulkan-dev glslc mesa-vulkan-drivers
   dataset-fashion-mnist fortunes
 )

@@ -130,6 +130,35 @@ TEST(DataParallel, ResumesWithAnotherNumberOfRanks) {
   for (int r = 1; r < 3; ++r) EXPECT_EQ(read_parameters(run.out, r), read_parameters(run.out, 0));
 }
 
+TEST(DataParallel, ShardedOptimizerStateTrainsAsUnshardedAndResumesOnOtherRanks) {
+  RunFiles plain = make_run("zero_plain");
+  ASSERT_EQ(run_worker(2, plain, plain.out).status, 0);
+  const std::vector<float> unsharded = read_parameters(plain.out, 0);
+  RunFiles run = make_run("zero", R"(, "distributed": {"shard_optimizer": true}, "checkpoint": {"every_steps": 4})");
+  CliRun sharded = run_worker(2, run, run.out + "2");
+  ASSERT_EQ(sharded.status, 0) << sharded.output;
+  // Adam is element-wise: each rank's part of the update is the unsharded update of those elements.
+  EXPECT_EQ(read_parameters(run.out + "2", 0), unsharded);
+  EXPECT_EQ(read_parameters(run.out + "2", 1), unsharded);
+  CliRun three = run_worker(3, run, run.out + "3");
+  ASSERT_EQ(three.status, 0) << three.output;
+  EXPECT_LE(relative_difference(read_parameters(run.out + "3", 0), unsharded), 1e-5);
+  for (int r = 1; r < 3; ++r) EXPECT_EQ(read_parameters(run.out + "3", r), read_parameters(run.out + "3", 0));
+  // The checkpoint holds the whole state: 8 steps on 2 ranks, the rest on 3.
+  ASSERT_EQ(run_worker(2, run, run.out + "_resumed", "--interrupt-after 8").status, 0);
+  CliRun rest = run_worker(3, run, run.out + "_resumed", "--resume");
+  ASSERT_EQ(rest.status, 0) << rest.output;
+  EXPECT_LE(relative_difference(read_parameters(run.out + "_resumed", 0), unsharded), 1e-5);
+
+  CliRun told = run_command(mpirun + " -np 2 " + KESTREL_CLI + " train " + run.config + " --out " + run.out +
+                            "_cli --no-progress");
+  ASSERT_EQ(told.status, 0) << told.output;
+  // 2762 parameters: 1381 per rank, two Adam moments of 4 bytes each.
+  EXPECT_NE(told.output.find("optimizer state sharded (ZeRO-1): 0.011 MiB on each rank, for its 1381 of the 2762"),
+            std::string::npos)
+      << told.output;
+}
+
 TEST(DataParallel, OnlyRankZeroWritesAndSpeaks) {
   RunFiles run = make_run("rank_zero");
   CliRun result = run_command(mpirun + " -np 2 " + KESTREL_CLI + " train " + run.config + " --out " + run.out +

@@ -64,6 +64,9 @@ struct DistributedConfig {
   // ranks dividing `shards` (each rank holds every shard's gradient while summing: shards x parameters).
   bool deterministic = false;
   int64_t shards = 8;
+  // ZeRO stage 1: each rank keeps the optimizer state of 1/N of the parameters and updates those; the
+  // ranks then all-gather the parameters.
+  bool shard_optimizer = false;
 };
 
 struct RunConfig {

@@ -52,6 +52,7 @@ struct TrainState;   // engine-internal: epoch, batch, step, RNG offset, metrics
 struct CheckpointState;  // engine-internal: checkpoint.json
 struct RunIdentity;  // engine-internal: model, device and their names, for reports
 class MetricsWindow;  // engine-internal: training metrics since the last report
+class OptimizerShards;  // engine-internal: ZeRO-1's parts of the optimizer state
 
 struct Prediction {
   int64_t label = -1;                              // the true label
@@ -110,6 +111,7 @@ class Trainer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<ProcessGroup> group_;  // the data-parallel ranks; null for one process
+  std::unique_ptr<OptimizerShards> shards_;  // with "shard_optimizer"; the optimizer holds this rank's part
 };
 
 // Picks the device for a preference list ("cuda:1", "vulkan", "cpu") under a fallback policy ("next":

@@ -9,6 +9,7 @@
 #include "kestrel/io.h"
 #include "kestrel/trainer.h"
 #include "metrics_window.h"
+#include "optimizer_shards.h"
 #include "train_state.h"
 
 namespace kestrel {
@@ -41,6 +42,11 @@ void Trainer::check_vocabulary(const std::string& state_path, const CheckpointSt
 void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
   const std::string out = config_.out_dir;
   state.window = metrics.totals();  // with data parallelism a collective: every rank comes here
+  // The optimizer state whole, as one process has it: ZeRO-1's parts gathered (collectives too), so a
+  // run may resume on any number of ranks.
+  std::vector<std::pair<std::string, Tensor>> optimizer_state = optimizer_->state();
+  if (shards_)
+    for (auto& [state_name, tensor] : optimizer_state) tensor = shards_->gather(tensor, state_name).clone();
   if (!world_.is_root()) return;    // rank 0 writes; the ranks' weights are the same
   CheckpointState saved;
   saved.train = state;
@@ -48,7 +54,7 @@ void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
   std::vector<io::NamedTensor> tensors;
   for (auto& p : model_->parameters()) tensors.push_back(io::to_named(p.name, p.var.value()));
   for (auto& [buffer_name, tensor] : model_->buffers()) tensors.push_back(io::to_named(buffer_name, tensor));
-  for (auto& [state_name, tensor] : optimizer_->state()) tensors.push_back(io::to_named(state_name, tensor));
+  for (auto& [state_name, tensor] : optimizer_state) tensors.push_back(io::to_named(state_name, tensor));
   std::string bytes = io::encode_safetensors(
       tensors, {{"format", weights_format}, {"model", model_->spec().name()},
                 {"model_fingerprint", model_->spec().fingerprint()}, {"step", std::to_string(state.step)}});
@@ -78,20 +84,24 @@ void Trainer::load_tensors(const std::string& weights_path, const std::string& e
     unusable_checkpoint(weights_path,
                         "its contents do not match the SHA-256 recorded in checkpoint.json (a torn or altered file)");
   io::SafetensorsFile file = io::decode_safetensors(bytes, weights_path);
-  auto copy_into = [&](const std::string& name, Tensor target) {
+  // part: with ZeRO-1 the optimizer holds this rank's [begin, end) of each whole state tensor saved.
+  auto copy_into = [&](const std::string& name, Tensor target, bool part = false) {
     const io::NamedTensor* found = file.find(name);
     if (!found)
       unusable_checkpoint(weights_path, fmt::format("it has no tensor '{}' (was it saved from another model?)", name));
-    if (found->shape != target.shape() || found->dtype != target.dtype())
+    Shape whole = target.shape();
+    if (part) whole = {model_->flat_parameters().numel()};
+    if (found->shape != whole || found->dtype != target.dtype())
       unusable_checkpoint(weights_path,
                           fmt::format("'{}' is {} {} but the model needs {} {}", name, dtype_name(found->dtype),
-                                      shape_str(found->shape), dtype_name(target.dtype()), shape_str(target.shape())));
-    target.copy_from(io::to_tensor(*found, device_));
+                                      shape_str(found->shape), dtype_name(target.dtype()), shape_str(whole)));
+    Tensor loaded = io::to_tensor(*found, device_);
+    target.copy_from(part ? loaded.slice(0, shards_->begin(), shards_->end()) : loaded);
   };
   for (auto& p : model_->parameters()) copy_into(p.name, p.var.value());
   for (auto& [name, tensor] : model_->buffers()) copy_into(name, tensor);
   if (with_optimizer)
-    for (auto& [name, tensor] : optimizer_->state()) copy_into(name, tensor);
+    for (auto& [name, tensor] : optimizer_->state()) copy_into(name, tensor, shards_ != nullptr);
 }
 
 TrainState Trainer::restore_checkpoint(const std::string& path, int64_t batches_per_epoch) {

@@ -172,6 +172,7 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   c.distributed.timeout_seconds = distributed.number("timeout_seconds", c.distributed.timeout_seconds, 0.1, 86400);
   c.distributed.deterministic = distributed.boolean("deterministic", c.distributed.deterministic);
   c.distributed.shards = distributed.integer("shards", c.distributed.shards, 1, 1 << 16);
+  c.distributed.shard_optimizer = distributed.boolean("shard_optimizer", c.distributed.shard_optimizer);
   distributed.finish();
   if (c.distributed.deterministic && c.accumulate_steps != 1)
     throw ConfigError(fmt::format("{}: /distributed/deterministic: the batch is cut into /distributed/shards micro-shards "

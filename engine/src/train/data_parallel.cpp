@@ -84,12 +84,12 @@ void check_same_run(World& world, const RunConfig& config, Model& model, int64_t
   std::string settings = fmt::format(
       "model file {} (SHA-256 {})\nbatch_size {}\naccumulate_steps {}\nseed {}\nepochs {}\nmax_steps {}\n"
       "optimizer {} lr {} betas {} {} eps {} weight_decay {} momentum {}\ntraining samples {}\nlog_every {}\n"
-      "checkpoint every_steps {}\ndistributed bucket_cap_mb {} timeout_seconds {} deterministic {} shards {}\nout {}\n",
+      "checkpoint every_steps {}\ndistributed bucket_cap_mb {} timeout_seconds {} deterministic {} shards {} shard_optimizer {}\nout {}\n",
       model.spec().source(), model.spec().fingerprint(), config.batch_size, config.accumulate_steps, config.seed,
       config.epochs, config.max_steps, optimizer_kind_names[int(o.type)], o.lr, o.beta1, o.beta2, o.eps,
       o.weight_decay, o.momentum, train_samples, config.log_every, config.checkpoint_every,
       config.distributed.bucket_cap_mb, config.distributed.timeout_seconds, config.distributed.deterministic,
-      config.distributed.shards, config.out_dir);
+      config.distributed.shards, config.distributed.shard_optimizer, config.out_dir);
   if (std::string differs = first_difference(world.all_gather(settings)); !differs.empty())
     throw ConfigError(fmt::format("{}: the ranks run different configurations: {}; start every rank with the same run "
                                   "config, flags and data",
@@ -105,8 +105,13 @@ void check_same_run(World& world, const RunConfig& config, Model& model, int64_t
 
 void broadcast_model(ProcessGroup& group, Model& model) {
   group.broadcast(model.flat_parameters(), 0, "rank 0's parameters");
+  broadcast_buffers(group, model, "sharing rank 0's parameters");
+}
+
+void broadcast_buffers(ProcessGroup& group, Model& model, const std::string& context) {
+  if (model.buffers().empty()) return;
   for (auto& [name, buffer] : model.buffers()) group.broadcast(buffer, 0, "rank 0's " + name);
-  group.wait("sharing rank 0's parameters");
+  group.wait(context);
 }
 
 }  // namespace kestrel

@@ -1,6 +1,8 @@
 // The trainer's data-parallel setup: the device each rank takes, the checks that every rank runs the same
 // thing, and rank 0's parameters for all. Engine-internal.
 #pragma once
+#include <string>
+
 #include "kestrel/config.h"
 #include "kestrel/distributed.h"
 #include "kestrel/engine.h"
@@ -23,5 +25,8 @@ void check_same_run(World& world, const RunConfig& config, Model& model, int64_t
 
 // Every rank's parameters and buffers (running statistics) become rank 0's.
 void broadcast_model(ProcessGroup& group, Model& model);
+// Every rank's buffers become rank 0's (as DDP's broadcast_buffers does before each forward): each rank's
+// batch-norm statistics come from its own share of the batch. context: for a failure's message.
+void broadcast_buffers(ProcessGroup& group, Model& model, const std::string& context);
 
 }  // namespace kestrel

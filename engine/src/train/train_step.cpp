@@ -7,6 +7,7 @@
 
 #include "kestrel/graph.h"
 #include "kestrel/ops.h"
+#include "data_parallel.h"
 #include "scoring.h"
 
 namespace kestrel {
@@ -19,13 +20,14 @@ uint64_t dropout_seed(uint64_t seed, int rank) { return (seed ^ 0x9e3779b97f4a7c
 }  // namespace
 
 TrainStep::TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer, MetricsWindow& metrics, Note note,
-                     ProcessGroup* group)
+                     ProcessGroup* group, OptimizerShards* shards)
     : config_(config),
       model_(model),
       optimizer_(optimizer),
       metrics_(metrics),
       note_(std::move(note)),
       group_(group),
+      shards_(shards),
       micro_batch_(config.micro_batch_size() / (group ? group->size() : 1)),
       dropout_seed_(dropout_seed(config.seed, group ? group->rank() : 0)) {
   if (config_.distributed.deterministic) {
@@ -48,9 +50,11 @@ TrainStep::TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer
 
 void TrainStep::run(const data::Batch& batch, double lr, uint64_t& rng_offset, int64_t step) {
   step_ = step;
+  if (group_) broadcast_buffers(*group_, model_, fmt::format("step {}: sharing rank 0's buffers", step));
   if (!config_.detect_anomaly) {
     forward_backward(batch, rng_offset);
     optimizer_.step(lr);
+    if (shards_) shards_->gather_parameters(step);
     return;
   }
   AnomalyModeGuard check_every_op;
@@ -59,6 +63,7 @@ void TrainStep::run(const data::Batch& batch, double lr, uint64_t& rng_offset, i
   else
     body(batch.inputs, batch.targets, batch.global_size, rng_offset);
   optimizer_.step(lr);
+  if (shards_) shards_->gather_parameters(step);
   if (!ops::all_finite(model_.flat_parameters()))
     throw AnomalyError(fmt::format("the optimizer's update gave NaN or infinite parameters from finite gradients "
                                    "(learning rate {}); check the learning rate and the optimizer's eps",

@@ -11,6 +11,7 @@
 #include "captured_step.h"
 #include "gradient_buckets.h"
 #include "metrics_window.h"
+#include "optimizer_shards.h"
 
 namespace kestrel {
 
@@ -26,8 +27,9 @@ class TrainStep {
  public:
   using Note = std::function<void(const std::string&)>;  // told once when the step starts replaying, or can't
   // group: the data-parallel ranks (null for one process).
+  // shards: ZeRO-1's parts (the optimizer updates this rank's), gathered after each update; or null.
   TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer, MetricsWindow& metrics, Note note,
-            ProcessGroup* group = nullptr);
+            ProcessGroup* group = nullptr, OptimizerShards* shards = nullptr);
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
 
@@ -51,6 +53,7 @@ class TrainStep {
   MetricsWindow& metrics_;
   Note note_;
   ProcessGroup* group_;
+  OptimizerShards* shards_;
   std::unique_ptr<GradientBuckets> buckets_;  // with data parallelism, unless deterministic
   Tensor shard_grads_, all_shard_grads_;      // deterministic: (shards here, P) and (shards, P)
   int64_t micro_batch_;                       // samples per forward and backward on this rank

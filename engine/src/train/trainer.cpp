@@ -12,6 +12,7 @@
 #include "kestrel/loader.h"
 #include "data_parallel.h"
 #include "metrics_window.h"
+#include "optimizer_shards.h"
 #include "run_data.h"
 #include "run_report.h"
 #include "train_state.h"
@@ -102,14 +103,19 @@ Trainer::Trainer(RunConfig config, Engine& engine)
   vocabulary_ = std::move(data.vocabulary);
   device_ = rank_device(engine_, select_device(engine_, config_.backends, config_.fallback), world_, config_);
   model_ = std::make_unique<Model>(std::move(spec), device_, config_.seed);
-  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->flat_parameters(), model_->flat_gradients());
   if (world_.distributed()) {
     check_same_run(world_, config_, *model_, train_->size);
     group_ = std::make_unique<ProcessGroup>(device_, world_, config_.distributed.timeout_seconds);
   }
+  if (group_ && config_.distributed.shard_optimizer) {
+    shards_ = std::make_unique<OptimizerShards>(*model_, *group_);
+    optimizer_ = std::make_unique<Optimizer>(config_.optimizer, shards_->parameters(), shards_->gradients());
+  } else {
+    optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->flat_parameters(), model_->flat_gradients());
+  }
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() = default;  // the shards before the group they use: declared after it
 
 std::string Trainer::fit_to_memory() {
   config_.accumulate_steps = 1;
@@ -157,6 +163,14 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
                                "gradients summed in {:g} MiB buckets during backward",
                                world_.size(), world_.launcher(), config_.batch_size / world_.size(),
                                config_.distributed.bucket_cap_mb));
+  if (shards_) {
+    int64_t state_bytes = 0;
+    for (const auto& [name, tensor] : optimizer_->state()) state_bytes += tensor.numel() * int64_t(sizeof(float));
+    report.message(fmt::format("kestrel: optimizer state sharded (ZeRO-1): {:.3f} MiB on each rank, for its {} of the {} "
+                               "parameters",
+                               double(state_bytes) / (1 << 20), shards_->end() - shards_->begin(),
+                               model_->flat_parameters().numel()));
+  }
   // The ids' meaning goes with the weights: generation and evaluation read it from the run folder.
   if (vocabulary_ && root) io::write_file_atomically(config_.out_dir + "/vocabulary.json", vocabulary_->to_json());
   MetricsWindow metrics(device_, train_->is_classification() ? train_->target_numel() : 0, state.window, state.step,
@@ -164,7 +178,7 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
   NonFiniteGuard nonfinite(config_, plan.batches);
   nonfinite.resumed(state);
   TrainStep step(config_, *model_, *optimizer_, metrics, [&](const std::string& note) { report.message(note); },
-                 group_.get());
+                 group_.get(), shards_.get());
 
   EvalResult test{NAN, NAN, 0};
   while (state.epoch < config_.epochs && state.step < plan.total_steps) {
