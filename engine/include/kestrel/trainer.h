@@ -35,6 +35,12 @@ struct TrainSummary {
   double samples_per_second = 0;
   double seconds = 0;
   int64_t replayed_steps = 0;  // steps run as one replay of the captured step (see RunConfig::capture)
+  int world_size = 1;          // data-parallel ranks
+  // Data parallelism: seconds this rank waited, after its backward pass, for the gradient sums still in
+  // flight (communication not hidden behind backward).
+  double gradient_wait_seconds = 0;
+  // ... and seconds from each step's first gradient bucket sent to its last sum done, summed over steps.
+  double gradient_sync_seconds = 0;
   std::string out_dir;
 };
 

@@ -47,6 +47,7 @@ void GradientBuckets::completed(const VarNode& leaf) {
 void GradientBuckets::send_ready() {
   const Tensor& flat = model_.flat_gradients();
   while (next_ < buckets_.size() && buckets_[next_].waiting == 0) {
+    if (next_ == 0) first_sent_.restart();
     group_.all_reduce_sum(flat.slice(0, buckets_[next_].begin, buckets_[next_].end),
                           fmt::format("gradient bucket {} of {}", next_ + 1, buckets_.size()));
     ++next_;
@@ -59,7 +60,10 @@ void GradientBuckets::finish(int64_t step) {
   // Parameters this pass did not reach have settled to zero by now.
   for (size_t b = next_; b < buckets_.size(); ++b) buckets_[b].waiting = 0;
   send_ready();
+  const Stopwatch waiting;
   group_.wait(fmt::format("step {}: summing the gradients over {} ranks", step, group_.size()));
+  waited_seconds_ += waiting.seconds();
+  span_seconds_ += first_sent_.seconds();
 }
 
 }  // namespace kestrel

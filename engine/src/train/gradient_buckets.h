@@ -8,6 +8,7 @@
 #include "kestrel/autograd.h"
 #include "kestrel/distributed.h"
 #include "kestrel/model.h"
+#include "stopwatch.h"
 
 namespace kestrel {
 
@@ -27,6 +28,11 @@ class GradientBuckets final : public LeafGradientObserver {
   // `step` names the step in a failure's message.
   void finish(int64_t step);
   int count() const { return static_cast<int>(buckets_.size()); }
+  // Seconds finish() has waited for sums in flight: the communication backward did not hide; and the
+  // seconds from each step's first bucket sent to its last sum done. 1 - waited / span is the share of
+  // the gradient communication that ran while this rank was still computing.
+  double waited_seconds() const { return waited_seconds_; }
+  double span_seconds() const { return span_seconds_; }
 
   void completed(const VarNode& leaf) override;
 
@@ -45,6 +51,8 @@ class GradientBuckets final : public LeafGradientObserver {
   std::unordered_map<const VarNode*, size_t> parameter_of_;
   size_t next_ = 0;                                        // the first bucket not sent in this pass
   bool armed_ = false;
+  double waited_seconds_ = 0, span_seconds_ = 0;
+  Stopwatch first_sent_;  // restarted when a step's first bucket goes
 };
 
 }  // namespace kestrel

@@ -61,7 +61,8 @@ void RunReport::evaluated(const TrainState& state, const EvalResult& result) {
                            last_loss_, result.loss, accuracy));
 }
 
-TrainSummary RunReport::finish(const TrainState& state, const EvalResult& test, int64_t replayed_steps) {
+TrainSummary RunReport::finish(const TrainState& state, const EvalResult& test, int64_t replayed_steps, int world_size,
+                              double gradient_wait_seconds, double gradient_sync_seconds) {
   TrainSummary summary;
   summary.device = identity_.device;
   summary.steps = state.step;
@@ -72,6 +73,9 @@ TrainSummary RunReport::finish(const TrainState& state, const EvalResult& test, 
   summary.samples_per_second = (state.step - start_step_) > 0 ? run_samples_ / std::max(summary.seconds, 1e-9) : 0;
   summary.out_dir = config_.out_dir;
   summary.replayed_steps = replayed_steps;
+  summary.world_size = world_size;
+  summary.gradient_wait_seconds = gradient_wait_seconds;
+  summary.gradient_sync_seconds = gradient_sync_seconds;
   write_summary(summary);
   log_.write_plot();
   return summary;
@@ -94,6 +98,9 @@ void RunReport::write_summary(const TrainSummary& summary) const {
                       {"test_samples", summary.test.samples},
                       {"samples_per_second", summary.samples_per_second},
                       {"replayed_steps", summary.replayed_steps},
+                      {"world_size", summary.world_size},
+                      {"gradient_wait_seconds", summary.gradient_wait_seconds},
+                      {"gradient_sync_seconds", summary.gradient_sync_seconds},
                       {"seconds", summary.seconds}};
   if (!std::isnan(summary.test.accuracy)) json["test_accuracy"] = summary.test.accuracy;
   io::write_file_atomically(config_.out_dir + "/summary.json", json.dump(2) + "\n");

@@ -44,7 +44,8 @@ class RunReport {
   void evaluated(const TrainState& state, const EvalResult& result);
   void epoch_closed() const { log_.write_plot(); }
   // The final figures, also written to summary.json.
-  TrainSummary finish(const TrainState& state, const EvalResult& test, int64_t replayed_steps);
+  TrainSummary finish(const TrainState& state, const EvalResult& test, int64_t replayed_steps, int world_size = 1,
+                      double gradient_wait_seconds = 0, double gradient_sync_seconds = 0);
 
  private:
   void show_progress(const TrainState& state, double loss, double accuracy, double samples_per_second);

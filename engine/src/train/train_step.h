@@ -37,6 +37,9 @@ class TrainStep {
   // step this is, counted from 1, for messages.
   void run(const data::Batch& batch, double lr, uint64_t& rng_offset, int64_t step);
   int64_t replayed() const { return replayed_; }  // steps run as one replay
+  // Data parallelism: seconds waited after backward for gradient sums (TrainSummary's).
+  double gradient_wait_seconds() const { return buckets_ ? buckets_->waited_seconds() : 0; }
+  double gradient_sync_seconds() const { return buckets_ ? buckets_->span_seconds() : 0; }
 
  private:
   // inputs: (N, ...input_shape); targets: (N,) labels or (N, ...) regression targets. global_samples:

@@ -217,7 +217,8 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
     if (!epoch_done) break;  // max_steps reached mid-epoch
   }
   if (!test.samples) test = evaluate();
-  return report.finish(state, test, step.replayed());
+  return report.finish(state, test, step.replayed(), world_.size(), step.gradient_wait_seconds(),
+                       step.gradient_sync_seconds());
 }
 
 }  // namespace kestrel
