@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <new>
@@ -75,6 +76,11 @@ struct kestrel_stream {
   void* blas_workspace = nullptr;  // given to cuBLAS so it never allocates (required for graph capture)
   kestrel_cuda::DeviceErrorSlot* error_host = nullptr;   // pinned, mapped
   kestrel_cuda::DeviceErrorSlot* error_device = nullptr; // the same memory as the device sees it
+  // The communicator of the last collective enqueued (cuda_comm.cpp), when, and what: host waits on the
+  // stream poll it with a deadline instead of blocking in CUDA. Null once waited for.
+  kestrel_comm* comm = nullptr;
+  std::chrono::steady_clock::time_point comm_issued;
+  std::string comm_what;
 };
 
 struct kestrel_buffer {

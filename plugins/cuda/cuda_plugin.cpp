@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "cuda_comm.hpp"
 #include "cuda_ops.hpp"
 #include "kestrel/plugin_table.hpp"
 
@@ -69,6 +70,7 @@ void stream_destroy(kestrel_stream* stream) {
   if (!stream) return;
   kestrel_context* context = stream->context;
   cudaSetDevice(context->device);
+  guarded([&] { wait_for_collectives(stream); });  // a failure was reported to whoever waited last
   cudaStreamSynchronize(stream->cuda);  // later frees may run on another stream: this one must be done
   {
     std::lock_guard<std::mutex> lock(context->mutex);
@@ -106,6 +108,7 @@ void raise_device_error(kestrel_stream* stream) {
 kestrel_status stream_synchronize(kestrel_stream* stream) {
   return guarded([&] {
     set_device(stream->context->device);
+    wait_for_collectives(stream);  // polls, so a stalled peer cannot hang this call
     check_cuda(cudaStreamSynchronize(stream->cuda), "cudaStreamSynchronize");
     raise_device_error(stream);
   });
@@ -255,6 +258,10 @@ KESTREL_PLUGIN_ENTRY {
     KESTREL_SET_PINNED_HOST_ENTRIES(api);
     KESTREL_SET_MEMORY_CACHE_ENTRIES(api);
     KESTREL_SET_CAPTURE_ENTRIES(api);
+#ifdef KESTREL_CUDA_NCCL
+    KESTREL_SET_COLLECTIVE_ENTRIES(api);
+    KESTREL_SET_GROUP_ENTRIES(api);
+#endif
     api.probe = probe;
   });
 }
