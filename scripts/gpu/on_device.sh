@@ -18,6 +18,8 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
     case $s in
       ctest) ctest --test-dir build --output-on-failure -j8 -E model_schema ;;  # jsonschema is not there
       conformance) build/bin/kestrel devices && build/bin/kestrel conformance --backend cuda ;;
+      # NCCL at world size 1 (the collective conformance family on the GPU); not yet run on a GPU.
+      collectives) build/bin/conformance_test --gtest_filter='*cuda*collective*' ;;
       memcheck) compute-sanitizer --tool memcheck --print-limit 20 build/bin/kestrel conformance --backend cuda ;;
       accuracy) python3 bench/accuracy.py --backend cuda --only mlp --seeds 42 43 7 --pytorch python3 --suffix -cuda &&
                 python3 bench/accuracy.py --backend cuda --only convnet --seeds 42 --pytorch python3 --suffix -cuda ;;

@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_run.h"
 
 namespace {
@@ -173,6 +175,18 @@ TEST(DataParallel, OnlyRankZeroWritesAndSpeaks) {
   EXPECT_EQ(count("data-parallel over 2 ranks"), 1u) << result.output;
   EXPECT_TRUE(fs::exists(run.out + "/checkpoint.json"));
   EXPECT_TRUE(fs::exists(run.out + "/summary.json"));
+  // Each rank evaluates its share of the test set; the sums over the ranks are one process's figures.
+  CliRun alone = run_cli("train " + run.config + " --out " + run.out + "_alone --quiet");
+  ASSERT_EQ(alone.status, 0) << alone.output;
+  auto summary = [](const std::string& out) {
+    std::ifstream in(out + "/summary.json");
+    return nlohmann::json::parse(in);
+  };
+  const nlohmann::json both = summary(run.out), one = summary(run.out + "_alone");
+  EXPECT_EQ(both["test_samples"], one["test_samples"]);
+  EXPECT_NEAR(double(both["test_loss"]), double(one["test_loss"]), 1e-5 * double(one["test_loss"]));
+  EXPECT_EQ(both["test_accuracy"], one["test_accuracy"]);
+  EXPECT_EQ(both["world_size"], 2);
 }
 
 TEST(DataParallel, RefusesMismatchedRanksAndBatchesThatDoNotDivide) {

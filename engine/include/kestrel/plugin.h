@@ -304,7 +304,8 @@ typedef struct kestrel_plugin_api {
   kestrel_status (*stream_create)(kestrel_context* context, kestrel_stream** stream);
   void (*stream_destroy)(kestrel_stream* stream);
   kestrel_status (*stream_synchronize)(kestrel_stream* stream);
-  /* optional (all five): NULL means every launch completes before it returns, so events are no-ops.
+  /* optional (all five): NULL means every launch completes before it returns, so events are no-ops
+   * (collectives excepted: they complete in stream order, and stream_synchronize waits for them).
    * event_synchronize blocks the calling thread until the work recorded before the event is done. */
   kestrel_status (*event_create)(kestrel_context* context, kestrel_event** event);
   void (*event_destroy)(kestrel_event* event);

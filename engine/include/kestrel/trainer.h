@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +36,7 @@ struct TrainSummary {
   double samples_per_second = 0;
   double seconds = 0;
   int64_t replayed_steps = 0;  // steps run as one replay of the captured step (see RunConfig::capture)
+  bool cancelled = false;      // TrainOptions::on_step stopped the run
   int world_size = 1;          // data-parallel ranks
   // Data parallelism: seconds this rank waited, after its backward pass, for the gradient sums still in
   // flight (communication not hidden behind backward).
@@ -42,6 +44,12 @@ struct TrainSummary {
   // ... and seconds from each step's first gradient bucket sent to its last sum done, summed over steps.
   double gradient_sync_seconds = 0;
   std::string out_dir;
+};
+
+// Where a run is, for TrainOptions::on_step.
+struct TrainProgress {
+  int64_t step = 0, total_steps = 0, epoch = 0;
+  double loss = 0, accuracy = 0;  // as last reported (NaN before the first report)
 };
 
 struct TrainOptions {
@@ -52,6 +60,10 @@ struct TrainOptions {
   // Stops after this many optimizer steps as if the process were killed there: no evaluation, no final
   // checkpoint (0: never). For testing that --resume reproduces an uninterrupted run.
   int64_t interrupt_after = 0;
+  // Called after every optimizer step; returning false stops the run there: a checkpoint is written
+  // (so resume continues from it), nothing is evaluated, and fit() returns with `cancelled` set. With
+  // data parallelism every rank's callback must answer alike (the checkpoint is a collective).
+  std::function<bool(const TrainProgress&)> on_step;
 };
 
 struct TrainState;   // engine-internal: epoch, batch, step, RNG offset, metrics window
@@ -73,6 +85,7 @@ class Trainer {
   ~Trainer();
 
   TrainSummary fit(const TrainOptions& options = {});
+  // The test set's loss and accuracy; with data parallelism a collective (every rank calls it).
   EvalResult evaluate();
   // What training will hold on the device at `batch_size` (0: the config's) with the config's
   // accumulation, and whether it fits (kestrel/memory_plan.h). Runs the model on two small batches;

@@ -14,19 +14,28 @@ namespace kestrel {
 
 EvalResult Trainer::evaluate() { return evaluate_on(test_); }
 
+// With data parallelism each rank evaluates its share of every batch and the sums are added over the
+// ranks: every rank must call it (fit does).
 EvalResult Trainer::evaluate_on(const std::shared_ptr<const data::Dataset>& dataset) {
   NoGradGuard no_grad;
-  data::DataLoader loader(dataset, {config_.eval_batch_size, false, false, 0, 1, 2}, device_);
+  const int rank = group_ ? group_->rank() : 0, ranks = group_ ? group_->size() : 1;
+  data::DataLoader loader(dataset, {config_.eval_batch_size, false, false, 0, 1, 2, rank, ranks}, device_);
   loader.start_epoch(0);
   const bool classify = dataset->is_classification();
   Tensor loss_sum = Tensor::zeros({}, DType::f32, device_), correct = Tensor::zeros({}, DType::i64, device_);
   uint64_t unused_offset = 0;
   data::Batch batch;
   while (loader.next(batch)) {
+    if (batch.size == 0) continue;  // this rank's share of a short last batch
     Var out = model_->forward(batch.inputs, false, 0, unused_offset);
     Tensor loss = batch_loss(config_.loss, out, batch.targets).value();
     ops::binary_(KESTREL_BINARY_ADD, loss_sum, loss_sum, ops::unary(KESTREL_UNARY_AFFINE, loss, double(batch.size), 0.0));
     if (classify) ops::binary_(KESTREL_BINARY_ADD, correct, correct, correct_count(out.value(), batch.targets));
+  }
+  if (group_) {
+    group_->all_reduce_sum(loss_sum, "the evaluation loss");
+    group_->all_reduce_sum(correct, "the evaluation's correct predictions");
+    group_->wait("summing the evaluation over the ranks");
   }
   EvalResult result;
   result.samples = dataset->size;

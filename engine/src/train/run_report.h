@@ -43,6 +43,8 @@ class RunReport {
   // After each epoch's evaluation.
   void evaluated(const TrainState& state, const EvalResult& result);
   void epoch_closed() const { log_.write_plot(); }
+  double last_loss() const { return last_loss_; }
+  double last_accuracy() const { return last_accuracy_; }
   // The final figures, also written to summary.json.
   TrainSummary finish(const TrainState& state, const EvalResult& test, int64_t replayed_steps, int world_size = 1,
                       double gradient_wait_seconds = 0, double gradient_sync_seconds = 0);

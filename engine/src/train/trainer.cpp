@@ -203,6 +203,14 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
       if (checkpoint_due) save_checkpoint(state, metrics);
       if (options.interrupt_after && state.step >= options.interrupt_after)
         return interrupted(device_, state, config_.out_dir);
+      if (options.on_step && !options.on_step({state.step, plan.total_steps, state.epoch, report.last_loss(),
+                                               report.last_accuracy()})) {
+        if (!checkpoint_due) save_checkpoint(state, metrics);
+        TrainSummary summary = report.finish(state, {NAN, NAN, 0}, step.replayed(), world_.size(),
+                                             step.gradient_wait_seconds(), step.gradient_sync_seconds());
+        summary.cancelled = true;
+        return summary;
+      }
     }
     nonfinite.check(metrics, report);
     const bool epoch_done = state.batch >= plan.batches;
