@@ -74,12 +74,25 @@ RunLog::RunLog(std::string out_dir, int64_t resume_step, bool quiet, int progres
     }
   }
   io::write_file_atomically(path, kept);
+  events_ = std::make_unique<TensorBoardEvents>(out_dir_, resume_step);
+}
+
+void RunLog::config_text(const std::string& text) {
+  if (events_) events_->text("run_config", 0, "```\n" + text + "\n```");
 }
 
 void RunLog::record(const MetricRecord& record) {
   reported_ = true;
   records_.push_back(record);
   if (out_dir_.empty()) return;
+  // TensorBoard's tags: train/... every log_every steps, eval/... every epoch, all at the optimizer step.
+  const std::string prefix = record.kind + "/";
+  events_->scalar(prefix + "loss", record.step, record.loss);
+  if (!std::isnan(record.accuracy)) events_->scalar(prefix + "accuracy", record.step, record.accuracy);
+  if (record.kind == "train") {
+    events_->scalar("train/learning_rate", record.step, record.lr);
+    events_->scalar("train/samples_per_second", record.step, record.samples_per_second);
+  }
   std::ofstream out(out_dir_ + "/metrics.jsonl", std::ios::app);
   out << to_json(record).dump() << "\n";
 }

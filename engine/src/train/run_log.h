@@ -1,10 +1,13 @@
-// What a training run reports: OUT/metrics.jsonl, a progress bar (or plain lines when not on a
-// terminal) and OUT/plot.svg of loss and accuracy per epoch. Engine-internal.
+// What a training run reports: OUT/metrics.jsonl, TensorBoard events beside it, a progress bar (or plain
+// lines when not on a terminal) and OUT/plot.svg of loss and accuracy per epoch. Engine-internal.
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "tensorboard_events.h"
 
 namespace kestrel {
 
@@ -20,7 +23,9 @@ class RunLog {
   // interrupted, and about to be redone) are dropped first. An empty out_dir writes no files (a
   // data-parallel rank other than 0).
   RunLog(std::string out_dir, int64_t resume_step, bool quiet, int progress);
-  void record(const MetricRecord& record);
+  void record(const MetricRecord& record);  // to metrics.jsonl and TensorBoard
+  // The run config's text, for TensorBoard's text dashboard.
+  void config_text(const std::string& text);
   void progress(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss, double accuracy,
                 double samples_per_second, double eta_seconds);
   void message(const std::string& text);
@@ -35,6 +40,7 @@ class RunLog {
   bool bar_open_ = false;
   bool reported_ = false;  // a record written by this process (before it, the bar has no loss to show)
   std::vector<MetricRecord> records_;
+  std::unique_ptr<TensorBoardEvents> events_;  // null without files
 };
 
 }  // namespace kestrel

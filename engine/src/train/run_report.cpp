@@ -26,6 +26,11 @@ RunReport::RunReport(const RunConfig& config, const RunPlan& plan, RunIdentity i
     log_.message(fmt::format("kestrel: {} micro-batches of {} samples per optimizer step (batch size {})",
                              config.accumulate_steps, config.micro_batch_size(), config.batch_size));
   if (start.step > 0) log_.message(fmt::format("kestrel: resumed at epoch {}, step {}", start.epoch + 1, start.step));
+  try {
+    log_.config_text(io::read_file(config.source, io::kMaxTextFileBytes));
+  } catch (const InvalidArgument&) {
+    // a config given as text (the C API) has no file to show
+  }
 }
 
 bool RunReport::due(const TrainState& state) const {
