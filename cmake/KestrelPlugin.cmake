@@ -9,4 +9,5 @@ function(kestrel_add_plugin name)
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
   install(TARGETS ${target} LIBRARY DESTINATION ${KESTREL_PLUGIN_INSTALL_DIR})
+  set_property(GLOBAL APPEND PROPERTY KESTREL_PLUGIN_TARGETS ${target})  # the Python wheel carries them too
 endfunction()

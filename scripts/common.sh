@@ -12,6 +12,7 @@ KESTREL_PACKAGES=(
   libboost-dev nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  pybind11-dev python3-dev python3-numpy python3-pytest
   libvulkan-dev glslc mesa-vulkan-drivers
   dataset-fashion-mnist fortunes
 )

@@ -1,0 +1,13 @@
+"""Kestrel: train neural networks described in JSON on any backend (cpu, cuda, vulkan).
+
+    import kestrel
+    kestrel.devices()                                   # every device, best first
+    trainer = kestrel.Trainer("models/fashion_mlp.train.json")
+    summary = trainer.fit(progress=lambda p: p["step"] < 100)   # False stops, with a checkpoint
+    trainer.evaluate(), trainer.predict(images)         # numpy in, numpy out
+"""
+from ._kestrel import (Error, InvalidArgument, NonFiniteLoss, OutOfMemory, RunConfig, Tensor, Trainer, devices,
+                       memory_stats)
+
+__all__ = ["Error", "InvalidArgument", "NonFiniteLoss", "OutOfMemory", "RunConfig", "Tensor", "Trainer", "devices",
+           "memory_stats"]

@@ -1,0 +1,199 @@
+// The `kestrel` Python module (pybind11) on the C++ API: devices and memory statistics, tensors to and from
+// numpy, run configs, and the trainer with a progress callback. Errors arrive as Python exceptions
+// carrying the engine's message (ValueError for bad input, MemoryError, RuntimeError otherwise).
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+
+#include "kestrel/autograd.h"
+#include "kestrel/engine.h"
+#include "kestrel/trainer.h"
+
+namespace py = pybind11;
+using namespace kestrel;
+
+namespace {
+
+Device device_named(const std::string& name) {
+  Engine& engine = Engine::global();
+  return name == "auto" ? engine.best_device() : engine.device(name);
+}
+
+py::dict device_dict(const Device& device) {
+  const DeviceInfo info = Engine::global().properties(device);
+  py::list dtypes;
+  for (DType d : info.dtypes) dtypes.append(dtype_name(d));
+  py::dict out;
+  out["id"] = device.str();
+  out["name"] = info.name;
+  out["kind"] = info.kind;
+  out["memory_total"] = info.memory_total;
+  out["memory_free"] = info.memory_free;
+  out["compute_units"] = info.compute_units;
+  out["arch"] = info.arch;
+  out["runtime"] = info.runtime;
+  out["dtypes"] = dtypes;
+  return out;
+}
+
+py::list devices() {
+  Engine& engine = Engine::global();
+  py::list out;
+  for (const std::string& backend : engine.available_backends())
+    for (int i = 0; i < engine.device_count(backend); ++i) out.append(device_dict(engine.device(backend + ":" + std::to_string(i))));
+  return out;
+}
+
+py::dict memory_stats(const std::string& device) {
+  const MemoryStats m = Engine::global().memory_stats(device_named(device));
+  py::dict out;
+  out["allocated"] = m.allocated;
+  out["reserved"] = m.reserved;
+  out["peak_allocated"] = m.peak_allocated;
+  out["alloc_count"] = m.alloc_count;
+  return out;
+}
+
+// A numpy array (float32 or int64; other numeric types are converted to float32) -> a tensor on `device`.
+Tensor from_numpy(const py::array& array, const std::string& device) {
+  const bool integral = py::dtype::of<int64_t>().is(array.dtype()) || array.dtype().kind() == 'i' ||
+                        array.dtype().kind() == 'u';
+  Shape shape(array.shape(), array.shape() + array.ndim());
+  if (integral) {
+    auto contiguous = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+    return Tensor::from_host(contiguous.data(), shape, DType::i64, device_named(device));
+  }
+  auto contiguous = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(array);
+  if (!contiguous) throw InvalidArgument("Tensor.from_numpy: the array is not numeric");
+  return Tensor::from_host(contiguous.data(), shape, DType::f32, device_named(device));
+}
+
+// A tensor -> a new numpy array (f32 tensors as float32, i64 and i32 as int64, others as float32).
+py::array to_numpy(const Tensor& tensor) {
+  std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());
+  if (tensor.dtype() == DType::i64 || tensor.dtype() == DType::i32) {
+    py::array_t<int64_t> out(shape);
+    tensor.copy_to_host_as(DType::i64, out.mutable_data());
+    return out;
+  }
+  py::array_t<float> out(shape);
+  tensor.copy_to_host_as(DType::f32, out.mutable_data());
+  return out;
+}
+
+py::dict summary_dict(const TrainSummary& s) {
+  py::dict out;
+  out["device"] = s.device;
+  out["steps"] = s.steps;
+  out["epochs"] = s.epochs;
+  out["train_loss"] = s.train_loss;
+  out["test_loss"] = s.test.samples ? s.test.loss : NAN;
+  out["test_accuracy"] = s.test.samples ? s.test.accuracy : NAN;
+  out["samples_per_second"] = s.samples_per_second;
+  out["seconds"] = s.seconds;
+  out["cancelled"] = s.cancelled;
+  out["out_dir"] = s.out_dir;
+  return out;
+}
+
+py::dict eval_dict(const EvalResult& r) {
+  py::dict out;
+  out["loss"] = r.loss;
+  out["accuracy"] = r.accuracy;
+  out["samples"] = r.samples;
+  return out;
+}
+
+// progress(dict) is called after every optimizer step; returning False stops the run with a checkpoint.
+py::dict fit(Trainer& trainer, const std::function<py::object(py::dict)>& progress, bool resume) {
+  TrainOptions options;
+  options.quiet = true;
+  options.resume = resume;
+  if (progress)
+    options.on_step = [&](const TrainProgress& p) {
+      py::gil_scoped_acquire gil;
+      py::dict state;
+      state["step"] = p.step;
+      state["total_steps"] = p.total_steps;
+      state["epoch"] = p.epoch;
+      state["loss"] = p.loss;
+      state["accuracy"] = p.accuracy;
+      py::object answer = progress(state);
+      return answer.is_none() || answer.cast<bool>();
+    };
+  TrainSummary summary;
+  {
+    py::gil_scoped_release no_gil;  // the loader's threads and the callback's own acquire
+    summary = trainer.fit(options);
+  }
+  return summary_dict(summary);
+}
+
+py::array predict(Trainer& trainer, const py::array& inputs) {
+  Model& model = trainer.model();
+  Tensor x = from_numpy(inputs, model.device().str());
+  NoGradGuard no_grad;
+  uint64_t unused = 0;
+  return to_numpy(model.forward(x, false, 0, unused).value());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_kestrel, m) {
+  m.doc() = "Kestrel: train neural networks described in JSON on any backend (cpu, cuda, vulkan)";
+  // The engine's errors as Python's: bad input is a ValueError, carrying the engine's message. pybind11
+  // tries the translators last registered first, so the base class comes first.
+  py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
+  py::register_exception<OutOfMemory>(m, "OutOfMemory", PyExc_MemoryError);
+  py::register_exception<NonFiniteLossError>(m, "NonFiniteLoss", PyExc_ArithmeticError);
+  py::register_exception<InvalidArgument>(m, "InvalidArgument", PyExc_ValueError);
+
+  m.def("devices", &devices, "Every device of every loaded backend, best first, as dicts");
+  m.def("memory_stats", &memory_stats, py::arg("device") = "auto",
+        "Bytes allocated, reserved and at peak on a device ('cpu', 'cuda:1', 'auto')");
+
+  py::class_<Tensor>(m, "Tensor", "A tensor on a device")
+      .def_static("from_numpy", &from_numpy, py::arg("array"), py::arg("device") = "auto",
+                  "Copies a numpy array (float32, or int64 token ids) to a device")
+      .def("numpy", &to_numpy, "Copies the tensor into a new numpy array")
+      .def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape())); })
+      .def_property_readonly("dtype", [](const Tensor& t) { return dtype_name(t.dtype()); })
+      .def_property_readonly("device", [](const Tensor& t) { return t.device().str(); })
+      .def("__repr__", &Tensor::describe);
+
+  py::class_<RunConfig>(m, "RunConfig", "A run config (*.train.json): model, data, optimizer, ...")
+      .def_static("load", &RunConfig::load, py::arg("path"))
+      .def_static("parse", &RunConfig::parse, py::arg("json"), py::arg("source"),
+                  "From JSON text; relative paths resolve against the folder of `source`")
+      .def_readwrite("epochs", &RunConfig::epochs)
+      .def_readwrite("batch_size", &RunConfig::batch_size)
+      .def_readwrite("max_steps", &RunConfig::max_steps)
+      .def_readwrite("seed", &RunConfig::seed)
+      .def_readwrite("accumulate_steps", &RunConfig::accumulate_steps)
+      .def_readwrite("out_dir", &RunConfig::out_dir)
+      .def_readwrite("backends", &RunConfig::backends)
+      .def_property(
+          "lr", [](const RunConfig& c) { return c.optimizer.lr; }, [](RunConfig& c, double lr) { c.optimizer.lr = lr; })
+      .def_property(
+          "train_subset", [](const RunConfig& c) { return c.data.train_subset; },
+          [](RunConfig& c, int64_t n) { c.data.train_subset = n; })
+      .def_property(
+          "test_subset", [](const RunConfig& c) { return c.data.test_subset; },
+          [](RunConfig& c, int64_t n) { c.data.test_subset = n; })
+      .def_readonly("source", &RunConfig::source);
+
+  py::class_<Trainer>(m, "Trainer", "Trains a run config's model on its data")
+      .def(py::init([](const RunConfig& config) { return std::make_unique<Trainer>(config); }), py::arg("config"))
+      .def(py::init([](const std::string& path) { return std::make_unique<Trainer>(RunConfig::load(path)); }),
+           py::arg("path"))
+      .def("fit", &fit, py::arg("progress") = nullptr, py::arg("resume") = false,
+           "Trains; progress(dict) after every step may return False to stop (a checkpoint is written)")
+      .def("evaluate", [](Trainer& t) { return eval_dict(t.evaluate()); })
+      .def("predict", &predict, py::arg("inputs"), "The model's outputs for a batch of inputs (numpy in, numpy out)")
+      .def("load", &Trainer::load_weights, py::arg("path"), "Weights from a .safetensors file, checkpoint.json or run folder")
+      .def_property_readonly("device", [](const Trainer& t) { return t.device().str(); })
+      .def_property_readonly("parameter_count", [](Trainer& t) { return t.model().spec().parameter_count(); });
+}

@@ -1,0 +1,83 @@
+"""The kestrel Python module: devices, tensors through numpy, run configs, training with a progress
+callback that stops and resumes a run, evaluation, prediction, weights, and errors as exceptions."""
+import json
+import math
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+import kestrel
+
+MODELS = pathlib.Path(os.environ.get("KESTREL_SOURCE_DIR", pathlib.Path(__file__).parents[2])) / "models"
+
+
+def small_config(tmp_path, epochs=2):
+    config = kestrel.RunConfig.load(str(MODELS / "fashion_mlp.train.json"))
+    config.epochs = epochs
+    config.train_subset = 640
+    config.test_subset = 200
+    config.backends = ["cpu"]
+    config.out_dir = str(tmp_path / "run")
+    return config
+
+
+def test_devices_and_memory():
+    devices = kestrel.devices()
+    assert any(d["id"] == "cpu:0" for d in devices)
+    cpu = next(d for d in devices if d["id"] == "cpu:0")
+    assert cpu["memory_total"] > 0 and "f32" in cpu["dtypes"]
+    stats = kestrel.memory_stats("cpu")
+    assert set(stats) == {"allocated", "reserved", "peak_allocated", "alloc_count"}
+
+
+def test_tensors_round_trip_through_numpy():
+    values = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    tensor = kestrel.Tensor.from_numpy(values, "cpu")
+    assert tensor.shape == (3, 4) and tensor.dtype == "f32" and tensor.device == "cpu:0"
+    np.testing.assert_array_equal(tensor.numpy(), values)
+    ids = kestrel.Tensor.from_numpy(np.array([[1, 2, 3]], dtype=np.int64), "cpu")
+    assert ids.dtype == "i64" and ids.numpy().tolist() == [[1, 2, 3]]
+    # a float64 array arrives as f32, the engine's compute type
+    np.testing.assert_allclose(kestrel.Tensor.from_numpy(np.array([0.5, 1.25])).numpy(), [0.5, 1.25])
+
+
+def test_train_stop_resume_evaluate_predict(tmp_path):
+    trainer = kestrel.Trainer(small_config(tmp_path))
+    assert trainer.device == "cpu:0" and trainer.parameter_count == 535818
+    seen = []
+
+    def progress(state):
+        seen.append(state["step"])
+        return state["step"] < 4  # False at step 4: stop there
+
+    stopped = trainer.fit(progress=progress)
+    assert stopped["cancelled"] and stopped["steps"] == 4 and seen == [1, 2, 3, 4]
+    assert math.isnan(stopped["test_loss"])
+    done = trainer.fit(resume=True)
+    assert not done["cancelled"] and done["steps"] == 20  # 2 epochs of 10 batches of 64
+    assert 0 <= done["test_accuracy"] <= 1
+    evaluation = trainer.evaluate()
+    assert evaluation["samples"] == 200 and evaluation["loss"] == pytest.approx(done["test_loss"], rel=1e-6)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps"] == 20
+
+    images = np.random.default_rng(0).random((5, 1, 28, 28), dtype=np.float32)
+    scores = trainer.predict(images)
+    assert scores.shape == (5, 10) and scores.dtype == np.float32
+
+    # Weights from the run folder reproduce the same outputs in a fresh trainer.
+    other = kestrel.Trainer(small_config(tmp_path / "other"))
+    other.load(str(tmp_path / "run"))
+    np.testing.assert_array_equal(other.predict(images), scores)
+
+
+def test_errors_are_python_exceptions(tmp_path):
+    with pytest.raises(ValueError, match="nonexistent"):
+        kestrel.RunConfig.load("/nonexistent/run.json")
+    trainer = kestrel.Trainer(small_config(tmp_path))
+    with pytest.raises(ValueError, match="takes input"):
+        trainer.predict(np.zeros((2, 10), dtype=np.float32))
+    with pytest.raises(kestrel.Error, match="no-such-backend"):
+        kestrel.Tensor.from_numpy(np.zeros(3), "no-such-backend")
