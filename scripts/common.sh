@@ -31,6 +31,10 @@ kestrel_install_packages() {
 }
 
 kestrel_build() {
-  cmake -S "$KESTREL_ROOT" -B "$KESTREL_BUILD" -DCMAKE_BUILD_TYPE=Release "$@"
+  # numpy and pytest come from Debian's packages above, so the Python module and its test are built for
+  # Debian's interpreter rather than one a version manager (pyenv) puts first on PATH without them.
+  local python=()
+  [ -x /usr/bin/python3 ] && python=(-DPython3_EXECUTABLE=/usr/bin/python3)
+  cmake -S "$KESTREL_ROOT" -B "$KESTREL_BUILD" -DCMAKE_BUILD_TYPE=Release "${python[@]}" "$@"
   cmake --build "$KESTREL_BUILD" -j "$KESTREL_JOBS"
 }

@@ -10,6 +10,8 @@
 
 #include "kestrel/autograd.h"
 #include "kestrel/engine.h"
+#include "kestrel/export.h"
+#include "host_views.h"
 #include "kestrel/trainer.h"
 
 namespace py = pybind11;
@@ -158,7 +160,19 @@ PYBIND11_MODULE(_kestrel, m) {
   py::class_<Tensor>(m, "Tensor", "A tensor on a device")
       .def_static("from_numpy", &from_numpy, py::arg("array"), py::arg("device") = "auto",
                   "Copies a numpy array (float32, or int64 token ids) to a device")
-      .def("numpy", &to_numpy, "Copies the tensor into a new numpy array")
+      .def(
+          "numpy",
+          [](const Tensor& t, bool copy) {
+            if (!copy)
+              if (py::object view = python::numpy_view(t); !view.is_none()) return view;
+            return py::object(to_numpy(t));
+          },
+          py::arg("copy") = false,
+          "A numpy array over the tensor's own memory where that is the host's (the cpu backend's: writes "
+          "reach the tensor, as torch's Tensor.numpy()); a new array on other devices or with copy=True")
+      .def("__dlpack__", [](const Tensor& t, const py::args&, const py::kwargs&) { return python::to_dlpack(t); },
+           "DLPack: the tensor's memory without a copy (numpy.from_dlpack, torch.from_dlpack); cpu tensors")
+      .def("__dlpack_device__", &python::dlpack_device)
       .def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape())); })
       .def_property_readonly("dtype", [](const Tensor& t) { return dtype_name(t.dtype()); })
       .def_property_readonly("device", [](const Tensor& t) { return t.device().str(); })
@@ -194,6 +208,8 @@ PYBIND11_MODULE(_kestrel, m) {
       .def("evaluate", [](Trainer& t) { return eval_dict(t.evaluate()); })
       .def("predict", &predict, py::arg("inputs"), "The model's outputs for a batch of inputs (numpy in, numpy out)")
       .def("load", &Trainer::load_weights, py::arg("path"), "Weights from a .safetensors file, checkpoint.json or run folder")
+      .def("export_onnx", [](Trainer& t, const std::string& path) { export_onnx(t.model(), path); }, py::arg("path"),
+           "Writes the model with its weights as ONNX (opset 17): input 'input', output 'output', any batch size")
       .def_property_readonly("device", [](const Trainer& t) { return t.device().str(); })
       .def_property_readonly("parameter_count", [](Trainer& t) { return t.model().spec().parameter_count(); });
 }

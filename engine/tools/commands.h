@@ -13,5 +13,7 @@ void add_train_commands(CLI::App& app, Action& action);
 void add_ops_command(CLI::App& app, Action& action);
 void add_generate_command(CLI::App& app, Action& action);
 void add_plan_command(CLI::App& app, Action& action);
+void add_plot_command(CLI::App& app, Action& action);
+void add_export_command(CLI::App& app, Action& action);
 
 }  // namespace kestrel::cli

@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   kestrel::cli::add_train_commands(app, action);
   kestrel::cli::add_generate_command(app, action);
   kestrel::cli::add_plan_command(app, action);
+  kestrel::cli::add_plot_command(app, action);
+  kestrel::cli::add_export_command(app, action);
   kestrel::cli::add_ops_command(app, action);
   try {
     app.parse(argc, argv);

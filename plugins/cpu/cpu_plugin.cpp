@@ -203,6 +203,9 @@ kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_bu
   });
 }
 
+// The CPU's buffers are host memory: the engine may hand them out in place (numpy views, DLPack).
+void* buffer_host_address(kestrel_buffer* buffer) { return buffer->data; }
+
 void buffer_free(kestrel_buffer* buffer) {
   if (!buffer) return;
   kestrel_context* context = static_cast<kestrel_context*>(buffer->context);
@@ -326,6 +329,7 @@ KESTREL_PLUGIN_ENTRY {
     KESTREL_SET_REQUIRED_ENTRIES(api);
     KESTREL_SET_MEMORY_CACHE_ENTRIES(api);
     KESTREL_SET_CAPTURE_ENTRIES(api);
+    KESTREL_SET_HOST_ADDRESS_ENTRY(api);
 #ifdef KESTREL_CPU_MPI
     KESTREL_SET_COLLECTIVE_ENTRIES(api);
 #endif

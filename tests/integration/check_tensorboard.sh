@@ -2,12 +2,12 @@
 # Trains a short run and reads its TensorBoard events back with TensorBoard's own reader (PyPI
 # `tensorboard`, installed into BUILD/pyenv when missing), a resumed run included. Exits 77 (ctest: skipped,
 # with the reason printed) only when PyPI cannot be reached.
-#   check_tensorboard.sh BUILD SOURCE
+#   check_tensorboard.sh BUILD SOURCE PYTHON   (PYTHON: the interpreter for BUILD/pyenv)
 set -euo pipefail
-build=$1 source=$2
+build=$1 source=$2 python=$3
 env=$build/pyenv
 if ! "$env/bin/python" -c "import tensorboard" 2>/dev/null; then
-  python3 -m venv "$env"
+  [ -x "$env/bin/python" ] || "$python" -m venv "$env"
   if ! "$env/bin/pip" install --quiet --disable-pip-version-check tensorboard; then
     echo "SKIPPED: could not install tensorboard from PyPI into $env (no network?)"
     exit 77

@@ -82,6 +82,32 @@ TEST(Training, ResumingAKilledRunMatchesAnUninterruptedOneExactly) {
   EXPECT_TRUE(fs::exists(resumed_dir / "plot.svg"));
 }
 
+TEST(Training, AFreshRunReplacesAnEarlierRunsCheckpointsInItsFolder) {
+  const fs::path dir = fresh_dir("fresh_over_old");
+  {
+    kestrel::Trainer longer(small_mlp_config(dir));  // 40 steps: weights at steps 35 and 40 kept
+    longer.fit(quiet());
+  }
+  kestrel::RunConfig config = small_mlp_config(dir);
+  config.max_steps = 5;
+  kestrel::Trainer shorter(config);
+  kestrel::TrainOptions options = quiet();
+  shorter.fit(options);
+  // Only this run's weights (step 5) remain: the rotation must not keep the longer run's later files
+  // over it, and a resume continues this run.
+  std::vector<std::string> weights;
+  for (const auto& entry : fs::directory_iterator(dir / "checkpoints")) weights.push_back(entry.path().filename());
+  EXPECT_EQ(weights, std::vector<std::string>{"step-000000005.safetensors"});
+  int event_files = 0;
+  for (const auto& entry : fs::directory_iterator(dir))
+    event_files += entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  EXPECT_EQ(event_files, 1);
+  config.max_steps = 8;
+  kestrel::Trainer resumed(config);
+  options.resume = true;
+  EXPECT_EQ(resumed.fit(options).steps, 8);
+}
+
 TEST(Training, CorruptOrMismatchedCheckpointsAreRejected) {
   fs::path dir = fresh_dir("corrupt");
   kestrel::RunConfig config = small_mlp_config(dir);

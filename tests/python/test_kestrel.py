@@ -43,6 +43,28 @@ def test_tensors_round_trip_through_numpy():
     np.testing.assert_allclose(kestrel.Tensor.from_numpy(np.array([0.5, 1.25])).numpy(), [0.5, 1.25])
 
 
+def test_cpu_tensors_are_shared_without_a_copy():
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    tensor = kestrel.Tensor.from_numpy(values, "cpu")
+    view, again = tensor.numpy(), tensor.numpy()
+    assert np.shares_memory(view, again), "both views are the tensor's own memory"
+    view[1, 2] = 42.0  # a write reaches the tensor, as with torch's Tensor.numpy()
+    assert tensor.numpy(copy=True)[1, 2] == 42.0
+    copy = tensor.numpy(copy=True)
+    assert not np.shares_memory(copy, view)
+    # DLPack: numpy reads the same memory; the capsule keeps the tensor alive after its handle goes.
+    assert tensor.__dlpack_device__() == (1, 0)
+    shared = np.from_dlpack(tensor)
+    assert np.shares_memory(shared, view)
+    del tensor, view, again
+    assert shared.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 42.0]]
+    ids = kestrel.Tensor.from_numpy(np.array([[7, 8]], dtype=np.int64), "cpu")
+    assert np.from_dlpack(ids).dtype == np.int64 and np.from_dlpack(ids).tolist() == [[7, 8]]
+    # Into the engine from any DLPack producer (by copy onto the device).
+    back = kestrel.from_dlpack(np.linspace(0, 1, 5, dtype=np.float32), "cpu")
+    assert back.shape == (5,) and np.allclose(back.numpy(), np.linspace(0, 1, 5))
+
+
 def test_train_stop_resume_evaluate_predict(tmp_path):
     trainer = kestrel.Trainer(small_config(tmp_path))
     assert trainer.device == "cpu:0" and trainer.parameter_count == 535818
@@ -81,3 +103,20 @@ def test_errors_are_python_exceptions(tmp_path):
         trainer.predict(np.zeros((2, 10), dtype=np.float32))
     with pytest.raises(kestrel.Error, match="no-such-backend"):
         kestrel.Tensor.from_numpy(np.zeros(3), "no-such-backend")
+
+
+def test_export_onnx(tmp_path):
+    """The model with its weights as an ONNX file (checked in onnxruntime by the ctest onnx_export)."""
+    config = small_config(tmp_path, epochs=1)
+    config.max_steps = 2
+    trainer = kestrel.Trainer(config)
+    trainer.fit()
+    path = tmp_path / "mlp.onnx"
+    trainer.export_onnx(str(path))
+    data = path.read_bytes()
+    assert data[:2] == b"\x08\x08", "ModelProto.ir_version 8 first"
+    assert b"kestrel" in data[:32] and b"input" in data and b"output" in data
+    assert len(data) > 535818 * 4, "every weight is in the file"
+    with pytest.raises(kestrel.Error):
+        trainer.export_onnx(str(tmp_path))  # a folder, not a file
+

@@ -122,6 +122,9 @@ TEST_P(Gradcheck, LayerNorm) {
   gradcheck([](auto& v) { return fn::layer_norm(v[0], v[1], v[2], 1, 1e-5); },
             {random_f64({2, 3, 5}, 40), random_f64({5}, 41), random_f64({5}, 42)}, 1e-5);
   gradcheck([](auto& v) { return fn::layer_norm(v[0], Var(), Var(), 1, 1e-5); }, {random_f64({4, 6}, 43)}, 1e-5);
+  // A weight without a bias (a Transformer block with bias false).
+  gradcheck([](auto& v) { return fn::layer_norm(v[0], v[1], Var(), 1, 1e-5); },
+            {random_f64({2, 3, 5}, 47), random_f64({5}, 48)}, 1e-5);
   // Over two axes.
   gradcheck([](auto& v) { return fn::layer_norm(v[0], v[1], v[2], 2, 1e-5); },
             {random_f64({3, 2, 4}, 44), random_f64({2, 4}, 45), random_f64({2, 4}, 46)}, 1e-5);

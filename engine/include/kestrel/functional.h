@@ -25,7 +25,8 @@ Var avg_pool2d(const Var& x, const ops::Window& window);  // padding counts, as 
 Var batch_norm2d(const Var& x, const Var& weight, const Var& bias, Tensor& running_mean, Tensor& running_var,
                  bool training, double momentum, double eps);
 // Layer normalisation over the last `normalized` axes of x (torch.nn.LayerNorm): weight and bias have
-// those axes' shape, or are both undefined (elementwise_affine false). Same in training and inference.
+// those axes' shape, or are undefined: both (elementwise_affine false) or the bias alone (bias false, as
+// in a Transformer block built without biases). Same in training and inference.
 Var layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized, double eps);
 
 // tokens: (N, ...) i64 ids in [0, V), weight: (V, D) -> (N, ..., D), the rows of weight (torch.nn.Embedding).

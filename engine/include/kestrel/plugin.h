@@ -44,6 +44,8 @@
  *        communicator, a non-blocking failure query, an abort, group start/end for one thread driving
  *        several devices, and the status PEER_FAILED. Collectives are ordered on their stream like
  *        launches (see all_reduce_sum).
+ *   1.4  buffer_host_address: a backend whose buffers are host memory says where, so the host can hand
+ *        them to other libraries without a copy (numpy views, DLPack).
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -56,7 +58,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 3
+#define KESTREL_PLUGIN_ABI_MINOR 4
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -403,6 +405,12 @@ typedef struct kestrel_plugin_api {
    * one thread driving several devices needs. NULL means collectives are issued as they are called. */
   kestrel_status (*group_start)(void);
   kestrel_status (*group_end)(void);
+
+  /* optional, 1.4: the address of the buffer's first byte in the host's memory when the host may read and
+   * write it in place (a CPU backend's buffers; memory a device shares with the host), valid until
+   * buffer_free; NULL otherwise, and when the entry is NULL: the host then copies. The host reads or
+   * writes through it only after stream_synchronize, and enqueues no work on the buffer meanwhile. */
+  void* (*buffer_host_address)(kestrel_buffer* buffer);
 } kestrel_plugin_api;
 
 typedef const kestrel_plugin_api* (*kestrel_plugin_entry_fn)(void);

@@ -38,7 +38,7 @@ KESTREL_ABI_STRUCT(kestrel_softmax_params, log)
 KESTREL_ABI_STRUCT(kestrel_adam_params, zero_grad)
 KESTREL_ABI_STRUCT(kestrel_sgd_params, zero_grad)
 KESTREL_ABI_STRUCT(kestrel_op, params)
-KESTREL_ABI_STRUCT(kestrel_plugin_api, group_end)
+KESTREL_ABI_STRUCT(kestrel_plugin_api, buffer_host_address)
 
 #undef KESTREL_ABI_STRUCT
 

@@ -40,6 +40,7 @@
    (api).reduce_scatter_sum = reduce_scatter_sum, (api).all_gather = all_gather,                          \
    (api).comm_set_timeout = comm_set_timeout, (api).comm_query = comm_query, (api).comm_abort = comm_abort)
 #define KESTREL_SET_GROUP_ENTRIES(api) ((api).group_start = group_start, (api).group_end = group_end)
+#define KESTREL_SET_HOST_ADDRESS_ENTRY(api) ((api).buffer_host_address = buffer_host_address)
 
 namespace kestrel::plugin_sdk {
 

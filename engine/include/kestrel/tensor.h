@@ -58,6 +58,11 @@ class Tensor {
   template <class T>
   std::vector<T> to_vector() const;
   std::vector<double> to_doubles() const;
+  // Where this view's first element lies in host memory, when the backend's buffers are host memory (the
+  // CPU's): the device's pending work is waited for first, so the values are current. nullptr when the
+  // backend keeps its buffers elsewhere (copy then). Valid while any tensor on this storage lives; the
+  // elements follow strides(), in elements.
+  void* host_data() const;
 
   // Views share storage. A negative dim counts from the end.
   Tensor view(const Shape& shape) const;     // needs a contiguous tensor; one dim may be -1

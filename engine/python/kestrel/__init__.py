@@ -10,4 +10,14 @@ from ._kestrel import (Error, InvalidArgument, NonFiniteLoss, OutOfMemory, RunCo
                        memory_stats)
 
 __all__ = ["Error", "InvalidArgument", "NonFiniteLoss", "OutOfMemory", "RunConfig", "Tensor", "Trainer", "devices",
-           "memory_stats"]
+           "from_dlpack", "memory_stats"]
+
+
+def from_dlpack(array, device="auto"):
+    """A tensor on `device` from anything that speaks DLPack on the host (numpy, torch and JAX CPU arrays).
+
+    numpy reads the capsule without a copy; the values are then copied onto the device, since the engine
+    allocates its tensors' memory itself.
+    """
+    import numpy
+    return Tensor.from_numpy(numpy.from_dlpack(array), device)

@@ -76,9 +76,12 @@ Var layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized,
   Tensor xhat = math::mul(math::sub(input, mean), invstd);
   Tensor y = xhat;
   std::vector<Var> parents{x};
-  if (weight.defined()) {
-    y = math::add(math::mul(xhat, weight.value()), bias.value());  // weight, bias: normalized_shape
+  if (weight.defined()) {  // weight, bias: normalized_shape; the bias may be left out (torch's bias=False)
+    y = math::mul(xhat, weight.value());
     parents.push_back(weight);
+  }
+  if (bias.defined()) {
+    y = math::add(y, bias.value());
     parents.push_back(bias);
   }
   // The other axes, over which weight and bias gradients sum.

@@ -15,6 +15,10 @@
 namespace kestrel {
 
 struct LayerKind;
+namespace onnx {
+class Graph;
+struct LayerIO;
+}  // namespace onnx
 
 // One argument of a layer kind, named as in torch.nn. The registry (layer_kinds()) lists them; Args
 // checks a layer's JSON object against them and the JSON Schema is generated from them, so the loader,
@@ -104,6 +108,9 @@ class Layer {
   virtual std::vector<ParamSpec> params(const std::vector<Shape>&) const { return {}; }
   virtual std::vector<BufferSpec> buffers(const std::vector<Shape>&) const { return {}; }
   virtual Var forward(const std::vector<Var>& inputs, LayerContext& context) const = 0;
+  // ONNX export (engine/src/export/): adds the nodes that compute forward()'s output in evaluation mode
+  // from io's inputs and returns the output's name. The default throws InvalidArgument: no ONNX form.
+  virtual std::string to_onnx(onnx::Graph& graph, const onnx::LayerIO& io) const;
   // Whether each position's output depends only on that position and earlier ones, so the model can
   // decode a sequence a few positions at a time (generation). Pointwise layers are; a bidirectional
   // RNN or a pooling over time is not.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "../export/onnx_ops.h"
 #include "layer.h"
 
 namespace kestrel {
@@ -24,6 +25,15 @@ ops::Window make_window(std::pair<int64_t, int64_t> kernel, std::pair<int64_t, i
   w.pad_h = int(padding.first), w.pad_w = int(padding.second);
   w.dilation_h = int(dilation.first), w.dilation_w = int(dilation.second);
   return w;
+}
+
+// ONNX's Conv/MaxPool/AveragePool attributes for a window (pads: begin h, w then end h, w).
+std::vector<onnx::Attribute> window_attributes(const ops::Window& w, bool dilations) {
+  std::vector<onnx::Attribute> a{onnx::ints("kernel_shape", {w.kernel_h, w.kernel_w}),
+                                 onnx::ints("strides", {w.stride_h, w.stride_w}),
+                                 onnx::ints("pads", {w.pad_h, w.pad_w, w.pad_h, w.pad_w})};
+  if (dilations) a.push_back(onnx::ints("dilations", {w.dilation_h, w.dilation_w}));
+  return a;
 }
 
 Shape windowed_shape(const char* type, const Shape& in, int64_t channels, const ops::Window& w) {
@@ -65,6 +75,10 @@ class Linear : public Layer {
     Var rows = fn::linear(fn::reshape(in[0], {-1, shape.back()}), c.params[0], bias, activation_);
     return fn::reshape(rows, {shape[0], shape[1], out_});
   }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    const std::string y = onnx::linear(g, io.inputs[0], io.params[0], bias_ ? &io.params[1] : nullptr, io.name);
+    return onnx::activation(g, y, activation_, io.name);  // a fused activation's layer passes through
+  }
   bool fuse_activation(kestrel_activation act) override {
     activation_ = act;
     return true;
@@ -97,6 +111,11 @@ class Conv2d : public Layer {
   Var forward(const std::vector<Var>& in, LayerContext& c) const override {
     return fn::conv2d(in[0], c.params[0], bias_ ? c.params[1] : Var(), window_);
   }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    std::vector<std::string> inputs{io.inputs[0], g.initializer(io.params[0])};
+    if (bias_) inputs.push_back(g.initializer(io.params[1]));
+    return g.node("Conv", inputs, io.name, window_attributes(window_, true));
+  }
 
  private:
   int64_t out_;
@@ -124,6 +143,11 @@ class Pool2d : public Layer {
   Var forward(const std::vector<Var>& in, LayerContext&) const override {
     return max_ ? fn::max_pool2d(in[0], window_) : fn::avg_pool2d(in[0], window_);
   }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    std::vector<onnx::Attribute> a = window_attributes(window_, max_);
+    if (!max_) a.push_back(onnx::attr("count_include_pad", 1));  // padding counts, as torch's default
+    return g.node(max_ ? "MaxPool" : "AveragePool", {io.inputs[0]}, io.name, a);
+  }
 
  private:
   bool max_;
@@ -149,6 +173,12 @@ class BatchNorm2d : public Layer {
   }
   Var forward(const std::vector<Var>& in, LayerContext& c) const override {
     return fn::batch_norm2d(in[0], c.params[0], c.params[1], *c.buffers[0], *c.buffers[1], c.training, momentum_, eps_);
+  }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {  // with the running statistics
+    return g.node("BatchNormalization",
+                  {io.inputs[0], g.initializer(io.params[0]), g.initializer(io.params[1]), g.initializer(io.buffers[0]),
+                   g.initializer(io.buffers[1])},
+                  io.name, {onnx::attr("epsilon", float(eps_))});
   }
 
  private:
@@ -181,6 +211,9 @@ class Embedding : public Layer {
   Var forward(const std::vector<Var>& in, LayerContext& c) const override {
     return fn::embedding(in[0].value(), c.params[0], padding_);
   }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    return g.node("Gather", {g.initializer(io.params[0]), io.inputs[0]}, io.name, {onnx::attr("axis", 0)});
+  }
 
  private:
   int64_t vocabulary_, width_, padding_;
@@ -206,6 +239,10 @@ class LayerNorm : public Layer {
   Var forward(const std::vector<Var>& in, LayerContext& c) const override {
     return affine_ ? fn::layer_norm(in[0], c.params[0], c.params[1], 1, eps_) : fn::layer_norm(in[0], Var(), Var(), 1, eps_);
   }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    return onnx::layer_norm(g, io.inputs[0], features_, affine_ ? &io.params[0] : nullptr,
+                            affine_ ? &io.params[1] : nullptr, eps_, io.name);
+  }
 
  private:
   int64_t features_;
@@ -221,6 +258,11 @@ class Flatten : public Layer {
   Shape infer(const std::vector<Shape>& in) const override { return flattened(in[0]); }
   Var forward(const std::vector<Var>& in, LayerContext&) const override {
     return fn::reshape(in[0], flattened(in[0].value().shape()));
+  }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    Shape out = flattened(io.input_shapes[0]);
+    out[0] = 0;  // the batch, whatever its size
+    return onnx::reshape(g, io.inputs[0], out, io.name);
   }
 
  private:
@@ -253,6 +295,9 @@ class Activation : public Layer {
     if (type_ == "tanh") return fn::tanh(in[0]);
     return fn::sigmoid(in[0]);
   }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    return fused_ ? io.inputs[0] : onnx::activation(g, io.inputs[0], type_, io.name);
+  }
   kestrel_activation activation() const override {
     return type_ == "relu" ? KESTREL_ACTIVATION_RELU : type_ == "gelu" ? KESTREL_ACTIVATION_GELU : KESTREL_ACTIVATION_NONE;
   }
@@ -275,6 +320,7 @@ class Dropout : public Layer {
     c.rng_offset += (static_cast<uint64_t>(in[0].value().numel()) + 3) / 4;
     return fn::dropout(in[0], p_, true, c.seed, offset);
   }
+  std::string to_onnx(onnx::Graph&, const onnx::LayerIO& io) const override { return io.inputs[0]; }  // evaluation
 
  private:
   double p_;
@@ -291,6 +337,9 @@ class Softmax : public Layer {
     return in[0];
   }
   Var forward(const std::vector<Var>& in, LayerContext&) const override { return fn::softmax(in[0]); }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    return g.node("Softmax", {io.inputs[0]}, io.name, {onnx::attr("axis", -1)});
+  }
 
  private:
   int64_t dim_;
@@ -309,6 +358,9 @@ class Add : public Layer {
     }
   }
   Var forward(const std::vector<Var>& in, LayerContext&) const override { return fn::add(in[0], in[1]); }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    return g.node("Add", {io.inputs[0], io.inputs[1]}, io.name);
+  }
 };
 
 // ---- the registry ----

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "../export/onnx_ops.h"
 #include "layer.h"
 
 namespace kestrel {
@@ -86,6 +87,9 @@ class Recurrent : public Layer {
     }
     return x;
   }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    return onnx::recurrent(g, io.inputs[0], cell_, hidden_, layers_, directions_, bias_, io.params, io.name);
+  }
 
  private:
   const char* type_;
@@ -107,6 +111,12 @@ class LastStep : public Layer {
   Var forward(const std::vector<Var>& in, LayerContext&) const override {
     return fn::select(in[0], 1, in[0].value().size(1) - 1);
   }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    const Shape& in = io.input_shapes[0];
+    const std::string last = g.node("Gather", {io.inputs[0], g.int64s(io.name + "/last", {in[1] - 1})}, io.name,
+                                    {onnx::attr("axis", 1)});  // (N, 1, F)
+    return onnx::reshape(g, last, {0, in[2]}, io.name);
+  }
 };
 
 // (N, T, F) -> (N, F): the mean over the steps.
@@ -117,6 +127,9 @@ class MeanOverTime : public Layer {
     return {in[0][0], in[0][2]};
   }
   Var forward(const std::vector<Var>& in, LayerContext&) const override { return fn::mean_over(in[0], 1); }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    return g.node("ReduceMean", {io.inputs[0]}, io.name, {onnx::ints("axes", {1}), onnx::attr("keepdims", 0)});
+  }
 };
 
 template <fn::RecurrentCell cell>

@@ -125,6 +125,47 @@ Var encoder_block(const Var& x, Params& p, const BlockConfig& b, bool causal, co
   return out;
 }
 
+std::string norm_onnx(onnx::Graph& g, const std::string& x, onnx::HostParams& p, const BlockConfig& b,
+                      const std::string& hint) {
+  const onnx::HostTensor& weight = p.take();
+  return onnx::layer_norm(g, x, b.width, &weight, p.take_bias(), b.eps, hint);
+}
+
+namespace {
+
+std::string feedforward_onnx(onnx::Graph& g, const std::string& x, onnx::HostParams& p, const BlockConfig& b,
+                             const std::string& hint) {
+  const onnx::HostTensor& w1 = p.take();
+  const onnx::HostTensor* b1 = p.take_bias();
+  const onnx::HostTensor& w2 = p.take();
+  const onnx::HostTensor* b2 = p.take_bias();
+  const std::string hidden =
+      onnx::activation(g, onnx::linear(g, x, w1, b1, hint), b.gelu ? KESTREL_ACTIVATION_GELU : KESTREL_ACTIVATION_RELU, hint);
+  return onnx::linear(g, hidden, w2, b2, hint);
+}
+
+}  // namespace
+
+std::string encoder_block_onnx(onnx::Graph& g, const std::string& x, onnx::HostParams& p, const BlockConfig& b,
+                               bool causal, int64_t positions, const std::string& hint) {
+  const onnx::AttentionWeights attention = onnx::take_attention(p);
+  onnx::HostParams ff = p, rest = p;  // as encoder_block: the norms' parameters after the feed-forward's
+  rest.next += b.bias ? 4 : 2;
+  auto self_attend = [&](const std::string& in) {
+    return onnx::attention(g, in, in, attention, b.width, b.heads, positions, positions, causal, hint + "/self_attn");
+  };
+  std::string out;
+  if (b.norm_first) {
+    out = g.node("Add", {x, self_attend(norm_onnx(g, x, rest, b, hint + "/norm1"))}, hint);
+    out = g.node("Add", {out, feedforward_onnx(g, norm_onnx(g, out, rest, b, hint + "/norm2"), ff, b, hint)}, hint);
+  } else {
+    out = norm_onnx(g, g.node("Add", {x, self_attend(x)}, hint), rest, b, hint + "/norm1");
+    out = norm_onnx(g, g.node("Add", {out, feedforward_onnx(g, out, ff, b, hint)}, hint), rest, b, hint + "/norm2");
+  }
+  p.next = rest.next;
+  return out;
+}
+
 void encoder_block_params(std::vector<ParamSpec>& p, const std::string& prefix, const BlockConfig& b) {
   attention_params(p, prefix + "self_attn.", b.width, b.bias);
   linear_params(p, prefix + "linear1.", b.width, b.feedforward, b.bias);
@@ -167,6 +208,33 @@ Var decoder_block(const Var& x, const Var& memory, Params& p, const BlockConfig&
     out = norm(fn::add(x, self_attend(x)), rest, b.eps);
     out = norm(fn::add(out, attend_memory(out)), rest, b.eps);
     out = norm(fn::add(out, drop(feedforward(out, ff, b, c), b.dropout, c)), rest, b.eps);
+  }
+  p.next = rest.next;
+  return out;
+}
+
+std::string decoder_block_onnx(onnx::Graph& g, const std::string& x, const std::string& memory, onnx::HostParams& p,
+                               const BlockConfig& b, bool memory_causal, int64_t positions, int64_t memory_positions,
+                               const std::string& hint) {
+  const onnx::AttentionWeights self_weights = onnx::take_attention(p), memory_weights = onnx::take_attention(p);
+  onnx::HostParams ff = p, rest = p;
+  rest.next += b.bias ? 4 : 2;
+  auto self_attend = [&](const std::string& in) {  // causal, as torch's usual tgt_mask
+    return onnx::attention(g, in, in, self_weights, b.width, b.heads, positions, positions, true, hint + "/self_attn");
+  };
+  auto attend_memory = [&](const std::string& in) {
+    return onnx::attention(g, in, memory, memory_weights, b.width, b.heads, positions, memory_positions, memory_causal,
+                           hint + "/multihead_attn");
+  };
+  std::string out;
+  if (b.norm_first) {
+    out = g.node("Add", {x, self_attend(norm_onnx(g, x, rest, b, hint + "/norm1"))}, hint);
+    out = g.node("Add", {out, attend_memory(norm_onnx(g, out, rest, b, hint + "/norm2"))}, hint);
+    out = g.node("Add", {out, feedforward_onnx(g, norm_onnx(g, out, rest, b, hint + "/norm3"), ff, b, hint)}, hint);
+  } else {
+    out = norm_onnx(g, g.node("Add", {x, self_attend(x)}, hint), rest, b, hint + "/norm1");
+    out = norm_onnx(g, g.node("Add", {out, attend_memory(out)}, hint), rest, b, hint + "/norm2");
+    out = norm_onnx(g, g.node("Add", {out, feedforward_onnx(g, out, ff, b, hint)}, hint), rest, b, hint + "/norm3");
   }
   p.next = rest.next;
   return out;

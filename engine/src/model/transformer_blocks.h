@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../export/onnx_ops.h"
 #include "layer.h"
 
 namespace kestrel::transformer {
@@ -89,5 +90,15 @@ Var decoder_block(const Var& x, const Var& memory, Params& p, const BlockConfig&
                   const Tensor& self_mask, bool memory_causal, const Tensor& memory_mask, LayerContext& c,
                   fn::AttentionCache* self_cache, fn::AttentionCache* memory_cache);
 void decoder_block_params(std::vector<ParamSpec>& p, const std::string& prefix, const BlockConfig& b);
+
+// The blocks' ONNX forms in evaluation (no dropout), taking the parameters in the same order: x (N, T, E),
+// memory (N, S, E).
+std::string norm_onnx(onnx::Graph& g, const std::string& x, onnx::HostParams& p, const BlockConfig& b,
+                      const std::string& hint);
+std::string encoder_block_onnx(onnx::Graph& g, const std::string& x, onnx::HostParams& p, const BlockConfig& b,
+                               bool causal, int64_t positions, const std::string& hint);
+std::string decoder_block_onnx(onnx::Graph& g, const std::string& x, const std::string& memory, onnx::HostParams& p,
+                               const BlockConfig& b, bool memory_causal, int64_t positions, int64_t memory_positions,
+                               const std::string& hint);
 
 }  // namespace kestrel::transformer

@@ -51,6 +51,12 @@ class MultiheadAttention : public AttentionLayer {
     if (cache) store_caches(c, caches);
     return out;
   }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    onnx::HostParams p{io.params, 0, bias_};
+    const int64_t positions = io.input_shapes[0][1];
+    return onnx::attention(g, io.inputs[0], io.inputs[0], onnx::take_attention(p), width_, heads_, positions, positions,
+                           causal_, io.name);
+  }
 
  private:
   int64_t width_, heads_;
@@ -94,24 +100,39 @@ class PositionalEncoding : public Layer {
     if (learned_) {
       codes = fn::slice(c.params[0], 0, first, first + steps);  // (T, E) rows of the table, with their gradient
     } else {
-      const Tensor& table = constant(fmt::format("{} {} {}", x.device().str(), dtype_name(x.dtype()), x.size(2)),
-                                     [&] { return sinusoids(x.size(2), x.dtype(), x.device()); });
+      const Tensor& table = constant(fmt::format("{} {} {}", x.device().str(), dtype_name(x.dtype()), x.size(2)), [&] {
+        Tensor out = Tensor::from_vector(sinusoids(x.size(2)), {max_len_, x.size(2)}, x.device());
+        return x.dtype() == DType::f32 ? out : out.to(x.dtype());
+      });
       codes = Var(table.slice(0, first, first + steps));
     }
     return drop(fn::add(in[0], codes), dropout_, c);  // (N, T, E) + (T, E)
   }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    const int64_t steps = io.input_shapes[0][1], width = io.input_shapes[0][2];
+    std::string codes;  // (T, E)
+    if (learned_) {
+      codes = g.node("Slice", {g.initializer(io.params[0]), g.int64s(io.name + "/starts", {0}),
+                               g.int64s(io.name + "/ends", {steps}), g.int64s(io.name + "/axes", {0})},
+                     io.name);
+    } else {
+      std::vector<float> table = sinusoids(width);
+      table.resize(size_t(steps * width));
+      codes = g.initializer(io.name + ".sinusoids", {steps, width}, table);
+    }
+    return g.node("Add", {io.inputs[0], codes}, io.name);
+  }
 
  private:
   // pe[t, 2i] = sin(t / 10000^(2i/E)), pe[t, 2i+1] = cos(t / 10000^(2i/E))
-  Tensor sinusoids(int64_t width, DType dtype, const Device& device) const {
+  std::vector<float> sinusoids(int64_t width) const {
     std::vector<float> table(static_cast<size_t>(max_len_ * width));
     for (int64_t t = 0; t < max_len_; ++t)
       for (int64_t i = 0; i < width; ++i) {
         const double angle = double(t) / std::pow(10000.0, double(i - i % 2) / double(width));
         table[t * width + i] = static_cast<float>(i % 2 == 0 ? std::sin(angle) : std::cos(angle));
       }
-    Tensor out = Tensor::from_vector(table, {max_len_, width}, device);
-    return dtype == DType::f32 ? out : out.to(dtype);
+    return table;
   }
   bool learned_;
   int64_t max_len_;
@@ -141,6 +162,10 @@ class EncoderLayer : public AttentionLayer {
     Var out = encoder_block(in[0], p, block_, causal_, mask(causal_, in[0], queries, keys, c), c, cache);
     if (cache) store_caches(c, caches);
     return out;
+  }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    onnx::HostParams p{io.params, 0, block_.bias};
+    return encoder_block_onnx(g, io.inputs[0], p, block_, causal_, io.input_shapes[0][1], io.name);
   }
 
  private:
@@ -179,6 +204,11 @@ class DecoderLayer : public AttentionLayer {
     Var out = decoder_block(in[0], in[1], p, block_, true, self_mask, memory_causal_, memory_mask, c, self, memory);
     if (self) store_caches(c, caches);
     return out;
+  }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    onnx::HostParams p{io.params, 0, block_.bias};
+    return decoder_block_onnx(g, io.inputs[0], io.inputs[1], p, block_, memory_causal_, io.input_shapes[0][1],
+                              io.input_shapes[1][1], io.name);
   }
 
  private:
@@ -234,6 +264,19 @@ class Transformer : public AttentionLayer {
     }
     if (!caches.empty()) store_caches(c, caches);
     return norm(out, p, block_.eps);
+  }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    onnx::HostParams p{io.params, 0, block_.bias};
+    const int64_t sources = io.input_shapes[0][1], targets = io.input_shapes[1][1];
+    std::string memory = io.inputs[0];
+    for (int64_t i = 0; i < encoders_; ++i)
+      memory = encoder_block_onnx(g, memory, p, block_, causal_, sources, fmt::format("{}/encoder.{}", io.name, i));
+    memory = norm_onnx(g, memory, p, block_, io.name + "/encoder.norm");
+    std::string out = io.inputs[1];
+    for (int64_t i = 0; i < decoders_; ++i)
+      out = decoder_block_onnx(g, out, memory, p, block_, causal_, targets, sources,
+                               fmt::format("{}/decoder.{}", io.name, i));
+    return norm_onnx(g, out, p, block_, io.name + "/decoder.norm");
   }
 
  private:

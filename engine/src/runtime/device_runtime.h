@@ -28,6 +28,7 @@ class DeviceRuntime {
 
   kestrel_buffer* allocate(uint64_t bytes);  // OutOfMemory says requested/allocated/reserved/free
   void release(kestrel_buffer* buffer);
+  void* host_address(kestrel_buffer* buffer) const { return api().buffer_host_address(buffer); }  // or nullptr
   void* host_allocate(uint64_t bytes);        // pinned where the plugin offers it
   void host_release(void* ptr);
   MemoryStats memory_stats() const;

@@ -62,6 +62,8 @@ kestrel_status unsupported_comm_query(kestrel_comm*) { return KESTREL_STATUS_UNS
 void noop_comm_abort(kestrel_comm*, int32_t) {}
 // Without grouping each collective is issued as it is called.
 kestrel_status default_group_edge() { return KESTREL_STATUS_OK; }
+// Buffers the host cannot address: tensors leave the device by copy.
+void* no_host_address(kestrel_buffer*) { return nullptr; }
 
 template <class Fn>
 void default_to(Fn*& entry, Fn* fallback) {
@@ -118,6 +120,7 @@ kestrel_plugin_api complete_plugin_api(const kestrel_plugin_api& from_plugin) {
     api.group_start = default_group_edge;
     api.group_end = default_group_edge;
   }
+  default_to(api.buffer_host_address, no_host_address);
   return api;
 }
 

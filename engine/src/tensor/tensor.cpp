@@ -148,6 +148,15 @@ void Tensor::copy_to_host_as(DType dtype, void* destination) const {
 
 std::vector<double> Tensor::to_doubles() const { return to_vector<double>(); }
 
+void* Tensor::host_data() const {
+  if (!defined()) return nullptr;
+  DeviceRuntime& runtime = storage_->device().runtime();
+  void* base = runtime.host_address(storage_->buffer());
+  if (!base) return nullptr;
+  runtime.synchronize();  // the launches that write it, on backends that run them asynchronously
+  return static_cast<unsigned char*>(base) + offset_ * int64_t(dtype_size(dtype_));
+}
+
 int Tensor::wrap_dim(int dim, int rank_for_wrap) const {
   int wrapped = dim < 0 ? dim + rank_for_wrap : dim;
   if (wrapped < 0 || wrapped >= rank_for_wrap)

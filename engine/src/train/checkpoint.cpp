@@ -32,6 +32,26 @@ std::string weights_path(const std::string& state_path, const CheckpointState& s
 }
 }  // namespace
 
+std::string clear_previous_run(const std::string& out_dir) {
+  // Its weight files, checkpoint.json and TensorBoard files: left in place, the rotation would keep an
+  // earlier, longer run's later weights over this run's, a --resume after an early kill would continue
+  // the other run, and TensorBoard would draw both as one.
+  int removed_weights = 0, removed_events = 0;
+  std::error_code ignored;
+  if (fs::is_directory(out_dir + "/checkpoints", ignored))
+    for (const auto& entry : fs::directory_iterator(out_dir + "/checkpoints", ignored))
+      if (entry.path().extension() == ".safetensors" && fs::remove(entry.path(), ignored)) ++removed_weights;
+  if (fs::is_directory(out_dir, ignored))
+    for (const auto& entry : fs::directory_iterator(out_dir, ignored))
+      if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0 && fs::remove(entry.path(), ignored))
+        ++removed_events;
+  const bool had_state = fs::remove(out_dir + "/checkpoint.json", ignored);
+  if (!had_state && !removed_weights && !removed_events) return "";
+  return fmt::format("kestrel: {} held an earlier run; starting anew replaced its checkpoint ({} weight file{}) and "
+                     "TensorBoard events (--resume continues a run instead)",
+                     out_dir, removed_weights, removed_weights == 1 ? "" : "s");
+}
+
 void Trainer::check_vocabulary(const std::string& state_path, const CheckpointState& saved) const {
   if (saved.vocabulary_sha256 != (vocabulary_ ? vocabulary_->fingerprint() : ""))
     unusable_checkpoint(state_path, "it was trained on token ids of another vocabulary than this run's data gives (the "

@@ -20,6 +20,9 @@ struct CheckpointState {
 
 // "checkpoints/step-000000123.safetensors": a checkpoint names no other file.
 std::string weights_file_name(int64_t step);
+// Before a fresh (not resumed) run into `out_dir`: removes an earlier run's checkpoint.json, weight files
+// and TensorBoard event files. Returns a message saying so when there were any, else "".
+std::string clear_previous_run(const std::string& out_dir);
 
 // The JSON text, with "state_sha256" over everything else: weights_sha256 is among what it covers, so
 // one digest protects the state and the weights. It detects edits and damage, not a forger (anyone

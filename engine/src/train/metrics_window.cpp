@@ -1,5 +1,7 @@
 #include "metrics_window.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -37,7 +39,7 @@ double MetricsWindow::read(const Tensor& scalar) const {
   // Each rank keeps its own sums (a resumed window's are rank 0's alone); their total is the window's.
   Tensor total = scalar.clone();
   group_->all_reduce_sum(total, "the training metrics");
-  group_->wait("summing the training metrics over the ranks");
+  group_->wait(fmt::format("step {}: summing the training metrics over {} ranks", window_start_ + steps_, group_->size()));
   return total.to_doubles()[0];
 }
 

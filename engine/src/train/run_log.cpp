@@ -11,6 +11,7 @@
 
 #include "../io/json_text.h"
 #include "kestrel/io.h"
+#include "kestrel/plot.h"
 
 namespace kestrel {
 
@@ -131,54 +132,16 @@ void RunLog::message(const std::string& text) {
 
 void RunLog::write_plot() const {
   if (out_dir_.empty()) return;
-  // Two panels over epochs: loss (train and test) and test accuracy.
-  std::vector<std::pair<double, double>> train_loss, test_loss, test_acc;
+  RunCurves run;
+  run.name = std::filesystem::path(out_dir_).lexically_normal().filename().string();
+  run.subtitle = plot_subtitle_;
   for (const auto& r : records_) {
-    if (r.kind == "eval") {
-      if (std::isfinite(r.loss)) test_loss.push_back({double(r.epoch), r.loss});
-      if (!std::isnan(r.accuracy)) test_acc.push_back({double(r.epoch), r.accuracy * 100});
-    } else if (std::isfinite(r.loss)) {
-      train_loss.push_back({double(r.epoch), r.loss});
-    }
+    if (r.kind == "eval")
+      run.evals.push_back({r.step, r.epoch + 1, r.loss, r.accuracy});
+    else
+      run.train_loss.push_back({r.step, r.loss});
   }
-  const int width = 420, height = 260, margin = 44;
-  auto panel = [&](int x0, const std::string& title, std::vector<std::pair<std::string, std::vector<std::pair<double, double>>>> series) {
-    double xmin = 1e300, xmax = -1e300, ymin = 1e300, ymax = -1e300;
-    for (auto& [name, points] : series)
-      for (auto [x, y] : points) {
-        xmin = std::min(xmin, x), xmax = std::max(xmax, x), ymin = std::min(ymin, y), ymax = std::max(ymax, y);
-      }
-    if (xmin > xmax) xmin = 0, xmax = 1, ymin = 0, ymax = 1;
-    if (xmax == xmin) xmax = xmin + 1;
-    if (ymax == ymin) ymax = ymin + 1;
-    auto px = [&](double x) { return x0 + margin + (x - xmin) / (xmax - xmin) * (width - 2 * margin); };
-    auto py = [&](double y) { return height - margin - (y - ymin) / (ymax - ymin) * (height - 2 * margin); };
-    std::string svg = fmt::format("<text x='{}' y='20' font-size='14'>{}</text>\n", x0 + margin, title);
-    svg += fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='none' stroke='#999'/>\n", x0 + margin, margin,
-                       width - 2 * margin, height - 2 * margin);
-    svg += fmt::format("<text x='{}' y='{}' font-size='10'>{:.3g}</text><text x='{}' y='{}' font-size='10'>{:.3g}</text>\n",
-                       x0 + 2, py(ymax) + 4, ymax, x0 + 2, py(ymin), ymin);
-    svg += fmt::format("<text x='{}' y='{}' font-size='10'>epoch {:.3g}</text><text x='{}' y='{}' font-size='10'>{:.3g}</text>\n",
-                       px(xmin) - 10, height - margin + 14, xmin, px(xmax) - 8, height - margin + 14, xmax);
-    const char* colours[] = {"#1f77b4", "#d62728", "#2ca02c"};
-    int k = 0;
-    for (auto& [name, points] : series) {
-      std::string path;
-      for (auto [x, y] : points) path += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
-      svg += fmt::format("<polyline fill='none' stroke='{}' stroke-width='1.5' points='{}'/>\n", colours[k], path);
-      svg += fmt::format("<text x='{}' y='{}' font-size='11' fill='{}'>{}</text>\n", x0 + width - margin - 70,
-                         margin + 14 + 14 * k, colours[k], name);
-      ++k;
-    }
-    return svg;
-  };
-  std::string svg = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif'>\n",
-                                2 * width, height);
-  svg += "<rect width='100%' height='100%' fill='white'/>\n";
-  svg += panel(0, "loss", {{"train", train_loss}, {"test", test_loss}});
-  svg += panel(width, "test accuracy (%)", {{"test", test_acc}});
-  svg += "</svg>\n";
-  io::write_file_atomically(out_dir_ + "/plot.svg", svg);
+  io::write_file_atomically(out_dir_ + "/plot.svg", plot_svg({run}));
 }
 
 }  // namespace kestrel

@@ -31,7 +31,8 @@ class RunLog {
   void message(const std::string& text);
   // A progress bar is redrawn between reports too (with the last figures read), at most 10 times a second.
   bool live() const { return bar_ && !quiet_; }
-  void write_plot() const;
+  void write_plot() const;  // plot.svg (kestrel/plot.h)
+  void set_plot_subtitle(std::string text) { plot_subtitle_ = std::move(text); }
   const std::vector<MetricRecord>& records() const { return records_; }
 
  private:
@@ -41,6 +42,7 @@ class RunLog {
   bool reported_ = false;  // a record written by this process (before it, the bar has no loss to show)
   std::vector<MetricRecord> records_;
   std::unique_ptr<TensorBoardEvents> events_;  // null without files
+  std::string plot_subtitle_;
 };
 
 }  // namespace kestrel

@@ -22,6 +22,7 @@ RunReport::RunReport(const RunConfig& config, const RunPlan& plan, RunIdentity i
       last_accuracy_(NAN) {
   log_.message(fmt::format("kestrel: training {} ({} parameters) on {} ({}, {})", identity_.model, identity_.parameters,
                            identity_.device, identity_.device_name, identity_.device_runtime));
+  log_.set_plot_subtitle(fmt::format("{} on {} ({})", identity_.model, identity_.device, identity_.device_name));
   if (config.accumulate_steps > 1)
     log_.message(fmt::format("kestrel: {} micro-batches of {} samples per optimizer step (batch size {})",
                              config.accumulate_steps, config.micro_batch_size(), config.batch_size));
@@ -82,6 +83,10 @@ TrainSummary RunReport::finish(const TrainState& state, const EvalResult& test, 
   summary.gradient_wait_seconds = gradient_wait_seconds;
   summary.gradient_sync_seconds = gradient_sync_seconds;
   write_summary(summary);
+  log_.set_plot_subtitle(fmt::format("{} on {} ({}): {} steps, test loss {:.4f}{}", identity_.model, identity_.device,
+                                     identity_.device_name, summary.steps, test.loss,
+                                     std::isnan(test.accuracy) ? "" : fmt::format(", test accuracy {:.2f}%",
+                                                                                  test.accuracy * 100)));
   log_.write_plot();
   return summary;
 }

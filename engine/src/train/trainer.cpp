@@ -10,6 +10,7 @@
 
 #include "kestrel/io.h"
 #include "kestrel/loader.h"
+#include "checkpoint_state.h"
 #include "data_parallel.h"
 #include "metrics_window.h"
 #include "optimizer_shards.h"
@@ -144,9 +145,11 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
   std::string fitted;
   if (config_.fit_memory) fitted = fit_to_memory();
   const bool root = world_.is_root();  // rank 0 writes the run's files and speaks for it
+  std::string replaced;
   if (root) {
     io::remove_stale_temporaries(config_.out_dir);
     io::remove_stale_temporaries(config_.out_dir + "/checkpoints");
+    if (!resuming) replaced = clear_previous_run(config_.out_dir);
   }
   data::DataLoader loader(train_, {config_.batch_size, true, config_.drop_last, config_.seed, config_.data.workers, 4,
                                    world_.rank(), world_.size()},
@@ -157,6 +160,7 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
     state = restore_checkpoint(options.resume_from.empty() ? config_.out_dir : options.resume_from, plan.batches);
   if (group_) broadcast_model(*group_, *model_);  // the ranks start from the same weights, whatever they loaded
   RunReport report(config_, plan, identity(), state, resuming, options, root);
+  if (!replaced.empty()) report.message(replaced);
   if (!fitted.empty()) report.message(fitted);
   if (group_)
     report.message(fmt::format("kestrel: data-parallel over {} ranks started by {}: {} samples per rank and step, "
