@@ -15,6 +15,9 @@ void add_run_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("--backend", f.backend,
                   "Backend or device, or a comma-separated preference list (cuda:0 | vulkan | cpu | cuda,cpu). "
                   "Overrides KESTREL_BACKEND and the config");
+  cmd->add_option("--precision", f.precision,
+                  "Mixed precision: the products in bf16 with f32 master weights (f32: off). Overrides the config")
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(precision_names), std::end(precision_names))));
 }
 
 RunConfig resolve(const RunFlags& f) {
@@ -47,6 +50,7 @@ RunConfig resolve(const RunFlags& f) {
   if (!f.out.empty()) config.out_dir = f.out;
   if (f.no_capture) config.capture = false;
   if (f.detect_anomaly) config.detect_anomaly = true;
+  if (!f.precision.empty()) config.precision = parse_dtype(f.precision);
   if (f.fit) config.fit_memory = true;
   return config;
 }

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <KokkosBlas3_gemm.hpp>
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -127,8 +128,48 @@ void gemm_batched(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, co
   }
 }
 
-// What OpenBLAS multiplies: f32 and f64 (16-bit floats are composed by the engine).
-bool blas_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64; }
+// 16-bit floats (mixed precision): each operand widened to a row-major f32 block, multiplied by OpenBLAS
+// in f32, and the product rounded once into its 16-bit C: 16-bit storage, f32 arithmetic.
+template <class E>
+void widen(const typename E::storage* base, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
+           float* out) {
+  Kokkos::parallel_for("kestrel::gemm_widen", Range(0, rows * cols),
+                       [=](int64_t i) { out[i] = E::load(base[(i / cols) * row_stride + (i % cols) * col_stride]); });
+}
+
+template <class E>
+void gemm_widened(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, const kestrel_tensor& c_desc, float alpha,
+                  float beta) {
+  using S = typename E::storage;
+  const GemmShape s = gemm_shape(a_desc, b_desc, c_desc);
+  const S* a_base = static_cast<const S*>(a_desc.buffer->data) + a_desc.offset;
+  const S* b_base = static_cast<const S*>(b_desc.buffer->data) + b_desc.offset;
+  S* c_base = static_cast<S*>(c_desc.buffer->data) + c_desc.offset;
+  std::vector<float> a(s.m * s.k), b(s.k * s.n), c(s.m * s.n, 0.0f);
+  for (int64_t batch = 0; batch < s.batch; ++batch) {
+    S* c_out = c_base + batch * s.c_batch_stride;
+    const int64_t n = s.n, rs = s.c_strides[0], cs = s.c_strides[1];
+    float* product = c.data();
+    if (beta != 0.0f) widen<E>(c_out, s.m, n, rs, cs, product);
+    if (s.k == 0) {
+      Kokkos::parallel_for("kestrel::gemm_scale", Range(0, s.m * n),
+                           [=](int64_t i) { product[i] = beta == 0.0f ? 0.0f : beta * product[i]; });
+    } else {
+      widen<E>(a_base + batch * s.a_batch_stride, s.m, s.k, s.a_strides[0], s.a_strides[1], a.data());
+      widen<E>(b_base + batch * s.b_batch_stride, s.k, n, s.b_strides[0], s.b_strides[1], b.data());
+      use_blas_threads_for(s.m * s.n * s.k);
+      KokkosBlas::gemm("N", "N", alpha, MatrixView<const float>(a.data(), s.m, s.k),
+                       MatrixView<const float>(b.data(), s.k, n), beta, MatrixView<float>(product, s.m, n));
+    }
+    Kokkos::parallel_for("kestrel::gemm_narrow", Range(0, s.m * n),
+                         [=](int64_t i) { c_out[(i / n) * rs + (i % n) * cs] = E::store(product[i]); });
+  }
+}
+
+// What the CPU multiplies: f32 and f64 in OpenBLAS, f16 and bf16 widened to f32 for it.
+bool blas_dtype(kestrel_dtype d) {
+  return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16;
+}
 
 template <class T>
 T activate(kestrel_activation act, T x) {
@@ -147,10 +188,15 @@ bool supports_gemm(const kestrel_op& op) {
 
 void launch_gemm(const kestrel_op& op) {
   const auto& p = params_of<kestrel_gemm_params>(op, "gemm");
-  if (op.outputs[0].dtype == KESTREL_DTYPE_F32)
-    gemm_batched<float>(op.inputs[0], op.inputs[1], op.outputs[0], float(p.alpha), float(p.beta));
-  else
-    gemm_batched<double>(op.inputs[0], op.inputs[1], op.outputs[0], p.alpha, p.beta);
+  switch (op.outputs[0].dtype) {
+    case KESTREL_DTYPE_F32:
+      return gemm_batched<float>(op.inputs[0], op.inputs[1], op.outputs[0], float(p.alpha), float(p.beta));
+    case KESTREL_DTYPE_F16:
+      return gemm_widened<F16>(op.inputs[0], op.inputs[1], op.outputs[0], float(p.alpha), float(p.beta));
+    case KESTREL_DTYPE_BF16:
+      return gemm_widened<BF16>(op.inputs[0], op.inputs[1], op.outputs[0], float(p.alpha), float(p.beta));
+    default: return gemm_batched<double>(op.inputs[0], op.inputs[1], op.outputs[0], p.alpha, p.beta);
+  }
 }
 
 // in0 x (M,K), in1 w (K,N), optional in2 bias (N); out0 = act(x @ w + bias), optional out1 = x @ w + bias.
@@ -177,6 +223,36 @@ void activate_all(kestrel_activation act, const T* pre, T* y, int64_t count) {
   }
 }
 
+// The 16-bit linear op: x and w widened, bias, product and activation in f32, each output rounded once.
+template <class E>
+void linear_widened(const kestrel_op& op, kestrel_activation act) {
+  using S = typename E::storage;
+  const kestrel_tensor &x = op.inputs[0], &w = op.inputs[1];
+  const int64_t rows = x.shape[0], k = x.shape[1], n = w.shape[1];
+  std::vector<float> xs(rows * k), ws(k * n), pre(rows * n, 0.0f), y(rows * n);
+  widen<E>(static_cast<const S*>(x.buffer->data) + x.offset, rows, k, x.strides[0], x.strides[1], xs.data());
+  widen<E>(static_cast<const S*>(w.buffer->data) + w.offset, k, n, w.strides[0], w.strides[1], ws.data());
+  if (op.num_inputs == 3) {
+    std::vector<float> bias(n);
+    widen<E>(static_cast<const S*>(op.inputs[2].buffer->data) + op.inputs[2].offset, 1, n, 0, op.inputs[2].strides[0],
+             bias.data());
+    for (int64_t r = 0; r < rows; ++r) std::copy(bias.begin(), bias.end(), pre.begin() + r * n);
+  }
+  if (k > 0) {
+    use_blas_threads_for(rows * n * k);
+    KokkosBlas::gemm("N", "N", 1.0f, MatrixView<const float>(xs.data(), rows, k), MatrixView<const float>(ws.data(), k, n),
+                     op.num_inputs == 3 ? 1.0f : 0.0f, MatrixView<float>(pre.data(), rows, n));
+  }
+  activate_all(act, pre.data(), y.data(), rows * n);
+  auto narrow = [&](const kestrel_tensor& out, const std::vector<float>& values) {
+    S* dst = static_cast<S*>(out.buffer->data) + out.offset;  // contiguous (supports_linear)
+    const float* src = values.data();
+    Kokkos::parallel_for("kestrel::linear_narrow", Range(0, rows * n), [=](int64_t i) { dst[i] = E::store(src[i]); });
+  };
+  narrow(op.outputs[0], y);
+  if (op.num_outputs == 2) narrow(op.outputs[1], pre);
+}
+
 }  // namespace
 
 void launch_linear(const kestrel_op& op) {
@@ -201,6 +277,8 @@ void launch_linear(const kestrel_op& op) {
       }
       gemm_batched<T>(op.inputs[0], op.inputs[1], pre_desc, T(1), T(op.num_inputs == 3 ? 1 : 0));
       activate_all(act, pre, y, rows * n);
+    } else if constexpr (std::is_same_v<E, F16> || std::is_same_v<E, BF16>) {
+      linear_widened<E>(op, act);
     }
   });
 }

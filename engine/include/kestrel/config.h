@@ -51,6 +51,17 @@ inline constexpr double kMaxLearningRate = 10;
 // exit status 3 from the CLI, the last checkpoint left as it was) or go on, saying so once.
 enum class NonFiniteLoss { stop, keep_going };
 inline constexpr const char* nonfinite_loss_names[] = {"stop", "continue"};  // in NonFiniteLoss's order
+// "precision": the dtype of the products (fn::AutocastScope); f32 turns mixed precision off.
+inline constexpr const char* precision_names[] = {"f32", "bf16", "f16"};
+
+// f16's dynamic loss scaling ("loss_scale"), with torch.cuda.amp.GradScaler's names and defaults: the
+// loss is multiplied by the scale before backward, so small gradients survive f16; a step whose gradients
+// overflowed is skipped and the scale multiplied by backoff_factor; after growth_interval steps in a row
+// without overflow it is multiplied by growth_factor.
+struct LossScaleConfig {
+  double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
 
 enum class LossKind { cross_entropy, mse };
 inline constexpr const char* loss_kind_names[] = {"cross_entropy", "mse"};  // in LossKind's order
@@ -98,6 +109,10 @@ struct RunConfig {
   // Check every op's output and gradient for NaN and infinity and stop at the first, naming it
   // (AnomalyModeGuard); steps then run eagerly, with a device read per op.
   bool detect_anomaly = false;
+  // Mixed precision: linear layers, convolutions and attention's products in bf16 or f16 (with f32
+  // master weights, gradients, optimizer and every other op; f16 with loss scaling); f32: off.
+  DType precision = DType::f32;
+  LossScaleConfig loss_scale;  // f16 only
   int64_t checkpoint_every = 0;      // steps between checkpoints (0: only at epoch ends)
   int keep_checkpoints = 2;
   std::vector<std::string> backends = {"auto"};  // preference order; "auto": highest priority

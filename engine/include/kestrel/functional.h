@@ -10,6 +10,26 @@
 
 namespace kestrel::fn {
 
+// Mixed precision (torch.autocast): while a scope is active on this thread, linear, conv2d and matmul
+// multiply in `dtype` (bf16 or f16): their f32 operands are rounded to it, the GEMMs accumulate in f32,
+// and their results come back as f32, so every other op (softmax, norms, losses, reductions, the
+// optimizer) runs in f32 on f32 master weights. Their backward GEMMs run in `dtype` too; gradients reach
+// the weights through the casts, in f32. f32 (the default) turns it off.
+class AutocastScope {
+ public:
+  explicit AutocastScope(DType dtype);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  DType previous_;
+};
+DType autocast_dtype();  // f32 outside any scope
+
+// x in another dtype (a copy), its gradient cast back to x's dtype.
+Var cast(const Var& x, DType dtype);
+
 // x: (N, in), weight: (out, in) as torch.nn.Linear, bias: (out) or undefined -> (N, out). (The linear
 // layer applies it to the last axis of a higher-rank input by folding the others into N.)
 // The activation is fused into the product where the backend offers it.

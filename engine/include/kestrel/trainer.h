@@ -38,6 +38,9 @@ struct TrainSummary {
   int64_t replayed_steps = 0;  // steps run as one replay of the captured step (see RunConfig::capture)
   bool cancelled = false;      // TrainOptions::on_step stopped the run
   int world_size = 1;          // data-parallel ranks
+  // f16: the loss scale at the end and the steps skipped because their gradients overflowed.
+  double loss_scale = 0;
+  int64_t skipped_steps = 0;
   // Data parallelism: seconds this rank waited, after its backward pass, for the gradient sums still in
   // flight (communication not hidden behind backward).
   double gradient_wait_seconds = 0;

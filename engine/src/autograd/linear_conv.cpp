@@ -26,9 +26,28 @@ Tensor activation_grad(kestrel_activation activation, const Tensor& dy, const Te
   }
 }
 
+// Under an AutocastScope an f32 product runs in the scope's dtype and returns to f32 (mixed precision).
+bool autocasts(const Var& x) { return autocast_dtype() != DType::f32 && x.value().dtype() == DType::f32; }
+Var low(const Var& v) { return v.defined() ? cast(v, autocast_dtype()) : v; }
+
+Var linear_same_dtype(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation);
+Var conv2d_same_dtype(const Var& x, const Var& weight, const Var& bias, const ops::Window& window);
+
 }  // namespace
 
 Var linear(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation) {
+  if (!autocasts(x)) return linear_same_dtype(x, weight, bias, activation);
+  return cast(linear_same_dtype(low(x), low(weight), low(bias), activation), DType::f32);
+}
+
+Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& window) {
+  if (!autocasts(x)) return conv2d_same_dtype(x, weight, bias, window);
+  return cast(conv2d_same_dtype(low(x), low(weight), low(bias), window), DType::f32);
+}
+
+namespace {
+
+Var linear_same_dtype(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation) {
   const Tensor& input = x.value();  // (N, in)
   const Tensor& w = weight.value();  // (out, in)
   if (input.rank() != 2 || w.rank() != 2 || input.size(1) != w.size(1))
@@ -59,7 +78,7 @@ Var linear(const Var& x, const Var& weight, const Var& bias, kestrel_activation 
                   });
 }
 
-Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& window) {
+Var conv2d_same_dtype(const Var& x, const Var& weight, const Var& bias, const ops::Window& window) {
   const Tensor& input = x.value();  // (N, C, H, W)
   const Tensor& w = weight.value();  // (O, C, KH, KW)
   if (input.rank() != 4 || w.rank() != 4 || input.size(1) != w.size(1))
@@ -93,5 +112,7 @@ Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& 
         }
       });
 }
+
+}  // namespace
 
 }  // namespace kestrel::fn

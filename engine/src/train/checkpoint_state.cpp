@@ -38,7 +38,7 @@ bool is_sha256_hex(const std::string& s) {
 
 nlohmann::json to_json(const CheckpointState& s) {
   const TrainState& t = s.train;
-  return {{"format", kFormat},
+  nlohmann::json json{{"format", kFormat},
           {"weights", s.weights},
           {"weights_sha256", s.weights_sha256},
           {"model", s.model_source},
@@ -57,6 +57,11 @@ nlohmann::json to_json(const CheckpointState& s) {
                       {"samples", t.window.samples}}},
           {"seed", s.seed},
           {"device", s.device}};
+  if (t.loss_scale.scale > 0)  // f16 runs: the loss scale goes on from where it was
+    json["loss_scale"] = {{"scale", t.loss_scale.scale},
+                          {"clean_steps", t.loss_scale.clean_steps},
+                          {"skipped_steps", t.loss_scale.skipped_steps}};
+  return json;
 }
 
 // Every field is required: a reader with a fallback would let a deleted field pass.
@@ -153,6 +158,15 @@ CheckpointState decode_checkpoint_state(const std::string& text, const std::stri
     t.window.loss = window.number("loss", 0, -big, big);
   }
   window.finish();
+  if (top.get("loss_scale")) {  // f16 runs only
+    JsonReader scaling = top.child("loss_scale");
+    Required in_scaling{scaling};
+    scaling.require("scale", "the loss scale, a positive number");
+    t.loss_scale.scale = scaling.number("scale", 0, 1e-30, 1e30);
+    t.loss_scale.clean_steps = in_scaling.integer<int64_t>("clean_steps", 0, t.step);
+    t.loss_scale.skipped_steps = in_scaling.integer<int64_t>("skipped_steps", 0, t.step - s.optimizer_steps);
+    scaling.finish();
+  }
   top.get("state_sha256");
   top.finish();
   return s;

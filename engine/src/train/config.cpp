@@ -151,6 +151,14 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   c.log_every = top.integer("log_every", c.log_every, 1, int64_t(1) << 24);
   c.nonfinite_loss = top.kind("nonfinite_loss", c.nonfinite_loss, nonfinite_loss_names);
   c.detect_anomaly = top.boolean("detect_anomaly", c.detect_anomaly);
+  c.precision = parse_dtype(top.string("precision", std::string(dtype_name(c.precision)), precision_names));
+  JsonReader scaling = top.child("loss_scale");
+  LossScaleConfig& ls = c.loss_scale;
+  ls.init_scale = scaling.number("init_scale", ls.init_scale, 1, 1e30);
+  ls.growth_factor = scaling.number("growth_factor", ls.growth_factor, 1, 1e6);
+  ls.backoff_factor = scaling.number("backoff_factor", ls.backoff_factor, 1e-6, 1, true);
+  ls.growth_interval = scaling.integer("growth_interval", ls.growth_interval, 1);
+  scaling.finish();
 
   JsonReader eval = top.child("eval");
   c.eval_batch_size = eval.integer("batch_size", c.eval_batch_size, 1);

@@ -18,6 +18,7 @@ EvalResult Trainer::evaluate() { return evaluate_on(test_); }
 // ranks: every rank must call it (fit does).
 EvalResult Trainer::evaluate_on(const std::shared_ptr<const data::Dataset>& dataset) {
   NoGradGuard no_grad;
+  fn::AutocastScope autocast(config_.precision);  // evaluated as trained
   const int rank = group_ ? group_->rank() : 0, ranks = group_ ? group_->size() : 1;
   data::DataLoader loader(dataset, {config_.eval_batch_size, false, false, 0, 1, 2, rank, ranks}, device_);
   loader.start_epoch(0);
@@ -46,6 +47,7 @@ EvalResult Trainer::evaluate_on(const std::shared_ptr<const data::Dataset>& data
 
 std::vector<Prediction> Trainer::predict(int64_t count, int64_t top_k) {
   NoGradGuard no_grad;
+  fn::AutocastScope autocast(config_.precision);
   if (!test_->label_shape.empty())
     throw InvalidArgument("predict shows the classes of whole samples; this data has a label per position (a language "
                           "model: use generate)");

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "kestrel/functional.h"
 #include "kestrel/graph.h"
 #include "kestrel/loader.h"
 #include "kestrel/ops.h"
@@ -139,6 +140,7 @@ MemoryPlan Trainer::plan_memory(int64_t batch_size) {
       int64_t last = 0;
       uint64_t offset = 0;
       model_->zero_grad(/*lazy=*/true);
+      fn::AutocastScope autocast(config_.precision);  // measured as the run computes
       {
         Var out;
         {
@@ -156,6 +158,7 @@ MemoryPlan Trainer::plan_memory(int64_t batch_size) {
     }
     {
       NoGradGuard no_grad;
+      fn::AutocastScope autocast(config_.precision);
       data::Batch batch = first_batch(test_, sizes[k], device_);
       eval_sample_bytes = sample_bytes(batch);
       PassMeter meter(engine_, device_);

@@ -23,6 +23,7 @@ nlohmann::json to_json(const MetricRecord& r) {
   if (r.kind == "train") {
     j["lr"] = r.lr;
     j["samples_per_second"] = r.samples_per_second;
+    if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;
   }
   return j;
 }
@@ -42,6 +43,7 @@ MetricRecord from_json(const nlohmann::json& j) {
   r.accuracy = number_or_nan(j, "accuracy");
   r.lr = j.value("lr", 0.0);
   r.samples_per_second = j.value("samples_per_second", 0.0);
+  r.loss_scale = j.value("loss_scale", 0.0);
   r.seconds = j.value("seconds", 0.0);
   return r;
 }
@@ -93,6 +95,7 @@ void RunLog::record(const MetricRecord& record) {
   if (record.kind == "train") {
     events_->scalar("train/learning_rate", record.step, record.lr);
     events_->scalar("train/samples_per_second", record.step, record.samples_per_second);
+    if (record.loss_scale > 0) events_->scalar("train/loss_scale", record.step, record.loss_scale);
   }
   std::ofstream out(out_dir_ + "/metrics.jsonl", std::ios::app);
   out << to_json(record).dump() << "\n";

@@ -15,6 +15,7 @@ struct MetricRecord {
   std::string kind;  // "train" (every log_every steps) or "eval" (every epoch)
   int64_t epoch = 0, step = 0;
   double loss = 0, accuracy = 0, lr = 0, samples_per_second = 0, seconds = 0;
+  double loss_scale = 0;  // f16's loss scale after the step (0: none)
 };
 
 class RunLog {

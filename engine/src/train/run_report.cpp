@@ -23,6 +23,10 @@ RunReport::RunReport(const RunConfig& config, const RunPlan& plan, RunIdentity i
   log_.message(fmt::format("kestrel: training {} ({} parameters) on {} ({}, {})", identity_.model, identity_.parameters,
                            identity_.device, identity_.device_name, identity_.device_runtime));
   log_.set_plot_subtitle(fmt::format("{} on {} ({})", identity_.model, identity_.device, identity_.device_name));
+  if (config.precision != DType::f32)
+    log_.message(fmt::format("kestrel: mixed precision: products in {}, master weights, gradients and the other ops in "
+                             "f32",
+                             dtype_name(config.precision)));
   if (config.accumulate_steps > 1)
     log_.message(fmt::format("kestrel: {} micro-batches of {} samples per optimizer step (batch size {})",
                              config.accumulate_steps, config.micro_batch_size(), config.batch_size));
@@ -45,7 +49,7 @@ void RunReport::stepped(const TrainState& state, double lr, int64_t samples, Met
     last_loss_ = figures.loss;
     last_accuracy_ = figures.accuracy;
     log_.record({"train", state.epoch, state.step, figures.loss, figures.accuracy, lr, figures.samples_per_second,
-                 run_clock_.seconds()});
+                 run_clock_.seconds(), state.loss_scale.scale});
     show_progress(state, figures.loss, figures.accuracy, figures.samples_per_second);
   } else if (log_.live() && redraw_clock_.seconds() > 0.1) {
     show_progress(state, last_loss_, last_accuracy_, run_rate());
@@ -80,6 +84,8 @@ TrainSummary RunReport::finish(const TrainState& state, const EvalResult& test, 
   summary.out_dir = config_.out_dir;
   summary.replayed_steps = replayed_steps;
   summary.world_size = world_size;
+  summary.loss_scale = state.loss_scale.scale;
+  summary.skipped_steps = state.loss_scale.skipped_steps;
   summary.gradient_wait_seconds = gradient_wait_seconds;
   summary.gradient_sync_seconds = gradient_sync_seconds;
   write_summary(summary);
@@ -101,6 +107,7 @@ void RunReport::write_summary(const TrainSummary& summary) const {
                       {"parameters", identity_.parameters},
                       {"batch_size", config_.batch_size},
                       {"accumulate_steps", config_.accumulate_steps},
+                      {"precision", dtype_name(config_.precision)},
                       {"epochs", summary.epochs},
                       {"steps", summary.steps},
                       {"train_loss", std::isnan(summary.train_loss) ? nlohmann::json() : nlohmann::json(summary.train_loss)},
@@ -113,6 +120,10 @@ void RunReport::write_summary(const TrainSummary& summary) const {
                       {"gradient_sync_seconds", summary.gradient_sync_seconds},
                       {"seconds", summary.seconds}};
   if (!std::isnan(summary.test.accuracy)) json["test_accuracy"] = summary.test.accuracy;
+  if (summary.loss_scale > 0) {  // f16
+    json["loss_scale"] = summary.loss_scale;
+    json["skipped_steps"] = summary.skipped_steps;
+  }
   io::write_file_atomically(config_.out_dir + "/summary.json", json.dump(2) + "\n");
 }
 

@@ -11,12 +11,20 @@ struct WindowTotals {
   int64_t steps = 0, samples = 0;
 };
 
+// f16's loss scale (GradScaler's state), saved so a resumed run scales as the uninterrupted one did.
+struct LossScaleState {
+  double scale = 0;           // 0: no loss scaling (f32, bf16)
+  int64_t clean_steps = 0;    // steps in a row without overflow since the scale last changed
+  int64_t skipped_steps = 0;  // steps skipped over the run for gradients that overflowed
+};
+
 struct TrainState {
   int64_t epoch = 0;        // the epoch in progress
   int64_t batch = 0;        // batches of it already done
   int64_t step = 0;         // optimizer steps done
   uint64_t rng_offset = 0;  // Philox blocks used by dropout so far
   WindowTotals window;      // as saved; during a run the MetricsWindow holds the live figures
+  LossScaleState loss_scale;
 };
 
 }  // namespace kestrel

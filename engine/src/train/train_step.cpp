@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "kestrel/functional.h"
 #include "kestrel/graph.h"
 #include "kestrel/ops.h"
 #include "data_parallel.h"
@@ -20,7 +21,7 @@ uint64_t dropout_seed(uint64_t seed, int rank) { return (seed ^ 0x9e3779b97f4a7c
 }  // namespace
 
 TrainStep::TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer, MetricsWindow& metrics, Note note,
-                     ProcessGroup* group, OptimizerShards* shards)
+                     LossScaleState& loss_scale, ProcessGroup* group, OptimizerShards* shards)
     : config_(config),
       model_(model),
       optimizer_(optimizer),
@@ -30,6 +31,7 @@ TrainStep::TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer
       shards_(shards),
       micro_batch_(config.micro_batch_size() / (group ? group->size() : 1)),
       dropout_seed_(dropout_seed(config.seed, group ? group->rank() : 0)) {
+  if (config_.precision == DType::f16) scaler_.emplace(config_.loss_scale, loss_scale);
   if (config_.distributed.deterministic) {
     const int64_t world = group_ ? group_->size() : 1, shards = config_.distributed.shards;
     const int64_t parameters = model_.flat_gradients().numel();
@@ -41,7 +43,8 @@ TrainStep::TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer
     buckets_ = std::make_unique<GradientBuckets>(model_, *group_, config_.distributed.bucket_cap_mb * 1024 * 1024);
     return;  // collectives are not captured (yet): every step runs eagerly
   }
-  if (config_.capture && !config_.detect_anomaly && CapturedGraph::supported(model_.device()))
+  // Loss scaling decides on the host whether each step updates: such steps run eagerly.
+  if (config_.capture && !config_.detect_anomaly && !scaler_ && CapturedGraph::supported(model_.device()))
     captured_ = std::make_unique<CapturedStep>(
         model_.device(), [this](const Tensor& inputs, const Tensor& targets, uint64_t& rng_offset) {
           body(inputs, targets, inputs.size(0), rng_offset);
@@ -53,8 +56,7 @@ void TrainStep::run(const data::Batch& batch, double lr, uint64_t& rng_offset, i
   if (group_) broadcast_buffers(*group_, model_, fmt::format("step {}: sharing rank 0's buffers", step));
   if (!config_.detect_anomaly) {
     forward_backward(batch, rng_offset);
-    optimizer_.step(lr);
-    if (shards_) shards_->gather_parameters(step);
+    update(lr);
     return;
   }
   AnomalyModeGuard check_every_op;
@@ -62,12 +64,28 @@ void TrainStep::run(const data::Batch& batch, double lr, uint64_t& rng_offset, i
     deterministic_body(batch.inputs, batch.targets, batch.global_size, rng_offset);
   else
     body(batch.inputs, batch.targets, batch.global_size, rng_offset);
-  optimizer_.step(lr);
-  if (shards_) shards_->gather_parameters(step);
+  update(lr);
   if (!ops::all_finite(model_.flat_parameters()))
     throw AnomalyError(fmt::format("the optimizer's update gave NaN or infinite parameters from finite gradients "
                                    "(learning rate {}); check the learning rate and the optimizer's eps",
                                    lr));
+}
+
+void TrainStep::update(double lr) {
+  if (scaler_) {
+    const double scale = scaler_->scale();
+    // Every rank has the same summed gradients, so every rank decides alike.
+    if (!scaler_->step_allowed(model_.flat_gradients())) return;  // skipped; the scale backed off
+    optimizer_.step(lr, 1.0 / scale);
+  } else {
+    optimizer_.step(lr);
+  }
+  if (shards_) shards_->gather_parameters(step_);
+}
+
+Tensor TrainStep::backward_seed(const Var& loss, double share) const {
+  const double scale = scaler_ ? scaler_->scale() : 1.0;
+  return Tensor::full({}, share * scale, loss.value().dtype(), loss.value().device());
 }
 
 void TrainStep::forward_backward(const data::Batch& batch, uint64_t& rng_offset) {
@@ -91,6 +109,7 @@ void TrainStep::forward_backward(const data::Batch& batch, uint64_t& rng_offset)
 // batch (up to rounding), while only one micro-batch's activations are alive at a time. A data-parallel
 // rank weights by the share of the global batch, and the ranks' gradients are summed.
 void TrainStep::body(const Tensor& inputs, const Tensor& targets, int64_t global_samples, uint64_t& rng_offset) {
+  fn::AutocastScope autocast(config_.precision);  // forward and backward (a checkpointed segment reruns in it)
   std::optional<LeafGradientScope> observed;
   if (buckets_) observed.emplace(*buckets_);
   model_.zero_grad(/*lazy=*/true);  // the first backward overwrites the gradients, later ones add
@@ -103,13 +122,13 @@ void TrainStep::body(const Tensor& inputs, const Tensor& targets, int64_t global
     Var loss = batch_loss(config_.loss, out, y);
     if (buckets_ && end == samples) buckets_->arm();  // the last pass completes each gradient
     if (whole) {
-      backward(loss);
+      scaler_ ? backward(loss, backward_seed(loss, 1.0)) : backward(loss);
       metrics_.add(loss.value(), out.value(), y);
       continue;
     }
-    const Tensor share =
-        Tensor::full({}, double(end - start) / double(global_samples), loss.value().dtype(), loss.value().device());
-    backward(loss, share);
+    const double fraction = double(end - start) / double(global_samples);
+    const Tensor share = Tensor::full({}, fraction, loss.value().dtype(), loss.value().device());
+    backward(loss, scaler_ ? backward_seed(loss, fraction) : share);
     metrics_.add(ops::binary(KESTREL_BINARY_MUL, loss.value(), share), out.value(), y);
   }
   model_.settle_gradients();  // a rank with no samples this step (a short last batch) sends zeros
@@ -124,6 +143,7 @@ void TrainStep::body(const Tensor& inputs, const Tensor& targets, int64_t global
 // same additions in the same order as one process makes, so the same bits.
 void TrainStep::deterministic_body(const Tensor& inputs, const Tensor& targets, int64_t global_samples,
                                    uint64_t& rng_offset) {
+  fn::AutocastScope autocast(config_.precision);
   const int64_t shards = config_.distributed.shards, world = group_ ? group_->size() : 1;
   const int64_t rank = group_ ? group_->rank() : 0, mine = shards / world;
   const int64_t first_row = global_samples * rank / world;
@@ -138,9 +158,9 @@ void TrainStep::deterministic_body(const Tensor& inputs, const Tensor& targets, 
       Var out = model_.forward(x, true, dropout_seed(config_.seed, 0) + uint64_t(s) * 0x9e3779b97f4a7c15ULL, offset);
       rng_offset = std::max(rng_offset, offset);
       Var loss = batch_loss(config_.loss, out, y);
-      const Tensor share = Tensor::full({}, double(end - begin) / double(global_samples), loss.value().dtype(),
-                                        loss.value().device());
-      backward(loss, share);
+      const double fraction = double(end - begin) / double(global_samples);
+      const Tensor share = Tensor::full({}, fraction, loss.value().dtype(), loss.value().device());
+      backward(loss, scaler_ ? backward_seed(loss, fraction) : share);
       metrics_.add(ops::binary(KESTREL_BINARY_MUL, loss.value(), share), out.value(), y);
     }
     model_.settle_gradients();  // a shard without samples (a short last batch) has a zero gradient

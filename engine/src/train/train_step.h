@@ -2,6 +2,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kestrel/config.h"
@@ -9,6 +10,7 @@
 #include "kestrel/model.h"
 #include "kestrel/optim.h"
 #include "captured_step.h"
+#include "grad_scaler.h"
 #include "gradient_buckets.h"
 #include "metrics_window.h"
 #include "optimizer_shards.h"
@@ -28,8 +30,9 @@ class TrainStep {
   using Note = std::function<void(const std::string&)>;  // told once when the step starts replaying, or can't
   // group: the data-parallel ranks (null for one process).
   // shards: ZeRO-1's parts (the optimizer updates this rank's), gathered after each update; or null.
+  // loss_scale: the run's loss-scaling state (f16), updated as steps go by; unused in other precisions.
   TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer, MetricsWindow& metrics, Note note,
-            ProcessGroup* group = nullptr, OptimizerShards* shards = nullptr);
+            LossScaleState& loss_scale, ProcessGroup* group = nullptr, OptimizerShards* shards = nullptr);
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
 
@@ -49,6 +52,10 @@ class TrainStep {
   // apart, then every shard's gradient summed in shard order on every rank. Same arguments as body().
   void deterministic_body(const Tensor& inputs, const Tensor& targets, int64_t global_samples, uint64_t& rng_offset);
   void forward_backward(const data::Batch& batch, uint64_t& rng_offset);
+  // The optimizer's update; with loss scaling, skipped when the gradients overflowed.
+  void update(double lr);
+  // The seed of backward: a micro-batch's share of the batch, times the loss scale (f16).
+  Tensor backward_seed(const Var& loss, double share) const;
 
   const RunConfig& config_;
   Model& model_;
@@ -62,6 +69,7 @@ class TrainStep {
   int64_t micro_batch_;                       // samples per forward and backward on this rank
   int64_t step_ = 0;                          // the step running, for messages
   uint64_t dropout_seed_;                     // each rank draws its own masks
+  std::optional<GradScaler> scaler_;          // f16 only
   std::unique_ptr<CapturedStep> captured_;  // null when capture is off or unsupported
   int64_t replayed_ = 0;
   bool told_eager_ = false;

@@ -10,6 +10,7 @@
 
 #include "kestrel/io.h"
 #include "kestrel/loader.h"
+#include "kestrel/ops.h"
 #include "checkpoint_state.h"
 #include "data_parallel.h"
 #include "metrics_window.h"
@@ -87,6 +88,23 @@ Device select_device(Engine& engine, std::vector<std::string> preferences, const
   return engine.best_device(preferences);
 }
 
+namespace {
+
+// A device that cannot multiply in the run's precision is refused before training, by name.
+void check_precision(const RunConfig& config, const Device& device) {
+  if (config.precision == DType::f32) return;
+  try {
+    const Tensor probe = Tensor::zeros({2, 2}, config.precision, device);
+    ops::matmul(probe, probe);
+  } catch (const Error& e) {
+    throw ConfigError(fmt::format("{}: /precision: {} cannot multiply in {} ({}); train there in f32, or pick a backend "
+                                  "that can (--backend)",
+                                  config.source, device.str(), dtype_name(config.precision), e.what()));
+  }
+}
+
+}  // namespace
+
 Trainer::Trainer(RunConfig config, Engine& engine)
     : config_(std::move(config)), engine_(engine), world_(World::get()) {
   config_.micro_batch_size();  // flags may have changed either number since the file was read
@@ -104,6 +122,7 @@ Trainer::Trainer(RunConfig config, Engine& engine)
   vocabulary_ = std::move(data.vocabulary);
   device_ = rank_device(engine_, select_device(engine_, config_.backends, config_.fallback), world_, config_);
   model_ = std::make_unique<Model>(std::move(spec), device_, config_.seed);
+  check_precision(config_, device_);
   if (world_.distributed()) {
     check_same_run(world_, config_, *model_, train_->size);
     group_ = std::make_unique<ProcessGroup>(device_, world_, config_.distributed.timeout_seconds);
@@ -182,6 +201,7 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
   NonFiniteGuard nonfinite(config_, plan.batches);
   nonfinite.resumed(state);
   TrainStep step(config_, *model_, *optimizer_, metrics, [&](const std::string& note) { report.message(note); },
+                 state.loss_scale,
                  group_.get(), shards_.get());
 
   EvalResult test{NAN, NAN, 0};

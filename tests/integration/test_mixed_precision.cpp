@@ -1,0 +1,184 @@
+// Mixed precision (bf16 products, f32 everything else): what the scope rounds, where gradients go, and a
+// trained model's accuracy against f32's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "kestrel/engine.h"
+#include "kestrel/functional.h"
+#include "kestrel/trainer.h"
+
+namespace {
+
+using kestrel::DType;
+using kestrel::Tensor;
+using kestrel::Var;
+namespace fn = kestrel::fn;
+namespace fs = std::filesystem;
+
+kestrel::Device cpu() { return kestrel::Engine::global().device("cpu"); }
+
+Tensor random_f32(const kestrel::Shape& shape, uint64_t seed) {
+  std::mt19937 rng{static_cast<uint32_t>(seed)};
+  std::normal_distribution<float> normal;
+  std::vector<float> values(kestrel::shape_numel(shape));
+  for (float& v : values) v = normal(rng);
+  return Tensor::from_vector(values, shape, cpu());
+}
+
+Tensor rounded(const Tensor& t, DType dtype) { return t.to(dtype).to(DType::f32); }
+
+TEST(MixedPrecision, AProductRoundsItsOperandsAndItsResultOnly) {
+  const Tensor x = random_f32({6, 20}, 1), w = random_f32({5, 20}, 2), b = random_f32({5}, 3);
+  // The reference: f32 arithmetic on the operands rounded to bf16, the result rounded once.
+  const Tensor want = rounded(fn::linear(Var(rounded(x, DType::bf16)), Var(rounded(w, DType::bf16)),
+                                         Var(rounded(b, DType::bf16)), KESTREL_ACTIVATION_RELU)
+                                  .value(),
+                              DType::bf16);
+  Tensor got;
+  {
+    fn::AutocastScope autocast(DType::bf16);
+    EXPECT_EQ(fn::autocast_dtype(), DType::bf16);
+    got = fn::linear(Var(x), Var(w), Var(b), KESTREL_ACTIVATION_RELU).value();
+  }
+  EXPECT_EQ(fn::autocast_dtype(), DType::f32) << "the scope ends with its block";
+  EXPECT_EQ(got.dtype(), DType::f32) << "the other ops see f32";
+  EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
+  // Without a scope nothing is rounded.
+  const Tensor exact = fn::linear(Var(x), Var(w), Var(b)).value();
+  EXPECT_NE(exact.to_vector<float>(), fn::linear(Var(rounded(x, DType::bf16)), Var(w), Var(b)).value().to_vector<float>());
+}
+
+TEST(MixedPrecision, GradientsReachTheF32WeightsThroughTheCasts) {
+  const Tensor x = random_f32({8, 3, 10, 10}, 4), w = random_f32({4, 3, 3, 3}, 5), v = random_f32({7, 4}, 6);
+  auto gradients = [&](DType precision) {
+    Var input(x), weight(w, true), other(v, true);
+    fn::AutocastScope autocast(precision);
+    Var y = fn::conv2d(input, weight, Var(), kestrel::ops::Window{3, 3, 1, 1, 1, 1, 1, 1});  // (8, 4, 10, 10)
+    Var pooled = fn::mean_over(fn::reshape(y, {8, 4, 100}), 2);                           // (8, 4)
+    Var z = fn::matmul(fn::reshape(other, {1, 7, 4}), fn::reshape(fn::permute(pooled, {1, 0}), {1, 4, 8}));
+    kestrel::backward(fn::mean(fn::tanh(z)));
+    return std::pair{weight.grad(), other.grad()};
+  };
+  auto [weight32, other32] = gradients(DType::f32);
+  auto [weight16, other16] = gradients(DType::bf16);
+  ASSERT_EQ(weight16.dtype(), DType::f32);
+  ASSERT_EQ(other16.dtype(), DType::f32);
+  auto close = [](const Tensor& got, const Tensor& want) {
+    auto g = got.to_vector<float>(), e = want.to_vector<float>();
+    double error = 0, scale = 0;
+    for (size_t i = 0; i < g.size(); ++i) error = std::max(error, double(std::abs(g[i] - e[i]))), scale = std::max(scale, double(std::abs(e[i])));
+    return error / scale;
+  };
+  // bf16 keeps 8 bits of mantissa: relative rounding 2^-9 per operand.
+  EXPECT_LT(close(weight16, weight32), 3e-2);
+  EXPECT_LT(close(other16, other32), 3e-2);
+  EXPECT_GT(close(weight16, weight32), 0) << "the products did run in bf16";
+}
+
+kestrel::RunConfig mlp_config(const std::string& precision, const std::string& name) {
+  kestrel::RunConfig config =
+      kestrel::RunConfig::load(std::string(KESTREL_SOURCE_DIR) + "/models/fashion_mlp.train.json");
+  config.data.train_subset = 6000;
+  config.data.test_subset = 1000;
+  config.epochs = 2;
+  config.backends = {"cpu"};
+  config.precision = kestrel::parse_dtype(precision);
+  config.out_dir = (fs::temp_directory_path() / ("kestrel_precision_" + name)).string();
+  fs::remove_all(config.out_dir);
+  return config;
+}
+
+kestrel::TrainOptions quiet() {
+  kestrel::TrainOptions options;
+  options.quiet = true;
+  return options;
+}
+
+TEST(MixedPrecision, Bf16AndF16TrainTheMlpToF32sAccuracy) {
+  auto run = [](const std::string& precision) {
+    kestrel::Trainer trainer(mlp_config(precision, precision));
+    return trainer.fit(quiet());
+  };
+  const kestrel::TrainSummary f32 = run("f32");
+  for (const char* precision : {"bf16", "f16"}) {
+    const kestrel::TrainSummary low = run(precision);
+    EXPECT_NEAR(low.test.accuracy, f32.test.accuracy, 0.015) << precision;
+    EXPECT_NEAR(low.test.loss, f32.test.loss, 0.03) << precision;
+    EXPECT_NE(low.test.loss, f32.test.loss) << precision << " changed the arithmetic";
+  }
+}
+
+std::vector<float> parameters(kestrel::Trainer& trainer) { return trainer.model().flat_parameters().to_vector<float>(); }
+
+TEST(MixedPrecision, F16SkipsAStepWhoseGradientsOverflowAndBacksOff) {
+  // 2^40 times the loss overflows f16 in the first backward product: the step must leave every weight
+  // as it was and halve the scale.
+  kestrel::RunConfig config = mlp_config("f16", "overflow");
+  config.loss_scale.init_scale = std::ldexp(1.0, 40);
+  config.max_steps = 1;
+  kestrel::Trainer untouched(config), trainer(config);
+  kestrel::TrainSummary one = trainer.fit(quiet());
+  EXPECT_EQ(one.skipped_steps, 1);
+  EXPECT_EQ(one.loss_scale, std::ldexp(1.0, 39));
+  EXPECT_EQ(parameters(trainer), parameters(untouched)) << "a skipped step changes nothing";
+  // Run on, the scale backs off until the gradients fit, then the run learns.
+  config.max_steps = 60;
+  config.out_dir += "-longer";
+  fs::remove_all(config.out_dir);
+  kestrel::Trainer longer(config);
+  kestrel::TrainSummary summary = longer.fit(quiet());
+  EXPECT_GT(summary.skipped_steps, 5);
+  EXPECT_LT(summary.skipped_steps, 40);
+  EXPECT_LT(summary.loss_scale, std::ldexp(1.0, 35));
+  EXPECT_GT(summary.test.accuracy, 0.6);
+}
+
+TEST(MixedPrecision, F16LossScaleGrowsAndResumesExactly) {
+  kestrel::RunConfig config = mlp_config("f16", "growth");
+  config.loss_scale.init_scale = 1024;
+  config.loss_scale.growth_interval = 4;
+  config.max_steps = 10;
+  config.checkpoint_every = 3;
+  kestrel::Trainer straight(config);
+  kestrel::TrainSummary expected = straight.fit(quiet());
+  EXPECT_EQ(expected.skipped_steps, 0);
+  EXPECT_EQ(expected.loss_scale, 4096) << "grown twice in 10 clean steps, every 4";
+  // Killed after step 7 (its checkpoint is from step 6, 2 clean steps into the second interval).
+  config.out_dir += "-resumed";
+  fs::remove_all(config.out_dir);
+  {
+    kestrel::Trainer interrupted(config);
+    kestrel::TrainOptions options = quiet();
+    options.interrupt_after = 7;
+    interrupted.fit(options);
+  }
+  kestrel::Trainer resumed(config);
+  kestrel::TrainOptions options = quiet();
+  options.resume = true;
+  kestrel::TrainSummary got = resumed.fit(options);
+  EXPECT_EQ(got.loss_scale, expected.loss_scale);
+  EXPECT_EQ(parameters(resumed), parameters(straight)) << "bit for bit";
+}
+
+TEST(MixedPrecision, ADeviceThatCannotMultiplyInBf16IsRefusedByName) {
+  kestrel::Engine& engine = kestrel::Engine::global();
+  if (engine.device_count("vulkan") == 0) GTEST_SKIP() << "no Vulkan device (the one backend here without bf16 GEMMs)";
+  kestrel::RunConfig config =
+      kestrel::RunConfig::load(std::string(KESTREL_SOURCE_DIR) + "/models/fashion_mlp.train.json");
+  config.backends = {"vulkan"};
+  config.fallback = "error";
+  config.precision = DType::bf16;
+  config.data.train_subset = 64;
+  config.data.test_subset = 64;
+  try {
+    kestrel::Trainer trainer(config);
+    FAIL() << "vulkan accepted bf16 products";
+  } catch (const kestrel::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("/precision: vulkan:0 cannot multiply in bf16"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
