@@ -14,8 +14,9 @@ case "$mode" in
     build="$KESTREL_ROOT/build-asan"
     sanitizers="address,undefined"
     # Unit tests (IO, data, autograd, plugin faults, the ABI), the CPU conformance suite, training and
-    # exact resume, capture/replay, the model and config readers' error paths, and the fuzz corpora.
-    SANITIZED_TESTS='^(test_(io|data|loader|tensor|gradcheck|plugin_abi|plugin_faults|philox_half|training|training_faults|training_text|text|recurrent|transformer|activation_checkpointing|anomaly|capture|cli_models|config)|conformance|fuzz_corpus_.*)$'
+    # exact resume, mixed precision, capture/replay, the model and config readers' error paths, plots, and
+    # the fuzz corpora.
+    SANITIZED_TESTS='^(test_(io|data|loader|tensor|gradcheck|plugin_abi|plugin_faults|philox_half|training|training_faults|training_text|text|recurrent|transformer|activation_checkpointing|anomaly|capture|cli_models|config|mixed_precision|plot)|conformance|fuzz_corpus_.*)$'
     # intercept_tls_get_addr=0: GCC 12's sanitizer runtime (like GCC <= 13 and LLVM <= 16) takes a
     # dynamic TLS block (of a library loaded with dlopen: the plugins and what they bring in) whose
     # address happens to sit at a certain offset in its page for a pre-2.25 glibc header and reads

@@ -24,6 +24,10 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       accuracy) python3 bench/accuracy.py --backend cuda --only mlp --seeds 42 43 7 --pytorch python3 --suffix -cuda &&
                 python3 bench/accuracy.py --backend cuda --only convnet --seeds 42 --pytorch python3 --suffix -cuda ;;
       speedup) python3 bench/speedup.py ;;
+      # Mixed precision on tensor cores (bf16/f16 GEMMs through cuBLAS); not yet run on a GPU.
+      precision) python3 bench/precision.py --backend cuda --precisions bf16 f16 --seeds 42 43 7 --only mlp &&
+                 python3 bench/precision.py --backend cuda --precisions bf16 f16 --only convnet gpt \
+                                            --convnet-epochs 10 --gpt-steps 2000 ;;
       cpustep) python3 bench/cpu_step_overhead.py --rounds "${ROUNDS:-11}" --pytorch python3 ;;
       vulkan) # NVIDIA's Vulkan driver needs the GL vendor-neutral libraries, which the image lacks: carry
               # Debian's .debs in .gl/ (apt-get download libvulkan1 libglvnd0 libgl1 libglx0 libegl1 ...)
