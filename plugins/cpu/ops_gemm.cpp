@@ -137,6 +137,26 @@ void widen(const typename E::storage* base, int64_t rows, int64_t cols, int64_t 
                        [=](int64_t i) { out[i] = E::load(base[(i / cols) * row_stride + (i % cols) * col_stride]); });
 }
 
+// c (m, n, row-major f32) = alpha * a @ b + beta * c for 16-bit a (m, k) and b (k, n) with any strides,
+// widened into the scratch blocks first. Shared by the 16-bit GEMM and linear ops.
+template <class E>
+void multiply_widened(const typename E::storage* a, const int64_t a_strides[2], const typename E::storage* b,
+                      const int64_t b_strides[2], int64_t m, int64_t k, int64_t n, float alpha, float beta, float* c,
+                      std::vector<float>& a_scratch, std::vector<float>& b_scratch) {
+  if (k == 0) {  // BLAS rejects empty operands; the product is zero
+    Kokkos::parallel_for("kestrel::gemm_scale", Range(0, m * n),
+                         [=](int64_t i) { c[i] = beta == 0.0f ? 0.0f : beta * c[i]; });
+    return;
+  }
+  a_scratch.resize(m * k);
+  b_scratch.resize(k * n);
+  widen<E>(a, m, k, a_strides[0], a_strides[1], a_scratch.data());
+  widen<E>(b, k, n, b_strides[0], b_strides[1], b_scratch.data());
+  use_blas_threads_for(m * n * k);
+  KokkosBlas::gemm("N", "N", alpha, MatrixView<const float>(a_scratch.data(), m, k),
+                   MatrixView<const float>(b_scratch.data(), k, n), beta, MatrixView<float>(c, m, n));
+}
+
 template <class E>
 void gemm_widened(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, const kestrel_tensor& c_desc, float alpha,
                   float beta) {
@@ -145,22 +165,14 @@ void gemm_widened(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, co
   const S* a_base = static_cast<const S*>(a_desc.buffer->data) + a_desc.offset;
   const S* b_base = static_cast<const S*>(b_desc.buffer->data) + b_desc.offset;
   S* c_base = static_cast<S*>(c_desc.buffer->data) + c_desc.offset;
-  std::vector<float> a(s.m * s.k), b(s.k * s.n), c(s.m * s.n, 0.0f);
+  std::vector<float> a, b, c(s.m * s.n, 0.0f);
   for (int64_t batch = 0; batch < s.batch; ++batch) {
     S* c_out = c_base + batch * s.c_batch_stride;
     const int64_t n = s.n, rs = s.c_strides[0], cs = s.c_strides[1];
     float* product = c.data();
     if (beta != 0.0f) widen<E>(c_out, s.m, n, rs, cs, product);
-    if (s.k == 0) {
-      Kokkos::parallel_for("kestrel::gemm_scale", Range(0, s.m * n),
-                           [=](int64_t i) { product[i] = beta == 0.0f ? 0.0f : beta * product[i]; });
-    } else {
-      widen<E>(a_base + batch * s.a_batch_stride, s.m, s.k, s.a_strides[0], s.a_strides[1], a.data());
-      widen<E>(b_base + batch * s.b_batch_stride, s.k, n, s.b_strides[0], s.b_strides[1], b.data());
-      use_blas_threads_for(s.m * s.n * s.k);
-      KokkosBlas::gemm("N", "N", alpha, MatrixView<const float>(a.data(), s.m, s.k),
-                       MatrixView<const float>(b.data(), s.k, n), beta, MatrixView<float>(product, s.m, n));
-    }
+    multiply_widened<E>(a_base + batch * s.a_batch_stride, s.a_strides, b_base + batch * s.b_batch_stride, s.b_strides,
+                        s.m, s.k, n, alpha, beta, product, a, b);
     Kokkos::parallel_for("kestrel::gemm_narrow", Range(0, s.m * n),
                          [=](int64_t i) { c_out[(i / n) * rs + (i % n) * cs] = E::store(product[i]); });
   }
@@ -229,20 +241,16 @@ void linear_widened(const kestrel_op& op, kestrel_activation act) {
   using S = typename E::storage;
   const kestrel_tensor &x = op.inputs[0], &w = op.inputs[1];
   const int64_t rows = x.shape[0], k = x.shape[1], n = w.shape[1];
-  std::vector<float> xs(rows * k), ws(k * n), pre(rows * n, 0.0f), y(rows * n);
-  widen<E>(static_cast<const S*>(x.buffer->data) + x.offset, rows, k, x.strides[0], x.strides[1], xs.data());
-  widen<E>(static_cast<const S*>(w.buffer->data) + w.offset, k, n, w.strides[0], w.strides[1], ws.data());
-  if (op.num_inputs == 3) {
-    std::vector<float> bias(n);
+  std::vector<float> xs, ws, pre(rows * n, 0.0f), y(rows * n);
+  const bool bias = op.num_inputs == 3;
+  if (bias && rows > 0) {  // into every row of the product first, as the f32 op does
     widen<E>(static_cast<const S*>(op.inputs[2].buffer->data) + op.inputs[2].offset, 1, n, 0, op.inputs[2].strides[0],
-             bias.data());
-    for (int64_t r = 0; r < rows; ++r) std::copy(bias.begin(), bias.end(), pre.begin() + r * n);
+             pre.data());
+    for (int64_t r = 1; r < rows; ++r) std::copy(pre.begin(), pre.begin() + n, pre.begin() + r * n);
   }
-  if (k > 0) {
-    use_blas_threads_for(rows * n * k);
-    KokkosBlas::gemm("N", "N", 1.0f, MatrixView<const float>(xs.data(), rows, k), MatrixView<const float>(ws.data(), k, n),
-                     op.num_inputs == 3 ? 1.0f : 0.0f, MatrixView<float>(pre.data(), rows, n));
-  }
+  multiply_widened<E>(static_cast<const S*>(x.buffer->data) + x.offset, x.strides,
+                      static_cast<const S*>(w.buffer->data) + w.offset, w.strides, rows, k, n, 1.0f, bias ? 1.0f : 0.0f,
+                      pre.data(), xs, ws);
   activate_all(act, pre.data(), y.data(), rows * n);
   auto narrow = [&](const kestrel_tensor& out, const std::vector<float>& values) {
     S* dst = static_cast<S*>(out.buffer->data) + out.offset;  // contiguous (supports_linear)

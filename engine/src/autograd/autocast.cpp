@@ -1,7 +1,7 @@
 // Mixed precision's casts: the scope that selects the GEMMs' dtype and the differentiable cast.
 #include <fmt/format.h>
 
-#include "kestrel/functional.h"
+#include "autocast.h"
 
 namespace kestrel::fn {
 
@@ -16,6 +16,9 @@ AutocastScope::AutocastScope(DType dtype) : previous_(autocast) {
 }
 AutocastScope::~AutocastScope() { autocast = previous_; }
 DType autocast_dtype() { return autocast; }
+
+bool autocasts(const Var& x) { return autocast != DType::f32 && x.value().dtype() == DType::f32; }
+Var lowered(const Var& v) { return v.defined() ? cast(v, autocast) : v; }
 
 Var cast(const Var& x, DType dtype) {
   if (x.value().dtype() == dtype) return x;

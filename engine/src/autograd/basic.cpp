@@ -1,6 +1,7 @@
 // Arithmetic and shape ops on Vars.
 #include <fmt/format.h>
 
+#include "autocast.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
 
@@ -40,9 +41,7 @@ Var permute(const Var& x, const std::vector<int>& dims) {
 }
 
 Var matmul(const Var& a, const Var& b) {
-  const DType low = autocast_dtype();
-  if (low != DType::f32 && a.value().dtype() == DType::f32)  // mixed precision: the product in `low`
-    return cast(matmul(cast(a, low), cast(b, low)), DType::f32);
+  if (autocasts(a)) return cast(matmul(lowered(a), lowered(b)), DType::f32);  // mixed precision
   return make_var(ops::matmul(a.value(), b.value()), {a, b}, "matmul", [a = a.node(), b = b.node()](const Tensor& dy) {
     // dy: (B, M, N). da = dy b^T, db = a^T dy, each a batched GEMM on transposed views.
     if (a->requires_grad) accumulate_grad(*a, ops::matmul(dy, b->value.transpose(1, 2)));

@@ -1,6 +1,7 @@
 // Linear and 2-D convolution layers: forward and backward side by side.
 #include <fmt/format.h>
 
+#include "autocast.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
 
@@ -26,10 +27,6 @@ Tensor activation_grad(kestrel_activation activation, const Tensor& dy, const Te
   }
 }
 
-// Under an AutocastScope an f32 product runs in the scope's dtype and returns to f32 (mixed precision).
-bool autocasts(const Var& x) { return autocast_dtype() != DType::f32 && x.value().dtype() == DType::f32; }
-Var low(const Var& v) { return v.defined() ? cast(v, autocast_dtype()) : v; }
-
 Var linear_same_dtype(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation);
 Var conv2d_same_dtype(const Var& x, const Var& weight, const Var& bias, const ops::Window& window);
 
@@ -37,12 +34,12 @@ Var conv2d_same_dtype(const Var& x, const Var& weight, const Var& bias, const op
 
 Var linear(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation) {
   if (!autocasts(x)) return linear_same_dtype(x, weight, bias, activation);
-  return cast(linear_same_dtype(low(x), low(weight), low(bias), activation), DType::f32);
+  return cast(linear_same_dtype(lowered(x), lowered(weight), lowered(bias), activation), DType::f32);
 }
 
 Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& window) {
   if (!autocasts(x)) return conv2d_same_dtype(x, weight, bias, window);
-  return cast(conv2d_same_dtype(low(x), low(weight), low(bias), window), DType::f32);
+  return cast(conv2d_same_dtype(lowered(x), lowered(weight), lowered(bias), window), DType::f32);
 }
 
 namespace {

@@ -34,7 +34,7 @@ double number_or_nan(const nlohmann::json& j, const char* key) {
   return it == j.end() || it->is_null() ? NAN : it->get<double>();
 }
 
-MetricRecord from_json(const nlohmann::json& j) {
+MetricRecord record_from_json(const nlohmann::json& j) {
   MetricRecord r;
   r.kind = j.value("kind", "");
   r.epoch = j.value("epoch", int64_t{0});
@@ -55,6 +55,14 @@ std::string duration(double seconds) {
 
 }  // namespace
 
+std::optional<MetricRecord> parse_metric_line(const std::string& line, const std::string& path) {
+  try {
+    return record_from_json(io::parse_json(line, path));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 RunLog::RunLog(std::string out_dir, int64_t resume_step, bool quiet, int progress)
     : out_dir_(std::move(out_dir)), quiet_(quiet), bar_(progress < 0 ? isatty(fileno(stdout)) != 0 : progress == 1) {
   if (out_dir_.empty()) return;  // a data-parallel rank other than 0: rank 0 writes the run's files
@@ -66,13 +74,10 @@ RunLog::RunLog(std::string out_dir, int64_t resume_step, bool quiet, int progres
     std::istringstream in(io::read_file(path));
     std::string line;
     while (std::getline(in, line)) {
-      try {
-        MetricRecord r = from_json(io::parse_json(line, path));
-        if (r.step > resume_step) continue;
-        records_.push_back(r);
+      // A line cut short by the interruption (or not ours) is dropped.
+      if (std::optional<MetricRecord> r = parse_metric_line(line, path); r && r->step <= resume_step) {
+        records_.push_back(*r);
         kept += line + "\n";
-      } catch (const std::exception&) {
-        // a line cut short by the interruption (or not ours): dropped
       }
     }
   }
@@ -135,16 +140,8 @@ void RunLog::message(const std::string& text) {
 
 void RunLog::write_plot() const {
   if (out_dir_.empty()) return;
-  RunCurves run;
-  run.name = std::filesystem::path(out_dir_).lexically_normal().filename().string();
-  run.subtitle = plot_subtitle_;
-  for (const auto& r : records_) {
-    if (r.kind == "eval")
-      run.evals.push_back({r.step, r.epoch + 1, r.loss, r.accuracy});
-    else
-      run.train_loss.push_back({r.step, r.loss});
-  }
-  io::write_file_atomically(out_dir_ + "/plot.svg", plot_svg({run}));
+  const std::string name = std::filesystem::path(out_dir_).lexically_normal().filename().string();
+  io::write_file_atomically(out_dir_ + "/plot.svg", plot_svg({run_curves(name, plot_subtitle_, records_)}));
 }
 
 }  // namespace kestrel

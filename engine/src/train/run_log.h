@@ -4,9 +4,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kestrel/plot.h"
 #include "tensorboard_events.h"
 
 namespace kestrel {
@@ -17,6 +19,15 @@ struct MetricRecord {
   double loss = 0, accuracy = 0, lr = 0, samples_per_second = 0, seconds = 0;
   double loss_scale = 0;  // f16's loss scale after the step (0: none)
 };
+
+// One line of a metrics.jsonl (`path` names it in messages); nullopt for a line that is not a record (cut
+// short when its run was killed).
+std::optional<MetricRecord> parse_metric_line(const std::string& line, const std::string& path);
+// What plot.svg draws of a run's records.
+RunCurves run_curves(std::string name, std::string subtitle, const std::vector<MetricRecord>& records);
+// A run's caption in plots: "model on device (device name): N steps, test loss L, test accuracy A%".
+std::string run_subtitle(const std::string& model, const std::string& device, const std::string& device_name,
+                         int64_t steps, double test_loss, double test_accuracy);
 
 class RunLog {
  public:

@@ -10,6 +10,7 @@
 #include "kestrel/error.h"
 #include "kestrel/io.h"
 #include "kestrel/plot.h"
+#include "run_log.h"
 
 namespace kestrel {
 
@@ -133,43 +134,45 @@ std::vector<std::pair<double, double>> smoothed(const std::vector<std::pair<doub
 
 }  // namespace
 
+RunCurves run_curves(std::string name, std::string subtitle, const std::vector<MetricRecord>& records) {
+  RunCurves run{std::move(name), std::move(subtitle), {}, {}};
+  for (const MetricRecord& r : records) {
+    if (r.kind == "eval")
+      run.evals.push_back({r.step, r.epoch + 1, r.loss, r.accuracy});
+    else if (r.kind == "train")
+      run.train_loss.push_back({r.step, r.loss});
+  }
+  return run;
+}
+
+std::string run_subtitle(const std::string& model, const std::string& device, const std::string& device_name,
+                         int64_t steps, double test_loss, double test_accuracy) {
+  const std::string loss = std::isnan(test_loss) ? "not evaluated" : fmt::format("test loss {:.4f}", test_loss);
+  const std::string accuracy = std::isnan(test_accuracy) ? "" : fmt::format(", test accuracy {:.2f}%", test_accuracy * 100);
+  return fmt::format("{} on {} ({}): {} steps, {}{}", model, device, device_name, steps, loss, accuracy);
+}
+
 RunCurves read_run_curves(const std::string& run_dir) {
   namespace fs = std::filesystem;
   const std::string metrics = run_dir + "/metrics.jsonl";
   if (!fs::is_regular_file(metrics))
     throw InvalidArgument(fmt::format("{}: no metrics.jsonl here; give the output folder of a training run", run_dir));
-  RunCurves run;
-  run.name = fs::path(run_dir).lexically_normal().filename().string();
-  if (run.name.empty() || run.name == ".") run.name = fs::absolute(run_dir).lexically_normal().parent_path().filename().string();
+  std::string name = fs::path(run_dir).lexically_normal().filename().string();
+  if (name.empty() || name == ".") name = fs::absolute(run_dir).lexically_normal().parent_path().filename().string();
+  std::vector<MetricRecord> records;
   std::istringstream lines(io::read_file(metrics));
-  auto number = [](const nlohmann::json& j, const char* key) {
-    auto it = j.find(key);
-    return it == j.end() || !it->is_number() ? NAN : it->get<double>();
-  };
-  for (std::string line; std::getline(lines, line);) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) continue;  // a line cut short by a killed run
-    const int64_t step = j.value("step", int64_t{0});
-    if (j.value("kind", "") == "train")
-      run.train_loss.push_back({step, number(j, "loss")});
-    else if (j.value("kind", "") == "eval")
-      run.evals.push_back({step, j.value("epoch", int64_t{0}) + 1, number(j, "loss"), number(j, "accuracy")});
-  }
+  for (std::string line; std::getline(lines, line);)
+    if (std::optional<MetricRecord> r = parse_metric_line(line, metrics)) records.push_back(*r);
+  std::string subtitle;
   const std::string summary_path = run_dir + "/summary.json";
   if (fs::is_regular_file(summary_path)) {
     nlohmann::json s = nlohmann::json::parse(io::read_file(summary_path), nullptr, false);
-    if (s.is_object()) {
-      std::string accuracy = s.contains("test_accuracy") && s["test_accuracy"].is_number()
-                                 ? fmt::format(", test accuracy {:.2f}%", s["test_accuracy"].get<double>() * 100)
-                                 : "";
-      std::string loss = s.contains("test_loss") && s["test_loss"].is_number()
-                             ? fmt::format("test loss {:.4f}", s["test_loss"].get<double>())
-                             : "not evaluated";
-      run.subtitle = fmt::format("{} on {} ({}): {} steps, {}{}", s.value("model", "?"), s.value("device", "?"),
-                                 s.value("device_name", "?"), s.value("steps", int64_t{0}), loss, accuracy);
-    }
+    auto number = [&](const char* key) { return s.contains(key) && s[key].is_number() ? s[key].get<double>() : NAN; };
+    if (s.is_object())
+      subtitle = run_subtitle(s.value("model", "?"), s.value("device", "?"), s.value("device_name", "?"),
+                              s.value("steps", int64_t{0}), number("test_loss"), number("test_accuracy"));
   }
-  return run;
+  return run_curves(std::move(name), std::move(subtitle), records);
 }
 
 std::string plot_svg(const std::vector<RunCurves>& runs) {

@@ -89,10 +89,8 @@ TrainSummary RunReport::finish(const TrainState& state, const EvalResult& test, 
   summary.gradient_wait_seconds = gradient_wait_seconds;
   summary.gradient_sync_seconds = gradient_sync_seconds;
   write_summary(summary);
-  log_.set_plot_subtitle(fmt::format("{} on {} ({}): {} steps, test loss {:.4f}{}", identity_.model, identity_.device,
-                                     identity_.device_name, summary.steps, test.loss,
-                                     std::isnan(test.accuracy) ? "" : fmt::format(", test accuracy {:.2f}%",
-                                                                                  test.accuracy * 100)));
+  log_.set_plot_subtitle(
+      run_subtitle(identity_.model, identity_.device, identity_.device_name, summary.steps, test.loss, test.accuracy));
   log_.write_plot();
   return summary;
 }
