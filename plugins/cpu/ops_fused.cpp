@@ -162,13 +162,40 @@ T* data_of(const kestrel_op& op, int input) {
   return static_cast<T*>(op.inputs[input].buffer->data) + op.inputs[input].offset;
 }
 
+// What loss scaling's state on the device (plugin.h, 1.5) asks of this update: read when the op runs.
+struct Scaling {
+  bool skip = false;         // the gradients overflowed: change nothing
+  double grad_scale = 1.0;   // what the gradient is multiplied by
+  int64_t skipped = 0;       // updates skipped before this one
+};
+
+Scaling scaling_of(const kestrel_op& op, bool scaled, double grad_scale) {
+  if (!scaled) return {false, grad_scale, 0};
+  const float* state = data_of<float>(op, op.num_inputs - 1);  // [scale, clean_steps, skipped_steps, found_inf]
+  return {state[3] != 0.0f, 1.0 / double(state[0]), int64_t(state[2])};
+}
+
+template <class T>
+void zero_gradient(const kestrel_op& op) {
+  T* grad = data_of<T>(op, 1);
+  std::fill(grad, grad + numel(op.inputs[1]), T(0));
+}
+
 template <class T>
 void adam(const kestrel_op& op, const kestrel_adam_params& p) {
+  const Scaling scaling = scaling_of(op, p.scaler != 0, p.grad_scale);
+  if (scaling.skip) {
+    if (p.zero_grad) zero_gradient<T>(op);
+    return;
+  }
   T *param = data_of<T>(op, 0), *grad = data_of<T>(op, 1), *m = data_of<T>(op, 2), *v = data_of<T>(op, 3);
-  const double bias1 = 1.0 - std::pow(p.beta1, double(p.step));
-  const double bias2 = 1.0 - std::pow(p.beta2, double(p.step));
+  const int64_t step = p.step - scaling.skipped;
+  if (step < 1) fail("adam_update: step " + std::to_string(p.step) + " with " + std::to_string(scaling.skipped) +
+                     " skipped before it: the updates made count from 1");
+  const double bias1 = 1.0 - std::pow(p.beta1, double(step));
+  const double bias2 = 1.0 - std::pow(p.beta2, double(step));
   const T lr = T(p.lr), wd = T(p.weight_decay);
-  const AdamCoefficients<T> c{p.decoupled ? T(1) - lr * wd : T(1), p.decoupled ? T(0) : wd, T(p.grad_scale),
+  const AdamCoefficients<T> c{p.decoupled ? T(1) - lr * wd : T(1), p.decoupled ? T(0) : wd, T(scaling.grad_scale),
                               T(p.beta1), T(p.beta2), T(p.lr / bias1), T(1.0 / std::sqrt(bias2)), T(p.eps)};
   const bool zero_grad = p.zero_grad != 0;
   for_blocks("kestrel::adam_update", numel(op.inputs[0]), [=](int64_t begin, int64_t end) {
@@ -182,11 +209,17 @@ void adam(const kestrel_op& op, const kestrel_adam_params& p) {
 
 template <class T>
 void sgd(const kestrel_op& op, const kestrel_sgd_params& p) {
+  const Scaling scaling = scaling_of(op, p.scaler != 0, p.grad_scale);
+  if (scaling.skip) {
+    if (p.zero_grad) zero_gradient<T>(op);
+    return;
+  }
   T *param_base = data_of<T>(op, 0), *grad_base = data_of<T>(op, 1);
-  T* buf_base = op.num_inputs == 3 ? data_of<T>(op, 2) : nullptr;
+  T* buf_base = op.num_inputs - (p.scaler != 0) == 3 ? data_of<T>(op, 2) : nullptr;
   const T lr = T(p.lr), momentum = T(p.momentum), dampening = T(p.dampening), wd = T(p.weight_decay);
-  const T scale = T(p.grad_scale);
-  const bool nesterov = p.nesterov != 0, first = p.first_step != 0, zero_grad = p.zero_grad != 0;
+  const T scale = T(scaling.grad_scale);
+  const bool first = p.scaler ? p.step - scaling.skipped == 1 : p.first_step != 0;
+  const bool nesterov = p.nesterov != 0, zero_grad = p.zero_grad != 0;
   for_blocks("kestrel::sgd_update", numel(op.inputs[0]), [=](int64_t begin, int64_t end) {
     T* __restrict param = param_base;
     T* __restrict grad = grad_base;

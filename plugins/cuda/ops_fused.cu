@@ -92,15 +92,36 @@ __global__ void cross_entropy_kernel(const typename E::storage* x, const L* labe
   }
 }
 
-// The same arithmetic as torch.optim.Adam/AdamW (non-fused, non-amsgrad) and the CPU backend.
+// Loss scaling's state on the device (plugin.h, 1.5), [scale, clean_steps, skipped_steps, found_inf], or
+// null: each thread reads it when the kernel runs, so a replayed launch sees the current state.
+__device__ inline bool overflowed(const float* scaler) { return scaler && scaler[3] != 0.0f; }
+
+struct AdamArgs {
+  double lr, beta1, beta2, eps, weight_decay, grad_scale;
+  int64_t step;               // counted from 1, skipped updates included when there is a scaler
+  double step_size, bias2_sqrt;  // lr / (1 - beta1^step) and sqrt(1 - beta2^step), from the host's libm
+  bool decoupled, zero_grad;
+};
+
+// The same arithmetic as torch.optim.Adam/AdamW (non-fused, non-amsgrad) and the CPU backend. After
+// skipped updates the bias corrections are recomputed here, in double, for the updates actually made.
 template <class T>
-__global__ void adam_kernel(T* param, T* grad, T* m, T* v, int64_t n, T lr, T b1, T b2, T eps, T wd, T scale,
-                            T step_size, T bias2_sqrt, bool decoupled, bool zero_grad) {
+__global__ void adam_kernel(T* param, T* grad, T* m, T* v, int64_t n, AdamArgs a, const float* scaler) {
+  const bool skip = overflowed(scaler);
+  double grad_scale = a.grad_scale, step_size = a.step_size, bias2_sqrt = a.bias2_sqrt;
+  if (scaler) grad_scale = 1.0 / double(scaler[0]);
+  if (scaler && scaler[2] != 0.0f) {
+    const double t = double(a.step - int64_t(scaler[2]));
+    step_size = a.lr / (1.0 - pow(a.beta1, t)), bias2_sqrt = sqrt(1.0 - pow(a.beta2, t));
+  }
+  const T scale = T(grad_scale), lr = T(a.lr), b1 = T(a.beta1), b2 = T(a.beta2), eps = T(a.eps), wd = T(a.weight_decay);
+  const T step_size_t = T(step_size), bias2_sqrt_t = T(bias2_sqrt);
   KESTREL_GRID_STRIDE_LOOP(i, n) {
     T g = grad[i] * scale;
-    if (zero_grad) grad[i] = T(0);
+    if (a.zero_grad) grad[i] = T(0);
+    if (skip) continue;
     T p = param[i];
-    if (decoupled)
+    if (a.decoupled)
       p *= T(1) - lr * wd;
     else
       g += wd * p;
@@ -108,20 +129,30 @@ __global__ void adam_kernel(T* param, T* grad, T* m, T* v, int64_t n, T lr, T b1
     T vi = b2 * v[i] + (T(1) - b2) * g * g;
     m[i] = mi;
     v[i] = vi;
-    param[i] = p - step_size * mi / (sqrt(vi) / bias2_sqrt + eps);
+    param[i] = p - step_size_t * mi / (sqrt(vi) / bias2_sqrt_t + eps);
   }
 }
 
+struct SgdArgs {
+  double lr, momentum, dampening, weight_decay, grad_scale;
+  int64_t step;  // with a scaler: counted from 1, skipped updates included
+  bool nesterov, first_step, zero_grad;
+};
+
 template <class T>
-__global__ void sgd_kernel(T* param, T* grad, T* buf, int64_t n, T lr, T momentum, T dampening, T wd, T scale,
-                           bool nesterov, bool first, bool zero_grad) {
+__global__ void sgd_kernel(T* param, T* grad, T* buf, int64_t n, SgdArgs a, const float* scaler) {
+  const bool skip = overflowed(scaler);
+  const T scale = T(scaler ? 1.0 / double(scaler[0]) : a.grad_scale);
+  const bool first = scaler ? a.step - int64_t(scaler[2]) == 1 : a.first_step;
+  const T lr = T(a.lr), momentum = T(a.momentum), dampening = T(a.dampening), wd = T(a.weight_decay);
   KESTREL_GRID_STRIDE_LOOP(i, n) {
     T d = grad[i] * scale + wd * param[i];
-    if (zero_grad) grad[i] = T(0);
+    if (a.zero_grad) grad[i] = T(0);
+    if (skip) continue;
     if (buf && momentum != T(0)) {
       T b = first ? d : momentum * buf[i] + (T(1) - dampening) * d;
       buf[i] = b;
-      d = nesterov ? d + momentum * b : b;
+      d = a.nesterov ? d + momentum * b : b;
     }
     param[i] -= lr * d;
   }
@@ -187,6 +218,8 @@ bool supports_optimizer(const kestrel_op& op) {
 
 void launch_optimizer(kestrel_stream& s, const kestrel_op& op) {
   const int64_t n = numel(op.inputs[0]);
+  const bool scaled = kestrel::plugin_shapes::optimizer_has_scaler(op);
+  const float* scaler = scaled ? reinterpret_cast<const float*>(ref(op.inputs[op.num_inputs - 1]).base) : nullptr;
   auto run = [&](auto zero) {
     using T = decltype(zero);
     auto ptr = [&](int i) { return reinterpret_cast<T*>(ref(op.inputs[i]).base); };
@@ -194,19 +227,17 @@ void launch_optimizer(kestrel_stream& s, const kestrel_op& op) {
       const auto& p = params_of<kestrel_adam_params>(op, "adam_update");
       if (p.step < 1) fail("adam_update: step counts from 1");
       if (n == 0) return;
-      const double bias1 = 1.0 - std::pow(p.beta1, double(p.step));
-      const double bias2 = 1.0 - std::pow(p.beta2, double(p.step));
-      adam_kernel<T><<<grid_for(n), kBlock, 0, s.cuda>>>(ptr(0), ptr(1), ptr(2), ptr(3), n, T(p.lr), T(p.beta1),
-                                                         T(p.beta2), T(p.eps), T(p.weight_decay), T(p.grad_scale),
-                                                         T(p.lr / bias1), T(std::sqrt(bias2)), p.decoupled != 0,
-                                                         p.zero_grad != 0);
+      const double bias1 = 1.0 - std::pow(p.beta1, double(p.step)), bias2 = 1.0 - std::pow(p.beta2, double(p.step));
+      const AdamArgs a{p.lr,   p.beta1,          p.beta2,          p.eps,           p.weight_decay,
+                       p.grad_scale, p.step, p.lr / bias1, std::sqrt(bias2), p.decoupled != 0, p.zero_grad != 0};
+      adam_kernel<T><<<grid_for(n), kBlock, 0, s.cuda>>>(ptr(0), ptr(1), ptr(2), ptr(3), n, a, scaler);
     } else {
       const auto& p = params_of<kestrel_sgd_params>(op, "sgd_update");
       if (n == 0) return;
-      sgd_kernel<T><<<grid_for(n), kBlock, 0, s.cuda>>>(ptr(0), ptr(1), op.num_inputs == 3 ? ptr(2) : nullptr, n,
-                                                        T(p.lr), T(p.momentum), T(p.dampening), T(p.weight_decay),
-                                                        T(p.grad_scale), p.nesterov != 0, p.first_step != 0,
-                                                        p.zero_grad != 0);
+      const SgdArgs a{p.lr, p.momentum, p.dampening, p.weight_decay, p.grad_scale, p.step, p.nesterov != 0,
+                      p.first_step != 0, p.zero_grad != 0};
+      T* buf = op.num_inputs - int(scaled) == 3 ? ptr(2) : nullptr;
+      sgd_kernel<T><<<grid_for(n), kBlock, 0, s.cuda>>>(ptr(0), ptr(1), buf, n, a, scaler);
     }
   };
   if (op.inputs[0].dtype == KESTREL_DTYPE_F32)

@@ -55,7 +55,7 @@ void launch_copy(kestrel_stream* stream, const kestrel_op& op) {
 }
 
 bool supports_unary(const kestrel_op& op, uint32_t dtypes) {
-  // The shaders compute f32 (f16 stored as f16) and i32/i64; no f64 or bf16.
+  // The shaders compute f32 (f16 and bf16 stored in 16 bits) and i32/i64; no f64.
   const kestrel_dtype dtype = op.inputs[0].dtype;
   return kestrel::plugin_shapes::unary_fits(op) && in_mask(dtypes, dtype) && (float_dtype(dtype) || integer_dtype(dtype));
 }

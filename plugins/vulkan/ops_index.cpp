@@ -14,7 +14,8 @@ namespace {
 
 // The dtypes index.comp has variants for: f32, i32, i64 data (no f16), i32/i64 indices.
 bool index_dtypes_ok(const kestrel_tensor& data, const kestrel_tensor& index, uint32_t dtypes) {
-  return in_mask(dtypes, index.dtype) && in_mask(dtypes, data.dtype) && data.dtype != KESTREL_DTYPE_F16;
+  return in_mask(dtypes, index.dtype) && in_mask(dtypes, data.dtype) && data.dtype != KESTREL_DTYPE_F16 &&
+         data.dtype != KESTREL_DTYPE_BF16;
 }
 
 void check_indices(kestrel_stream* stream, const kestrel_tensor& index, int64_t extent, const char* what) {

@@ -7,10 +7,12 @@
 
 namespace kestrel_vk {
 
-// adam: in0 param, in1 grad, in2 m, in3 v. sgd: in0 param, in1 grad [, in2 momentum buffer].
+// adam: in0 param, in1 grad, in2 m, in3 v. sgd: in0 param, in1 grad [, in2 momentum buffer]. Loss
+// scaling's state on the device (1.5) is declined: the shader takes its scalars from the host, and the
+// engine composes a loss-scaled update instead.
 bool supports_optimizer(const kestrel_op& op, uint32_t dtypes) {
-  return kestrel::plugin_shapes::optimizer_fits(op) && all_contiguous(op) && op.inputs[0].dtype == KESTREL_DTYPE_F32 &&
-         in_mask(dtypes, KESTREL_DTYPE_F32);
+  return kestrel::plugin_shapes::optimizer_fits(op) && !kestrel::plugin_shapes::optimizer_has_scaler(op) &&
+         all_contiguous(op) && op.inputs[0].dtype == KESTREL_DTYPE_F32 && in_mask(dtypes, KESTREL_DTYPE_F32);
 }
 
 void launch_optimizer(kestrel_stream* stream, const kestrel_op& op) {

@@ -21,7 +21,11 @@ void set_geometry(Params& params, const kestrel_window_params& p, const Geometry
 bool supports_window(const kestrel_op& op, uint32_t dtypes) {
   if (!kestrel::plugin_shapes::window_fits(op)) return false;
   const kestrel_tensor& out = op.outputs[0];
-  if (out.dtype != KESTREL_DTYPE_F32 || !in_mask(dtypes, out.dtype) || !is_contiguous(out)) return false;
+  // im2col and col2im also in 16 bits (a convolution's products under autocast); pooling in f32 only.
+  const bool sixteen_bit = op.kind == KESTREL_OP_IM2COL || op.kind == KESTREL_OP_COL2IM;
+  if (!(out.dtype == KESTREL_DTYPE_F32 || (sixteen_bit && float_dtype(out.dtype))) || !in_mask(dtypes, out.dtype) ||
+      !is_contiguous(out))
+    return false;
   // max pooling's argmax tensor is i64, which the device must offer; the pooled argmax is written contiguously
   const bool max_pool = op.kind == KESTREL_OP_POOL2D || op.kind == KESTREL_OP_POOL2D_BACKWARD
                             ? static_cast<const kestrel_window_params*>(op.params)->mode == KESTREL_POOL_MAX
@@ -38,11 +42,11 @@ void launch_window(kestrel_stream* stream, const kestrel_op& op) {
   uint64_t invocations = static_cast<uint64_t>(numel(out));
   switch (op.kind) {
     case KESTREL_OP_IM2COL:
-      d.shader = "im2col_f32";
+      d.shader = std::string("im2col_") + dtype_suffix(out.dtype);
       set_geometry(d.params, p, geometry(p, op.inputs[0]));
       break;
     case KESTREL_OP_COL2IM:
-      d.shader = "col2im_f32";
+      d.shader = std::string("col2im_") + dtype_suffix(out.dtype);
       set_geometry(d.params, p, geometry(p, out));
       break;
     case KESTREL_OP_POOL2D:

@@ -50,9 +50,9 @@ PhysicalDevice describe(VkPhysicalDevice handle, uint32_t instance_version) {
   // Subgroup size and driver name through the 1.1/1.2 property chains, where the device has them.
   const uint32_t device_version = std::min(d.properties.apiVersion, instance_version);
   if (device_version >= VK_API_VERSION_1_1) {
-    // f16 is stored, not computed, in half precision: shaders load float16_t into floats and store
-    // them back (shaders/common.glsl), so 16-bit storage suffices and shaderFloat16 is not asked for.
-    // Devices without it do not declare f16. The alternative, two halves packed per 32-bit word
+    // f16 and bf16 are stored, not computed, in 16 bits: shaders load float16_t (bf16: uint16_t bits)
+    // into floats and store them back (shaders/common.glsl), so 16-bit storage suffices and
+    // shaderFloat16 is not asked for. Devices without it declare neither. The alternative, two halves packed per 32-bit word
     // (unpackHalf2x16/packHalf2x16), would need an atomic read-modify-write for every strided store,
     // since two invocations may write the two halves of one word; not worth it for the few devices
     // that lack 16-bit storage.
@@ -169,7 +169,7 @@ const PhysicalDevice& physical_device(int32_t index) {
 uint32_t dtype_mask(const PhysicalDevice& device) {
   uint32_t mask = (1u << KESTREL_DTYPE_F32) | (1u << KESTREL_DTYPE_I32);
   if (device.has_int64) mask |= 1u << KESTREL_DTYPE_I64;
-  if (device.has_16bit_storage) mask |= 1u << KESTREL_DTYPE_F16;
+  if (device.has_16bit_storage) mask |= (1u << KESTREL_DTYPE_F16) | (1u << KESTREL_DTYPE_BF16);
   return mask;
 }
 

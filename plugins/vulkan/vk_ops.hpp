@@ -57,7 +57,9 @@ using kestrel::plugin_shapes::same_shape;
 // "f32", "f16", "i32", "i64": the suffix of shader variant names.
 const char* dtype_suffix(kestrel_dtype d);
 // The float dtypes the shaders compute (f16 only as storage: its variants compute in f32).
-inline bool float_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F16; }
+inline bool float_dtype(kestrel_dtype d) {
+  return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16;
+}
 inline bool in_mask(uint32_t dtypes, kestrel_dtype d) { return d >= 0 && d < KESTREL_DTYPE_COUNT && (dtypes >> d) & 1u; }
 
 // Whether every extent, stride and reachable element of the op's (valid) descriptors fits the shaders'

@@ -20,6 +20,7 @@ const char* dtype_suffix(kestrel_dtype d) {
   switch (d) {
     case KESTREL_DTYPE_F32: return "f32";
     case KESTREL_DTYPE_F16: return "f16";
+    case KESTREL_DTYPE_BF16: return "bf16";
     case KESTREL_DTYPE_I32: return "i32";
     case KESTREL_DTYPE_I64: return "i64";
     default: return "unsupported";

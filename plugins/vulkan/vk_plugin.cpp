@@ -289,8 +289,8 @@ kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
     kestrel::plugin_sdk::check_launchable(
         supports_op(stream->context, op), op,
         "the vulkan backend does not support this op with these dtypes, shapes or strides (it computes in f32, i32, "
-        "i64 and, with 16-bit storage, f16; fused ops in f32 (linear also in f16), on contiguous rows where the CPU "
-        "plugin wants them)");
+        "i64 and, with 16-bit storage, f16 and bf16; fused ops in f32 (linear also in f16 and bf16), on contiguous "
+        "rows where the CPU plugin wants them)");
     for (int i = 0; i < op->num_inputs; ++i) check_binding_range(stream->context, op->inputs[i], "input");
     for (int i = 0; i < op->num_outputs; ++i) check_binding_range(stream->context, op->outputs[i], "output");
     families.find(op->kind)->launch(stream, *op);

@@ -167,6 +167,64 @@ void fused_cases(Runner& r) {
         }
         r.expect_close(tp, param, tolerance_for(dtype, 8), "param");
       });
+    // Since ABI 1.5: loss scaling's state read from the device, [scale, clean, skipped, found_inf]. Steps 1
+    // and 3 of 4 overflowed and change nothing; the others divide the gradient by the scale, count only
+    // the updates made (Adam's bias corrections, SGD's first momentum step) and leave the state alone.
+    const double scale = 1024;
+    const bool overflowed[] = {true, false, true, false};
+    for (bool adam : {true, false})
+      r.run(case_name({adam ? "adam_update" : "sgd_update", dt, "loss_scaled"}), false, [&] {
+        const int64_t n = 37;
+        auto param = r.values(n, -1, 1, dtype);
+        Tensor tp = r.upload({n}, param, dtype), ta = Tensor::zeros({n}, dtype, r.device()),
+               tb = Tensor::zeros({n}, dtype, r.device());
+        std::vector<double> m(n, 0.0), v(n, 0.0);
+        auto pa = params<kestrel_adam_params>();
+        pa.lr = 0.01, pa.beta1 = 0.9, pa.beta2 = 0.999, pa.eps = 1e-8, pa.weight_decay = 0.05, pa.grad_scale = 7;
+        pa.zero_grad = 1, pa.scaler = 1;
+        auto ps = params<kestrel_sgd_params>();
+        ps.lr = 0.1, ps.momentum = 0.9, ps.dampening = 0.5, ps.weight_decay = 0.01, ps.grad_scale = 7;
+        ps.first_step = 1, ps.scaler = 1;  // first_step must be ignored: step 2 is the first update made
+        int64_t skipped = 0;
+        for (int step = 1; step <= 4; ++step) {
+          const bool skip = overflowed[step - 1];
+          const std::vector<double> state{scale, 0, double(skipped), skip ? 1.0 : 0.0};
+          Tensor ts = r.upload({4}, state, DType::f32);
+          auto grad = r.values(n, -2, 2, dtype);
+          for (double& g : grad) g *= scale;
+          if (skip) grad[n / 2] = INFINITY;
+          Tensor tg = r.upload({n}, grad, dtype);
+          pa.step = ps.step = step;
+          if (adam)
+            launch(r.device(), KESTREL_OP_ADAM_UPDATE, &pa, {tp, tg, ta, tb, ts}, {});
+          else
+            launch(r.device(), KESTREL_OP_SGD_UPDATE, &ps, {tp, tg, ta, ts}, {});
+          r.expect_close(ts, state, Tolerance{0, 0}, "scaler state after the update");
+          if (adam) r.expect_close(tg, std::vector<double>(n, 0.0), Tolerance{0, 0}, "gradient after the update");
+          if (skip) {
+            ++skipped;
+            continue;
+          }
+          const int64_t made = step - skipped;
+          for (int64_t i = 0; i < n; ++i) {
+            double g = grad[i] / scale;
+            if (adam) {
+              g += pa.weight_decay * param[i];
+              m[i] = pa.beta1 * m[i] + (1 - pa.beta1) * g;
+              v[i] = pa.beta2 * v[i] + (1 - pa.beta2) * g * g;
+              double mhat = m[i] / (1 - std::pow(pa.beta1, made)), vhat = v[i] / (1 - std::pow(pa.beta2, made));
+              param[i] -= pa.lr * mhat / (std::sqrt(vhat) + pa.eps);
+            } else {
+              g += ps.weight_decay * param[i];
+              m[i] = made == 1 ? g : ps.momentum * m[i] + (1 - ps.dampening) * g;
+              param[i] -= ps.lr * m[i];
+            }
+          }
+        }
+        r.expect_close(tp, param, tolerance_for(dtype, 8), "param");
+        r.expect_close(ta, m, tolerance_for(dtype, 8), adam ? "m" : "momentum buffer");
+        if (adam) r.expect_close(tb, v, tolerance_for(dtype, 8), "v");
+      });
   }
 }
 

@@ -4,11 +4,13 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "kestrel/engine.h"
 #include "kestrel/functional.h"
 #include "kestrel/trainer.h"
+#include "cli_run.h"
 
 namespace {
 
@@ -163,22 +165,85 @@ TEST(MixedPrecision, F16LossScaleGrowsAndResumesExactly) {
   EXPECT_EQ(parameters(resumed), parameters(straight)) << "bit for bit";
 }
 
-TEST(MixedPrecision, ADeviceThatCannotMultiplyInBf16IsRefusedByName) {
+TEST(MixedPrecision, F16StepsAreCapturedWithSkipsAndGrowthAndMatchEagerSteps) {
+  // 2^30 overflows for the first dozen or so steps, then the scale grows every 3 clean steps and
+  // overflows again now and then: skips, backoffs and growth all happen inside replays.
+  kestrel::RunConfig config = mlp_config("f16", "captured");
+  config.loss_scale.init_scale = std::ldexp(1.0, 30);
+  config.loss_scale.growth_interval = 3;
+  config.max_steps = 40;
+  kestrel::Trainer captured(config);
+  const kestrel::TrainSummary replayed = captured.fit(quiet());
+  EXPECT_EQ(replayed.replayed_steps, 39) << "every step after the warm-up one";
+  EXPECT_GT(replayed.skipped_steps, 10);
+  config.capture = false;
+  config.out_dir += "-eager";
+  fs::remove_all(config.out_dir);
+  kestrel::Trainer eager(config);
+  const kestrel::TrainSummary launched = eager.fit(quiet());
+  EXPECT_EQ(launched.replayed_steps, 0);
+  EXPECT_EQ(launched.skipped_steps, replayed.skipped_steps);
+  EXPECT_EQ(launched.loss_scale, replayed.loss_scale);
+  EXPECT_EQ(parameters(eager), parameters(captured)) << "bit for bit";
+}
+
+TEST(MixedPrecision, LossScalingAddsNoWaitForTheDevicePerStep) {
   kestrel::Engine& engine = kestrel::Engine::global();
-  if (engine.device_count("vulkan") == 0) GTEST_SKIP() << "no Vulkan device (the one backend here without bf16 GEMMs)";
-  kestrel::RunConfig config =
-      kestrel::RunConfig::load(std::string(KESTREL_SOURCE_DIR) + "/models/fashion_mlp.train.json");
-  config.backends = {"vulkan"};
-  config.fallback = "error";
-  config.precision = DType::bf16;
-  config.data.train_subset = 64;
-  config.data.test_subset = 64;
-  try {
+  auto waits = [&](const std::string& precision) {
+    kestrel::RunConfig config = mlp_config(precision, "waits_" + precision);
+    config.loss_scale.init_scale = std::ldexp(1.0, 24);  // some steps overflow and are skipped
+    config.max_steps = 60;
+    config.log_every = 1000;
     kestrel::Trainer trainer(config);
-    FAIL() << "vulkan accepted bf16 products";
-  } catch (const kestrel::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("/precision: vulkan:0 cannot multiply in bf16"), std::string::npos) << e.what();
+    const int64_t before = engine.synchronizations(trainer.model().device());
+    const kestrel::TrainSummary summary = trainer.fit(quiet());
+    if (precision == "f16") EXPECT_GT(summary.skipped_steps, 0);
+    return engine.synchronizations(trainer.model().device()) - before;
+  };
+  const int64_t bf16 = waits("bf16"), f16 = waits("f16");
+  // f16 reads its scale once for the final report and once for the checkpoint: not once a step.
+  EXPECT_LE(f16, bf16 + 3) << "f16 waited " << f16 << " times in 60 steps, bf16 " << bf16;
+}
+
+// The same short run on the CPU and on Vulkan (lavapipe here): both round the products' operands to the
+// 16-bit format with kestrel/half.h's rule and accumulate in f32, so only summation order differs.
+TEST(MixedPrecision, VulkanTrainsInBf16AndF16AsTheCpuDoes) {
+  kestrel::Engine& engine = kestrel::Engine::global();
+  if (engine.device_count("vulkan") == 0) GTEST_SKIP() << "no Vulkan device";
+  auto run = [](const std::string& backend, const std::string& precision) {
+    kestrel::RunConfig config = mlp_config(precision, backend + "_" + precision);
+    config.backends = {backend};
+    config.fallback = "error";
+    config.data.train_subset = 640;
+    config.data.test_subset = 200;
+    config.epochs = 1;
+    kestrel::Trainer trainer(config);
+    return trainer.fit(quiet());
+  };
+  const kestrel::TrainSummary f32 = run("vulkan", "f32");
+  for (const char* precision : {"bf16", "f16"}) {
+    const kestrel::TrainSummary cpu = run("cpu", precision), vulkan = run("vulkan", precision);
+    EXPECT_EQ(vulkan.device, "vulkan:0");
+    EXPECT_NEAR(vulkan.test.loss, cpu.test.loss, 2e-3 * cpu.test.loss) << precision;
+    EXPECT_NE(vulkan.test.loss, f32.test.loss) << precision << " changed the arithmetic";
   }
+}
+
+TEST(MixedPrecision, ADeviceThatCannotMultiplyInBf16IsRefusedByName) {
+  if (kestrel::Engine::global().device_count("vulkan") == 0) GTEST_SKIP() << "no Vulkan device";
+  // Vulkan without 16-bit storage (the switch makes lavapipe one) has no 16-bit dtype.
+  const std::string config = (fs::temp_directory_path() / "kestrel_precision_refused.json").string();
+  {
+    std::ofstream out(config);
+    out << R"({"model": ")" << KESTREL_SOURCE_DIR << R"(/models/fashion_mlp.json",
+               "data": {"dataset": "fashion-mnist", "train_subset": 64, "test_subset": 64},
+               "loss": "cross_entropy", "batch_size": 32, "epochs": 1, "precision": "bf16",
+               "backend": {"preference": ["vulkan"], "fallback": "error"}, "out": ")"
+        << (fs::temp_directory_path() / "kestrel_precision_refused").string() << R"("})";
+  }
+  const CliRun r = run_cli("train " + config + " --quiet", "KESTREL_VULKAN_DISABLE_F16=1");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("/precision: vulkan:0 cannot multiply in bf16"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -15,16 +15,16 @@
 
 namespace {
 
-// kestrel_sgd_params as a later minor version might extend it: one int32_t appended.
-struct SgdParamsWithAppendedField {
+// kestrel_window_params as a later minor version might extend it: one int32_t appended.
+struct WindowParamsWithAppendedField {
   size_t struct_size;
-  double lr, momentum, dampening, weight_decay, grad_scale;
-  int32_t nesterov, first_step, zero_grad;
+  int32_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  kestrel_pool_mode mode;
   int32_t appended;
 };
 
 TEST(PluginAbi, StructSizeIsTheEndOfTheLastField) {
-  EXPECT_EQ(kestrel::abi_size<kestrel_sgd_params>, offsetof(kestrel_sgd_params, zero_grad) + sizeof(int32_t));
+  EXPECT_EQ(kestrel::abi_size<kestrel_sgd_params>, offsetof(kestrel_sgd_params, step) + sizeof(int64_t));
   EXPECT_EQ(kestrel::abi_size<kestrel_window_params>, offsetof(kestrel_window_params, mode) + sizeof(kestrel_pool_mode));
   EXPECT_EQ(kestrel::abi_size<kestrel_op>, sizeof(kestrel_op));  // ends in a pointer: no padding
   EXPECT_LE(kestrel::abi_size<kestrel_device_properties>, sizeof(kestrel_device_properties));
@@ -33,13 +33,13 @@ TEST(PluginAbi, StructSizeIsTheEndOfTheLastField) {
 
 TEST(PluginAbi, AFieldAppendedIntoTailPaddingIsDetectable) {
   // sizeof cannot tell the two versions apart: the new field sits where the padding was...
-  ASSERT_EQ(sizeof(SgdParamsWithAppendedField), sizeof(kestrel_sgd_params));
+  ASSERT_EQ(sizeof(WindowParamsWithAppendedField), sizeof(kestrel_window_params));
   // ...the end of the last field can.
-  const size_t old_size = KESTREL_STRUCT_SIZE(kestrel_sgd_params, zero_grad);
-  const size_t new_size = KESTREL_STRUCT_SIZE(SgdParamsWithAppendedField, appended);
+  const size_t old_size = KESTREL_STRUCT_SIZE(kestrel_window_params, mode);
+  const size_t new_size = KESTREL_STRUCT_SIZE(WindowParamsWithAppendedField, appended);
   EXPECT_EQ(new_size, old_size + sizeof(int32_t));
   // A newer reader handed this host's block sees that `appended` is absent.
-  const kestrel_sgd_params from_this_host = kestrel::abi_init<kestrel_sgd_params>();
+  const kestrel_window_params from_this_host = kestrel::abi_init<kestrel_window_params>();
   EXPECT_LT(from_this_host.struct_size, new_size);
   EXPECT_TRUE(kestrel::abi_complete(&from_this_host));
 }

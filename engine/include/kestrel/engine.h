@@ -48,6 +48,9 @@ class Engine {
   void reset_peak_memory_stats(const Device& device);
   void empty_cache(const Device& device);
   void synchronize(const Device& device);
+  // Times the host has waited for the device so far (reads, copies, synchronize): a training step that
+  // reads nothing back adds none.
+  int64_t synchronizations(const Device& device) const;
 
  private:
   void discover(const EngineOptions& options);

@@ -26,8 +26,11 @@ Tensor binary(BinaryFn fn, const Tensor& a, const Tensor& b);
 void binary_(BinaryFn fn, Tensor& out, const Tensor& a, const Tensor& b);  // out may alias a or b
 // Reduces over `dims` (all dims when empty); keepdim keeps them as size 1.
 Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims = {}, bool keepdim = false);
-// Whether every element is finite (true for integer tensors): one reduction and a scalar read, so it
-// waits for the device.
+// A scalar on x's device, in x's dtype: 1 when some element of x is NaN or infinite, else 0. Nothing is
+// read back, so it can feed later launches (f16 loss scaling) without a wait. x: floating, any shape.
+Tensor nonfinite_flag(const Tensor& x);
+// Whether every element is finite (true for integer tensors): nonfinite_flag read back, so it waits for
+// the device.
 bool all_finite(const Tensor& x);
 
 // a: (M, K) or (B, M, K), b: (K, N) or (B, K, N) -> (M, N) or (B, M, N). Transposed views are fine.

@@ -30,6 +30,11 @@ class Optimizer {
   // or 1 / accumulation steps). The gradients are left as they are: zeroing them is the model's rule
   // (Model::zero_grad).
   void step(double lr, double grad_scale = 1.0);
+  // f16 loss scaling without a wait: the update reads the scaler's state on the device, an f32 (4,)
+  // tensor [scale, clean_steps, skipped_steps, found_inf] (plugin.h), divides the gradients by the scale
+  // and changes nothing when found_inf is set. steps() then counts skipped updates too, and Adam's bias
+  // corrections use steps() - skipped_steps. Backends without the fused update read the state instead.
+  void step(double lr, const Tensor& scaler);
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }
   const OptimizerConfig& config() const { return config_; }
@@ -40,9 +45,15 @@ class Optimizer {
   std::vector<std::pair<std::string, Tensor>> state() const;
 
  private:
-  void adam_composed(double lr, double grad_scale);
-  void sgd_composed(double lr, double grad_scale);
-  void launch_or_compose(const kestrel_op& op, void (Optimizer::*composed)(double, double), double lr, double grad_scale);
+  // One update's scalars: made is the updates made so far, this one included (Adam's bias corrections,
+  // SGD's first momentum step).
+  struct Update {
+    double lr, grad_scale;
+    int64_t made;
+  };
+  void update(double lr, double grad_scale, const Tensor* scaler);
+  void adam_composed(const Update& u);
+  void sgd_composed(const Update& u);
   OptimizerConfig config_;
   Tensor params_, grads_;
   Tensor exp_avg_, exp_avg_sq_, momentum_;

@@ -46,6 +46,9 @@
  *        launches (see all_reduce_sum).
  *   1.4  buffer_host_address: a backend whose buffers are host memory says where, so the host can hand
  *        them to other libraries without a copy (numpy views, DLPack).
+ *   1.5  ADAM_UPDATE and SGD_UPDATE may read f16 loss scaling's state from the device (params.scaler):
+ *        the step is skipped there when the gradients overflowed, so a loss-scaled step never waits for
+ *        the host. Both parameter blocks grew a field; a plugin that cannot read it answers 0.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -58,7 +61,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 4
+#define KESTREL_PLUGIN_ABI_MINOR 5
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -258,15 +261,24 @@ typedef struct kestrel_softmax_params { size_t struct_size; int32_t log; } kestr
 /* AdamW when decoupled != 0 (weight decay applied to the parameter, not the gradient). `step` counts
  * from 1 and drives bias correction. grad_scale multiplies the gradient first (1 / loss scale).
  * zero_grad != 0: the gradient (in1) is set to zero once read, ready for the next backward pass, which
- * saves the trainer a separate pass over every gradient. */
+ * saves the trainer a separate pass over every gradient.
+ * Since 1.5, scaler != 0 adds one last input: loss scaling's state, a contiguous f32 tensor of 4 elements
+ * on the device, [scale, clean_steps, skipped_steps, found_inf], read when the op runs (so a replay reads
+ * the current one). When found_inf != 0 the op changes nothing (the gradient is still zeroed if asked);
+ * otherwise the gradient is divided by scale (grad_scale is ignored) and Adam's bias corrections use
+ * step - skipped_steps, the updates actually made. The op does not write the state. */
 typedef struct kestrel_adam_params {
   size_t struct_size;
   double lr, beta1, beta2, eps, weight_decay, grad_scale; int64_t step; int32_t decoupled; int32_t zero_grad;
+  int32_t scaler; /* since 1.5 */
 } kestrel_adam_params;
 typedef struct kestrel_sgd_params {
   size_t struct_size;
   double lr, momentum, dampening, weight_decay, grad_scale; int32_t nesterov; int32_t first_step;
   int32_t zero_grad;  /* as for Adam */
+  int32_t scaler;     /* since 1.5, as for Adam; then first_step is ignored, and `step` (from 1, skipped
+                       * updates included) starts the momentum buffer where step - skipped_steps == 1 */
+  int64_t step;
 } kestrel_sgd_params;
 
 typedef struct kestrel_op {

@@ -285,13 +285,25 @@ inline bool random_fits(const kestrel_op& op) {
 
 // Adam: in0 param, in1 grad, in2 m, in3 v. SGD: in0 param, in1 grad [, in2 momentum buffer]. No outputs
 // (updated in place); every input has the parameter's dtype and element count.
+// Whether an optimizer op's last input is loss scaling's state (plugin.h, since 1.5).
+inline bool optimizer_has_scaler(const kestrel_op& op) {
+  if (op.kind == KESTREL_OP_ADAM_UPDATE) return params<kestrel_adam_params>(op)->scaler != 0;
+  return params<kestrel_sgd_params>(op)->scaler != 0;
+}
+
+// Adam: in0 param, in1 grad, in2 m, in3 v; SGD: in0 param, in1 grad [, in2 momentum buffer]; then the
+// scaler's state (f32, 4 contiguous elements) when params.scaler says so.
 inline bool optimizer_fits(const kestrel_op& op) {
   const bool adam = op.kind == KESTREL_OP_ADAM_UPDATE;
   if ((adam ? !params<kestrel_adam_params>(op) : !params<kestrel_sgd_params>(op)) || op.num_outputs != 0) return false;
-  const int expected = adam ? 4 : (op.num_inputs == 3 ? 3 : 2);
-  if (op.num_inputs != expected) return false;
-  for (int i = 1; i < op.num_inputs; ++i)
+  const int scaled = optimizer_has_scaler(op) ? 1 : 0, tensors = op.num_inputs - scaled;
+  if (tensors != (adam ? 4 : (tensors == 3 ? 3 : 2))) return false;
+  for (int i = 1; i < tensors; ++i)
     if (op.inputs[i].dtype != op.inputs[0].dtype || numel(op.inputs[i]) != numel(op.inputs[0])) return false;
+  if (scaled) {
+    const kestrel_tensor& state = op.inputs[tensors];
+    if (state.dtype != KESTREL_DTYPE_F32 || state.rank != 1 || state.shape[0] != 4 || state.strides[0] != 1) return false;
+  }
   return true;
 }
 

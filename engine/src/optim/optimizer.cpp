@@ -4,6 +4,7 @@
 
 #include "kestrel/ops.h"
 #include "kestrel/optim.h"
+#include "../runtime/device_runtime.h"
 
 namespace kestrel {
 
@@ -31,38 +32,48 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
   return {{"optimizer.exp_avg", exp_avg_}, {"optimizer.exp_avg_sq", exp_avg_sq_}};
 }
 
-void Optimizer::launch_or_compose(const kestrel_op& op, void (Optimizer::*composed)(double, double), double lr,
-                                  double grad_scale) {
-  last_step_fused_ = ops::launch_if_supported(params_.device(), op);
-  if (!last_step_fused_) (this->*composed)(lr, grad_scale);
-}
+void Optimizer::step(double lr, double grad_scale) { update(lr, grad_scale, nullptr); }
 
-void Optimizer::step(double lr, double grad_scale) {
+void Optimizer::step(double lr, const Tensor& scaler) { update(lr, 1.0, &scaler); }
+
+// The backend's fused update where it has one (reading a loss scaler's state itself, since plugin ABI
+// 1.5), else the same rule composed from primitives, which must read the scaler's state on the host.
+void Optimizer::update(double lr, double grad_scale, const Tensor* scaler) {
   ++steps_;
-  if (config_.type == OptimizerKind::sgd) {
-    kestrel_sgd_params p{};
-    set_abi_size(p);
-    p.lr = lr, p.momentum = config_.momentum, p.dampening = config_.dampening;
-    p.weight_decay = config_.weight_decay, p.grad_scale = grad_scale;
-    p.nesterov = config_.nesterov, p.first_step = steps_ == 1;
-    kestrel_op op = momentum_.defined() ? ops::make_op(KESTREL_OP_SGD_UPDATE, &p, {params_, grads_, momentum_}, {})
-                                        : ops::make_op(KESTREL_OP_SGD_UPDATE, &p, {params_, grads_}, {});
-    launch_or_compose(op, &Optimizer::sgd_composed, lr, grad_scale);
-    return;
+  const bool adam = config_.type != OptimizerKind::sgd;
+  kestrel_adam_params a{};
+  kestrel_sgd_params s{};
+  set_abi_size(a);
+  set_abi_size(s);
+  a.lr = lr, a.beta1 = config_.beta1, a.beta2 = config_.beta2, a.eps = config_.eps;
+  a.weight_decay = config_.weight_decay, a.grad_scale = grad_scale, a.step = steps_;
+  a.decoupled = config_.type == OptimizerKind::adamw, a.scaler = scaler != nullptr;
+  s.lr = lr, s.momentum = config_.momentum, s.dampening = config_.dampening;
+  s.weight_decay = config_.weight_decay, s.grad_scale = grad_scale;
+  s.nesterov = config_.nesterov, s.first_step = steps_ == 1, s.step = steps_, s.scaler = scaler != nullptr;
+  kestrel_op op = ops::make_op(adam ? KESTREL_OP_ADAM_UPDATE : KESTREL_OP_SGD_UPDATE,
+                               adam ? static_cast<const void*>(&a) : &s, {params_, grads_}, {});
+  auto in = [&op](const Tensor& t) { op.inputs[op.num_inputs++] = t.descriptor(); };
+  if (adam) in(exp_avg_), in(exp_avg_sq_);
+  if (!adam && momentum_.defined()) in(momentum_);
+  if (scaler) in(*scaler);
+  const bool abi_has_scaler = params_.device().runtime().api().abi_minor >= 5;
+  last_step_fused_ = (!scaler || abi_has_scaler) && ops::launch_if_supported(params_.device(), op);
+  if (last_step_fused_) return;
+  Update u{lr, grad_scale, steps_};
+  if (scaler) {
+    const std::vector<float> state = scaler->to_vector<float>();  // [scale, clean, skipped, found_inf]
+    if (state[3] != 0.0f) return;  // the gradients overflowed: this update is skipped
+    u.grad_scale = 1.0 / double(state[0]);
+    u.made -= int64_t(state[2]);
   }
-  kestrel_adam_params p{};
-  set_abi_size(p);
-  p.lr = lr, p.beta1 = config_.beta1, p.beta2 = config_.beta2, p.eps = config_.eps;
-  p.weight_decay = config_.weight_decay, p.grad_scale = grad_scale, p.step = steps_;
-  p.decoupled = config_.type == OptimizerKind::adamw;
-  launch_or_compose(ops::make_op(KESTREL_OP_ADAM_UPDATE, &p, {params_, grads_, exp_avg_, exp_avg_sq_}, {}),
-                    &Optimizer::adam_composed, lr, grad_scale);
+  adam ? adam_composed(u) : sgd_composed(u);
 }
 
 // The same rule as the fused op, in primitives, for backends without it.
-void Optimizer::adam_composed(double lr, double grad_scale) {
-  const double wd = config_.weight_decay, b1 = config_.beta1, b2 = config_.beta2;
-  Tensor g = affine(grads_, grad_scale, 0.0);
+void Optimizer::adam_composed(const Update& u) {
+  const double wd = config_.weight_decay, b1 = config_.beta1, b2 = config_.beta2, lr = u.lr;
+  Tensor g = affine(grads_, u.grad_scale, 0.0);
   if (config_.type == OptimizerKind::adamw) {
     assign(params_, affine(params_, 1.0 - lr * wd, 0.0));
   } else if (wd != 0.0) {
@@ -71,24 +82,24 @@ void Optimizer::adam_composed(double lr, double grad_scale) {
   ops::binary_(KESTREL_BINARY_ADD, exp_avg_, affine(exp_avg_, b1, 0.0), affine(g, 1.0 - b1, 0.0));
   Tensor g2 = ops::unary(KESTREL_UNARY_SQUARE, g);
   ops::binary_(KESTREL_BINARY_ADD, exp_avg_sq_, affine(exp_avg_sq_, b2, 0.0), affine(g2, 1.0 - b2, 0.0));
-  const double bias1 = 1.0 - std::pow(b1, double(steps_)), bias2 = 1.0 - std::pow(b2, double(steps_));
+  const double bias1 = 1.0 - std::pow(b1, double(u.made)), bias2 = 1.0 - std::pow(b2, double(u.made));
   Tensor denom = affine(ops::unary(KESTREL_UNARY_SQRT, exp_avg_sq_), 1.0 / std::sqrt(bias2), config_.eps);
   Tensor update = affine(ops::binary(KESTREL_BINARY_DIV, exp_avg_, denom), -lr / bias1, 0.0);
   ops::binary_(KESTREL_BINARY_ADD, params_, params_, update);
 }
 
-void Optimizer::sgd_composed(double lr, double grad_scale) {
-  Tensor d = affine(grads_, grad_scale, 0.0);
+void Optimizer::sgd_composed(const Update& u) {
+  Tensor d = affine(grads_, u.grad_scale, 0.0);
   if (config_.weight_decay != 0.0) d = ops::binary(KESTREL_BINARY_ADD, d, affine(params_, config_.weight_decay, 0.0));
   if (momentum_.defined()) {
-    if (steps_ == 1)
+    if (u.made == 1)
       assign(momentum_, d);
     else
       ops::binary_(KESTREL_BINARY_ADD, momentum_, affine(momentum_, config_.momentum, 0.0),
                    affine(d, 1.0 - config_.dampening, 0.0));
     d = config_.nesterov ? ops::binary(KESTREL_BINARY_ADD, d, affine(momentum_, config_.momentum, 0.0)) : momentum_;
   }
-  ops::binary_(KESTREL_BINARY_ADD, params_, params_, affine(d, -lr, 0.0));
+  ops::binary_(KESTREL_BINARY_ADD, params_, params_, affine(d, -u.lr, 0.0));
 }
 
 double scheduled_lr(const ScheduleConfig& schedule, double base_lr, int64_t step, int64_t total_steps, int64_t epoch) {

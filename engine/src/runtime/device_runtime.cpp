@@ -106,7 +106,10 @@ DeviceInfo DeviceRuntime::properties() const {
   return to_device_info(index_, props);
 }
 
-void DeviceRuntime::synchronize() const { check(api().stream_synchronize(stream_), "synchronising"); }
+void DeviceRuntime::synchronize() const {
+  ++synchronizations_;
+  check(api().stream_synchronize(stream_), "synchronising");
+}
 
 bool DeviceRuntime::supports(const kestrel_op& op) const { return api().supports_op(context_, &op) != 0; }
 

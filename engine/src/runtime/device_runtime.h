@@ -1,5 +1,6 @@
 // One device of one plugin: its context, default stream, and typed error conversion. Engine-internal.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,8 @@ class DeviceRuntime {
   MemoryStats memory_stats() const;
   DeviceInfo properties() const;
   void synchronize() const;
+  // How often the host has waited for this device's stream: tests check that a step does not.
+  int64_t synchronizations() const { return synchronizations_.load(); }
 
   bool supports(const kestrel_op& op) const;
   void launch(const kestrel_op& op) const;
@@ -44,6 +47,7 @@ class DeviceRuntime {
   std::string label_;
   kestrel_context* context_ = nullptr;
   kestrel_stream* stream_ = nullptr;
+  mutable std::atomic<int64_t> synchronizations_{0};
 };
 
 // Converts a plugin's device properties to the public struct.

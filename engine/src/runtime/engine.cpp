@@ -152,4 +152,6 @@ void Engine::empty_cache(const Device& device) {
 
 void Engine::synchronize(const Device& device) { device.runtime().synchronize(); }
 
+int64_t Engine::synchronizations(const Device& device) const { return device.runtime().synchronizations(); }
+
 }  // namespace kestrel

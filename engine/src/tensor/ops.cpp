@@ -196,11 +196,29 @@ Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims, bool keepdim)
   return out.view(squeezed);
 }
 
-// 0 * x sums to 0 exactly when every element is finite (0 * inf and 0 * NaN are NaN).
+// 0 * x sums to 0 exactly when every element is finite (0 * inf and 0 * NaN are NaN), and only NaN
+// differs from itself. A contiguous x goes in chunks, so the product's temporary stays small beside a
+// model's whole gradient.
+Tensor nonfinite_flag(const Tensor& x) {
+  if (!is_floating(x.dtype())) throw InvalidArgument("nonfinite_flag: " + x.describe() + " is not floating");
+  constexpr int64_t kChunk = int64_t(1) << 22;
+  const Tensor zero = Tensor::full({}, 0.0, x.dtype(), x.device());
+  Tensor sum = Tensor::zeros({}, x.dtype(), x.device());
+  if (x.is_contiguous() && x.numel() > kChunk) {
+    const Tensor flat = x.view({-1});
+    for (int64_t start = 0; start < flat.numel(); start += kChunk) {
+      const Tensor chunk = flat.slice(0, start, std::min(flat.numel(), start + kChunk));
+      binary_(KESTREL_BINARY_ADD, sum, sum, reduce(KESTREL_REDUCE_SUM, binary(KESTREL_BINARY_MUL, chunk, zero)));
+    }
+  } else if (x.numel() > 0) {
+    sum = reduce(KESTREL_REDUCE_SUM, binary(KESTREL_BINARY_MUL, x, zero));
+  }
+  return binary(KESTREL_BINARY_NE, sum, sum);
+}
+
 bool all_finite(const Tensor& x) {
   if (!is_floating(x.dtype()) || x.numel() == 0) return true;
-  const Tensor zero = Tensor::full({}, 0.0, x.dtype(), x.device());
-  return std::isfinite(reduce(KESTREL_REDUCE_SUM, binary(KESTREL_BINARY_MUL, x, zero)).to_doubles()[0]);
+  return nonfinite_flag(x).to_doubles()[0] == 0.0;
 }
 
 void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {

@@ -87,7 +87,8 @@ void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
   saved.config_source = config_.source;
   saved.device = device_.str();
   saved.seed = config_.seed;
-  saved.optimizer_steps = optimizer_->steps();
+  // The optimizer counts loss-scaled updates it skipped (on the device) too; the file counts those made.
+  saved.optimizer_steps = optimizer_->steps() - state.loss_scale.skipped_steps;
   io::write_file_atomically(out + "/checkpoint.json", encode_checkpoint_state(saved));
 
   // Keep the newest `keep_checkpoints` weight files.
@@ -160,7 +161,7 @@ TrainState Trainer::restore_checkpoint(const std::string& path, int64_t batches_
                                                 "(of batches of at most {}) at batch {} of its epoch",
                                                 t.window.samples, t.window.correct, t.window.steps, config_.batch_size,
                                                 t.batch));
-  optimizer_->set_steps(saved.optimizer_steps);
+  optimizer_->set_steps(saved.optimizer_steps + t.loss_scale.skipped_steps);
   load_tensors(weights_path(state_path, saved), saved.weights_sha256, true);
   return t;
 }

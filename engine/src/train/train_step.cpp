@@ -29,9 +29,10 @@ TrainStep::TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer
       note_(std::move(note)),
       group_(group),
       shards_(shards),
+      loss_scale_(loss_scale),
       micro_batch_(config.micro_batch_size() / (group ? group->size() : 1)),
       dropout_seed_(dropout_seed(config.seed, group ? group->rank() : 0)) {
-  if (config_.precision == DType::f16) scaler_.emplace(config_.loss_scale, loss_scale);
+  if (config_.precision == DType::f16) scaler_.emplace(config_.loss_scale, loss_scale, model_.device());
   if (config_.distributed.deterministic) {
     const int64_t world = group_ ? group_->size() : 1, shards = config_.distributed.shards;
     const int64_t parameters = model_.flat_gradients().numel();
@@ -43,8 +44,7 @@ TrainStep::TrainStep(const RunConfig& config, Model& model, Optimizer& optimizer
     buckets_ = std::make_unique<GradientBuckets>(model_, *group_, config_.distributed.bucket_cap_mb * 1024 * 1024);
     return;  // collectives are not captured (yet): every step runs eagerly
   }
-  // Loss scaling decides on the host whether each step updates: such steps run eagerly.
-  if (config_.capture && !config_.detect_anomaly && !scaler_ && CapturedGraph::supported(model_.device()))
+  if (config_.capture && !config_.detect_anomaly && CapturedGraph::supported(model_.device()))
     captured_ = std::make_unique<CapturedStep>(
         model_.device(), [this](const Tensor& inputs, const Tensor& targets, uint64_t& rng_offset) {
           body(inputs, targets, inputs.size(0), rng_offset);
@@ -71,21 +71,26 @@ void TrainStep::run(const data::Batch& batch, double lr, uint64_t& rng_offset, i
                                    lr));
 }
 
+// With loss scaling the overflow check, the update (skipped on overflow) and the scale's change follow
+// each other on the device; every rank has the same summed gradients, so every rank decides alike.
 void TrainStep::update(double lr) {
   if (scaler_) {
-    const double scale = scaler_->scale();
-    // Every rank has the same summed gradients, so every rank decides alike.
-    if (!scaler_->step_allowed(model_.flat_gradients())) return;  // skipped; the scale backed off
-    optimizer_.step(lr, 1.0 / scale);
+    scaler_->check(model_.flat_gradients());
+    optimizer_.step(lr, scaler_->state());
+    scaler_->update();
   } else {
     optimizer_.step(lr);
   }
   if (shards_) shards_->gather_parameters(step_);
 }
 
+void TrainStep::read_loss_scale() {
+  if (scaler_) loss_scale_ = scaler_->read();
+}
+
 Tensor TrainStep::backward_seed(const Var& loss, double share) const {
-  const double scale = scaler_ ? scaler_->scale() : 1.0;
-  return Tensor::full({}, share * scale, loss.value().dtype(), loss.value().device());
+  if (scaler_) return scaler_->seed(share);
+  return Tensor::full({}, share, loss.value().dtype(), loss.value().device());
 }
 
 void TrainStep::forward_backward(const data::Batch& batch, uint64_t& rng_offset) {

@@ -222,13 +222,17 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
       metrics.count(batch.global_size);
       // Reports and checkpoints read the device anyway: the loss is checked there.
       const bool checkpoint_due = config_.checkpoint_every && state.step % config_.checkpoint_every == 0;
-      if (checkpoint_due || report.due(state)) nonfinite.check(metrics, report);
+      if (checkpoint_due || report.due(state)) {
+        nonfinite.check(metrics, report);
+        step.read_loss_scale();
+      }
       report.stepped(state, lr, batch.global_size, metrics);
       if (checkpoint_due) save_checkpoint(state, metrics);
       if (options.interrupt_after && state.step >= options.interrupt_after)
         return interrupted(device_, state, config_.out_dir);
       if (options.on_step && !options.on_step({state.step, plan.total_steps, state.epoch, report.last_loss(),
                                                report.last_accuracy()})) {
+        step.read_loss_scale();
         if (!checkpoint_due) save_checkpoint(state, metrics);
         TrainSummary summary = report.finish(state, {NAN, NAN, 0}, step.replayed(), world_.size(),
                                              step.gradient_wait_seconds(), step.gradient_sync_seconds());
@@ -237,6 +241,7 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
       }
     }
     nonfinite.check(metrics, report);
+    step.read_loss_scale();
     const bool epoch_done = state.batch >= plan.batches;
     test = evaluate();
     report.evaluated(state, test);

@@ -4,6 +4,7 @@
 // T is the type computed in, STORE_T the stored one (f16: loaded into floats, stored rounded once).
 // kestrel-variant: binary_f32 -DT=float -DIS_FLOAT=1
 // kestrel-variant: binary_f16 -DT=float -DSTORE_T=float16_t -DIS_FLOAT=1
+// kestrel-variant: binary_bf16 -DT=float -DBF16=1 -DIS_FLOAT=1
 // kestrel-variant: binary_i32 -DT=int
 // kestrel-variant: binary_i64 -DT=int64_t
 #include "common.glsl"
@@ -42,9 +43,9 @@ T apply(int fn, T a, T b) {
 }
 
 void element(uint i) {
-  T a = T(a_buf.data[element_offset(0, i)]);
-  T b = T(b_buf.data[element_offset(1, i)]);
-  out_buf.data[element_offset(2, i)] = STORE_T(apply(PINT(0), a, b));
+  T a = LOAD(a_buf.data[element_offset(0, i)]);
+  T b = LOAD(b_buf.data[element_offset(1, i)]);
+  out_buf.data[element_offset(2, i)] = STORE(apply(PINT(0), a, b));
 }
 
 void main() {

@@ -14,6 +14,26 @@
 // when it declares a float16_t buffer, so f32/int variants run on devices without 16-bit storage.
 #extension GL_EXT_shader_16bit_storage : require
 
+// Stored elements and the values computed with them: LOAD(x) widens what a buffer holds (STORE_T) to the
+// computed type T, STORE(v) rounds back. f16 converts through float16_t's constructors. bf16 has no
+// GLSL type: it is held as uint16_t bits (variants define BF16), widened by a 16-bit shift and rounded
+// to nearest even with NaN kept quiet, kestrel/half.h's rule, so its bits match the CPU's.
+uint bf16_bits(float f) {
+  uint u = floatBitsToUint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+#define BF16_LOAD(x) uintBitsToFloat(uint(x) << 16)
+#define BF16_STORE(v) uint16_t(bf16_bits(float(v)))
+#ifdef BF16
+#define STORE_T uint16_t
+#define LOAD(x) T(BF16_LOAD(x))
+#define STORE(v) BF16_STORE(v)
+#else
+#define LOAD(x) T(x)
+#define STORE(v) STORE_T(v)
+#endif
+
 #define KESTREL_LOCAL_SIZE 256
 #define KESTREL_MAX_RANK 8
 

@@ -16,10 +16,13 @@
 // kestrel-variant: linear_f32 -DLINEAR=1
 // kestrel-variant: gemm_f16 -DSTORE_T=float16_t
 // kestrel-variant: linear_f16 -DLINEAR=1 -DSTORE_T=float16_t
+// kestrel-variant: gemm_bf16 -DBF16=1
+// kestrel-variant: linear_bf16 -DLINEAR=1 -DBF16=1
 #include "common.glsl"
 #ifdef LINEAR
 #include "math.glsl"
 #endif
+#define T float
 #ifndef STORE_T
 #define STORE_T float
 #endif
@@ -63,10 +66,10 @@ void main() {
     for (uint e = lane; e < TILE_MN * TILE_K; e += THREADS * THREADS) {
       uint r = e / TILE_K, k = e % TILE_K;  // A slice: row r, column k
       uint gr = row0 + r, gk = k0 + k;
-      a_tile[r][k] = (gr < M && gk < K) ? float(a_buf.data[a_base + gr * as_m + gk * as_k]) : 0.0;
+      a_tile[r][k] = (gr < M && gk < K) ? LOAD(a_buf.data[a_base + gr * as_m + gk * as_k]) : 0.0;
       uint bk = e / TILE_MN, c = e % TILE_MN;  // B slice: row bk, column c
       uint gbk = k0 + bk, gc = col0 + c;
-      b_tile[bk][c] = (gbk < K && gc < N) ? float(b_buf.data[b_base + gbk * bs_k + gc * bs_n]) : 0.0;
+      b_tile[bk][c] = (gbk < K && gc < N) ? LOAD(b_buf.data[b_base + gbk * bs_k + gc * bs_n]) : 0.0;
     }
     barrier();
     for (uint kk = 0; kk < TILE_K; ++kk) {
@@ -90,12 +93,12 @@ void main() {
       uint c_at = c_base + row * STRIDE(2, 1) + col * STRIDE(2, 2);
 #ifdef LINEAR
       float value = acc[i][j];
-      if (PINT(1) != 0) value += float(bias_buf.data[P.tensors[3].offset + col * STRIDE(3, 0)]);
-      c_buf.data[c_at] = STORE_T(activate(PINT(0), value));
+      if (PINT(1) != 0) value += LOAD(bias_buf.data[P.tensors[3].offset + col * STRIDE(3, 0)]);
+      c_buf.data[c_at] = STORE(activate(PINT(0), value));
 #else
       float value = alpha * acc[i][j];
-      if (beta != 0.0) value += beta * float(c_buf.data[c_at]);
-      c_buf.data[c_at] = STORE_T(value);
+      if (beta != 0.0) value += beta * LOAD(c_buf.data[c_at]);
+      c_buf.data[c_at] = STORE(value);
 #endif
     }
   }

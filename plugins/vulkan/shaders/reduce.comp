@@ -12,10 +12,12 @@
 // an f32 accumulator and rounded once when stored.
 // kestrel-variant: reduce_f32 -DT=float -DACC_T=float -DIS_FLOAT=1
 // kestrel-variant: reduce_f16 -DT=float -DSTORE_T=float16_t -DACC_T=float -DIS_FLOAT=1
+// kestrel-variant: reduce_bf16 -DT=float -DBF16=1 -DACC_T=float -DIS_FLOAT=1
 // kestrel-variant: reduce_i32 -DT=int -DACC_T=int64_t
 // kestrel-variant: reduce_i64 -DT=int64_t -DACC_T=int64_t
 // kestrel-variant: argmax_f32 -DT=float -DIS_FLOAT=1 -DARGMAX=1
 // kestrel-variant: argmax_f16 -DT=float -DSTORE_T=float16_t -DIS_FLOAT=1 -DARGMAX=1
+// kestrel-variant: argmax_bf16 -DT=float -DBF16=1 -DIS_FLOAT=1 -DARGMAX=1
 // kestrel-variant: argmax_i32 -DT=int -DARGMAX=1
 // kestrel-variant: argmax_i64 -DT=int64_t -DARGMAX=1
 #include "common.glsl"
@@ -83,7 +85,7 @@ void main() {
   T best = T(0);
   uint where = kNone;
   for (uint r = lid; r < count; r += KESTREL_LOCAL_SIZE) {
-    T v = T(in_buf.data[base + element_offset(2, r)]);
+    T v = LOAD(in_buf.data[base + element_offset(2, r)]);
     if (where == kNone || v > best || (is_nan_value(v) && !is_nan_value(best))) {
       best = v;
       where = r;
@@ -102,9 +104,9 @@ void main() {
   int fn = PINT(0);
   bool additive = fn == 0 || fn == 1;
   // max/min start from the first element, which every share may fold again without harm
-  ACC_T acc = additive || count == 0 ? ACC_T(0) : ACC_T(T(in_buf.data[base]));
+  ACC_T acc = additive || count == 0 ? ACC_T(0) : ACC_T(LOAD(in_buf.data[base]));
   for (uint r = lid; r < count; r += KESTREL_LOCAL_SIZE)
-    acc = fold(fn, acc, ACC_T(T(in_buf.data[base + element_offset(2, r)])));
+    acc = fold(fn, acc, ACC_T(LOAD(in_buf.data[base + element_offset(2, r)])));
   partial[lid] = acc;
   barrier();
   for (uint s = KESTREL_LOCAL_SIZE / 2; s > 0; s >>= 1) {
@@ -116,7 +118,7 @@ void main() {
 #ifdef IS_FLOAT
     if (fn == 1) total = count > 0 ? total / float(count) : K_NAN;
 #endif
-    out_buf.data[element_offset(1, o)] = STORE_T(T(total));
+    out_buf.data[element_offset(1, o)] = STORE(T(total));
   }
 #endif
 }

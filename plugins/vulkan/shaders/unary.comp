@@ -5,6 +5,7 @@
 // f32 and rounded once when stored (half-precision storage, single-precision arithmetic).
 // kestrel-variant: unary_f32 -DT=float -DIS_FLOAT=1
 // kestrel-variant: unary_f16 -DT=float -DSTORE_T=float16_t -DIS_FLOAT=1
+// kestrel-variant: unary_bf16 -DT=float -DBF16=1 -DIS_FLOAT=1
 // kestrel-variant: unary_i32 -DT=int
 // kestrel-variant: unary_i64 -DT=int64_t
 #include "common.glsl"
@@ -53,7 +54,7 @@ T apply(int fn, T x) {
 }
 
 void element(uint i) {
-  out_buf.data[element_offset(1, i)] = STORE_T(apply(PINT(0), T(in_buf.data[element_offset(0, i)])));
+  out_buf.data[element_offset(1, i)] = STORE(apply(PINT(0), LOAD(in_buf.data[element_offset(0, i)])));
 }
 
 void main() {

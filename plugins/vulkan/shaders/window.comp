@@ -3,12 +3,22 @@
 // im2col, col2im (overlaps summed), pool2d forward (max with i64 argmax h*W+w, or avg counting the
 // padding) and pool2d backward. Geometry in ints: 0 N, 1 C, 2 H, 3 W, 4 OH, 5 OW, 6 KH, 7 KW,
 // 8 SH, 9 SW, 10 PH, 11 PW, 12 DH, 13 DW, 14 mode (0 max, 1 avg).
+// The 16-bit variants of im2col and col2im (what a convolution's products need under autocast) load
+// into floats, sum col2im's taps in f32 and round once when storing; pooling runs in f32 only.
 // kestrel-variant: im2col_f32 -DIM2COL=1
+// kestrel-variant: im2col_f16 -DIM2COL=1 -DSTORE_T=float16_t
+// kestrel-variant: im2col_bf16 -DIM2COL=1 -DBF16=1
 // kestrel-variant: col2im_f32 -DCOL2IM=1
+// kestrel-variant: col2im_f16 -DCOL2IM=1 -DSTORE_T=float16_t
+// kestrel-variant: col2im_bf16 -DCOL2IM=1 -DBF16=1
 // kestrel-variant: pool2d_f32 -DPOOL=1
 // kestrel-variant: pool2d_backward_f32 -DPOOL_BACKWARD=1
 #include "common.glsl"
 #include "math.glsl"
+#define T float
+#ifndef STORE_T
+#define STORE_T float
+#endif
 layout(local_size_x = KESTREL_LOCAL_SIZE) in;
 
 #define G_N PINT(0)
@@ -35,15 +45,15 @@ uint at4(uint t, int n, int c, int y, int x) {
 
 #if defined(IM2COL)
 // tensors[0] image, tensors[1] columns (N, C*KH*KW, OH*OW); one invocation per column element.
-layout(std430, set = 0, binding = 1) readonly buffer In { float data[]; } in_buf;
-layout(std430, set = 0, binding = 2) writeonly buffer Out { float data[]; } out_buf;
+layout(std430, set = 0, binding = 1) readonly buffer In { STORE_T data[]; } in_buf;
+layout(std430, set = 0, binding = 2) writeonly buffer Out { STORE_T data[]; } out_buf;
 void element(uint i) {
   int spatial = G_OH * G_OW, rows = G_C * G_KH * G_KW;
   int n = int(i) / (rows * spatial), r = (int(i) / spatial) % rows, s = int(i) % spatial;
   int c = r / (G_KH * G_KW), ky = (r / G_KW) % G_KH, kx = r % G_KW;
   int y = (s / G_OW) * G_SH - G_PH + ky * G_DH, x = (s % G_OW) * G_SW - G_PW + kx * G_DW;
   bool inside = y >= 0 && y < G_H && x >= 0 && x < G_W;
-  out_buf.data[element_offset(1, i)] = inside ? in_buf.data[at4(0, n, c, y, x)] : 0.0;
+  out_buf.data[element_offset(1, i)] = STORE(inside ? LOAD(in_buf.data[at4(0, n, c, y, x)]) : 0.0);
 }
 
 void main() {
@@ -52,8 +62,8 @@ void main() {
 #elif defined(COL2IM)
 // tensors[0] columns (rank 3, any strides), tensors[1] image; one invocation per image element,
 // summing its taps in the CPU plugin's order (ky, then kx).
-layout(std430, set = 0, binding = 1) readonly buffer In { float data[]; } in_buf;
-layout(std430, set = 0, binding = 2) writeonly buffer Out { float data[]; } out_buf;
+layout(std430, set = 0, binding = 1) readonly buffer In { STORE_T data[]; } in_buf;
+layout(std430, set = 0, binding = 2) writeonly buffer Out { STORE_T data[]; } out_buf;
 void element(uint i) {
   int x = int(i) % G_W, y = (int(i) / G_W) % G_H, c = (int(i) / (G_W * G_H)) % G_C, n = int(i) / (G_W * G_H * G_C);
   float sum = 0.0;
@@ -68,11 +78,11 @@ void element(uint i) {
       int ox = tx / G_SW;
       if (ox >= G_OW) continue;
       int row = (c * G_KH + ky) * G_KW + kx;
-      sum += in_buf.data[P.tensors[0].offset + uint(n) * STRIDE(0, 0) + uint(row) * STRIDE(0, 1) +
-                         uint(oy * G_OW + ox) * STRIDE(0, 2)];
+      sum += LOAD(in_buf.data[P.tensors[0].offset + uint(n) * STRIDE(0, 0) + uint(row) * STRIDE(0, 1) +
+                              uint(oy * G_OW + ox) * STRIDE(0, 2)]);
     }
   }
-  out_buf.data[at4(1, n, c, y, x)] = sum;
+  out_buf.data[at4(1, n, c, y, x)] = STORE(sum);
 }
 
 void main() {
