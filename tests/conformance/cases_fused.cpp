@@ -31,6 +31,19 @@ void launch(const Device& device, kestrel_op_kind kind, const void* p, std::vect
 
 double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 
+// torch.optim.Adam/AdamW's update of element i in double, on the gradient g (already unscaled), as
+// update number `made` (its bias corrections).
+void adam_reference(const kestrel_adam_params& p, int64_t made, double g, double& param, double& m, double& v) {
+  if (p.decoupled)
+    param *= 1 - p.lr * p.weight_decay;
+  else
+    g += p.weight_decay * param;
+  m = p.beta1 * m + (1 - p.beta1) * g;
+  v = p.beta2 * v + (1 - p.beta2) * g * g;
+  const double mhat = m / (1 - std::pow(p.beta1, double(made))), vhat = v / (1 - std::pow(p.beta2, double(made)));
+  param -= p.lr * mhat / (std::sqrt(vhat) + p.eps);
+}
+
 }  // namespace
 
 void fused_cases(Runner& r) {
@@ -126,17 +139,7 @@ void fused_cases(Runner& r) {
           Tensor tg = r.upload({n}, grad, dtype);
           launch(r.device(), KESTREL_OP_ADAM_UPDATE, &p, {tp, tg, tm, tv}, {});
           r.expect_close(tg, p.zero_grad ? std::vector<double>(n, 0.0) : grad, Tolerance{0, 0}, "gradient after the update");
-          for (int64_t i = 0; i < n; ++i) {
-            double g = grad[i] * p.grad_scale;
-            if (decoupled)
-              param[i] *= 1 - p.lr * p.weight_decay;
-            else
-              g += p.weight_decay * param[i];
-            m[i] = p.beta1 * m[i] + (1 - p.beta1) * g;
-            v[i] = p.beta2 * v[i] + (1 - p.beta2) * g * g;
-            double mhat = m[i] / (1 - std::pow(p.beta1, step)), vhat = v[i] / (1 - std::pow(p.beta2, step));
-            param[i] -= p.lr * mhat / (std::sqrt(vhat) + p.eps);
-          }
+          for (int64_t i = 0; i < n; ++i) adam_reference(p, step, grad[i] * p.grad_scale, param[i], m[i], v[i]);
         }
         r.expect_close(tp, param, tolerance_for(dtype, 8), "param");
         r.expect_close(tm, m, tolerance_for(dtype, 8), "m");
@@ -209,11 +212,7 @@ void fused_cases(Runner& r) {
           for (int64_t i = 0; i < n; ++i) {
             double g = grad[i] / scale;
             if (adam) {
-              g += pa.weight_decay * param[i];
-              m[i] = pa.beta1 * m[i] + (1 - pa.beta1) * g;
-              v[i] = pa.beta2 * v[i] + (1 - pa.beta2) * g * g;
-              double mhat = m[i] / (1 - std::pow(pa.beta1, made)), vhat = v[i] / (1 - std::pow(pa.beta2, made));
-              param[i] -= pa.lr * mhat / (std::sqrt(vhat) + pa.eps);
+              adam_reference(pa, made, g, param[i], m[i], v[i]);
             } else {
               g += ps.weight_decay * param[i];
               m[i] = made == 1 ? g : ps.momentum * m[i] + (1 - ps.dampening) * g;

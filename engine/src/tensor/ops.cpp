@@ -203,16 +203,11 @@ Tensor nonfinite_flag(const Tensor& x) {
   if (!is_floating(x.dtype())) throw InvalidArgument("nonfinite_flag: " + x.describe() + " is not floating");
   constexpr int64_t kChunk = int64_t(1) << 22;
   const Tensor zero = Tensor::full({}, 0.0, x.dtype(), x.device());
-  Tensor sum = Tensor::zeros({}, x.dtype(), x.device());
-  if (x.is_contiguous() && x.numel() > kChunk) {
-    const Tensor flat = x.view({-1});
-    for (int64_t start = 0; start < flat.numel(); start += kChunk) {
-      const Tensor chunk = flat.slice(0, start, std::min(flat.numel(), start + kChunk));
-      binary_(KESTREL_BINARY_ADD, sum, sum, reduce(KESTREL_REDUCE_SUM, binary(KESTREL_BINARY_MUL, chunk, zero)));
-    }
-  } else if (x.numel() > 0) {
-    sum = reduce(KESTREL_REDUCE_SUM, binary(KESTREL_BINARY_MUL, x, zero));
-  }
+  auto zeroed_sum = [&zero](const Tensor& part) { return reduce(KESTREL_REDUCE_SUM, binary(KESTREL_BINARY_MUL, part, zero)); };
+  const bool chunked = x.is_contiguous() && x.numel() > kChunk;
+  Tensor sum = chunked ? zeroed_sum(x.view({-1}).slice(0, 0, kChunk)) : zeroed_sum(x);
+  for (int64_t start = kChunk; chunked && start < x.numel(); start += kChunk)
+    binary_(KESTREL_BINARY_ADD, sum, sum, zeroed_sum(x.view({-1}).slice(0, start, std::min(x.numel(), start + kChunk))));
   return binary(KESTREL_BINARY_NE, sum, sum);
 }
 

@@ -20,7 +20,7 @@ GradScaler::GradScaler(const LossScaleConfig& config, const LossScaleState& resu
     throw ConfigError(fmt::format("loss_scale.growth_interval: {} is too large; at most {}", config_.growth_interval,
                                   int64_t(kLargestCount) - 1));
   if (double(resumed.skipped_steps) >= kLargestCount)
-    throw ConfigError(fmt::format("loss scaling: {} skipped steps cannot be counted on on the device (at most {})",
+    throw ConfigError(fmt::format("loss scaling: {} skipped steps cannot be counted on the device (at most {})",
                                   resumed.skipped_steps, int64_t(kLargestCount) - 1));
   const double scale = resumed.scale > 0 ? resumed.scale : config_.init_scale;
   state_ = Tensor::from_vector<float>({float(scale), float(resumed.clean_steps), float(resumed.skipped_steps), 0.0f},
