@@ -38,6 +38,9 @@ def kestrel_times(build, quick):
     return rows, " ".join(c.replace(str(ROOT) + "/", "") for c in command)
 
 
+failures = []  # PyTorch configurations that could not run, with their errors
+
+
 def pytorch_times(quick):
     if importlib.util.find_spec("torch") is None:
         return {}, "PyTorch is not installed here: no PyTorch columns"
@@ -45,16 +48,39 @@ def pytorch_times(quick):
     import torch  # noqa: F401  (only to pick the devices)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     rows, commands = {}, []
+    failures.clear()
     for device in devices:
         command = [sys.executable, str(script), "--device", device, "--steps", "3" if quick else "30"]
-        if device == "cuda" and not quick:
+        if not quick:  # eager with fused Adam, and the whole step compiled (bench/pytorch/workloads.py)
             command.append("--compile")
         commands.append(" ".join(command[1:]).replace(str(ROOT) + "/", ""))
         out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         for line in out.splitlines():
             r = json.loads(line)
-            rows.setdefault(r["workload"], {})[r["backend"]] = r["ms_per_step"]
+            if "error" in r:
+                failures.append(f"{r['workload']} {r['backend']}: {r['error']}")
+            else:
+                rows.setdefault(r["workload"], {})[r["backend"]] = r["ms_per_step"]
     return rows, "; ".join(commands)
+
+
+def against_best_pytorch(table):
+    """Per workload and device, PyTorch's fastest configuration and Kestrel's speed relative to it
+    (its time / Kestrel's: above 1, Kestrel is faster)."""
+    lines = []
+    for workload, times in table.items():
+        for device in ("cpu", "cuda"):
+            torch_times = {b: t for b, t in times.items() if b.startswith("pytorch-") and b.endswith(":" + device)}
+            kestrel = times.get(f"kestrel:{device}:0")
+            if torch_times and kestrel:
+                best = min(torch_times, key=torch_times.get)
+                lines.append(f"| {workload} | {device} | {best.split(':')[0][len('pytorch-'):]} | {torch_times[best]:.3f} | "
+                             f"{kestrel:.3f} | {torch_times[best] / kestrel:.2f}x |")
+    if not lines:
+        return []
+    return ["Against PyTorch's fastest configuration on the same device (its time / Kestrel's):", "",
+            "| workload | device | best PyTorch | its ms | Kestrel ms | Kestrel's speed |",
+            "| --- | --- | --- | --- | --- | --- |", *lines, ""]
 
 
 def svg(table, backends):
@@ -124,6 +150,8 @@ def main():
         "",
         *lines,
         "",
+        *against_best_pytorch(table),
+        *([f"PyTorch configurations that failed: {'; '.join(failures)}.", ""] if failures else []),
         f"Plot: `{stem.with_suffix('.svg').name}`.",
         "",
     ]))

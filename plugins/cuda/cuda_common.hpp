@@ -162,6 +162,10 @@ inline TensorRef contiguous_ref(void* base, kestrel_dtype dtype, int rank, const
 
 // Stream-ordered scratch memory from the context's pool, freed on the same stream when it goes out of
 // scope: safe while kernels still use it, and valid inside graph capture (becomes alloc/free nodes).
+// Hands the memory cached by the context's pool and by the graph memory pool back to the driver; the
+// caller has waited for the frees it wants released (cuda_device.cpp).
+void release_cached_memory(kestrel_context* context);
+
 class Scratch {
  public:
   Scratch(kestrel_stream& stream, uint64_t bytes);

@@ -77,6 +77,17 @@ void join_into_first(kestrel_context* context) {
   }
 }
 
+}  // namespace
+
+// Captured graphs allocate from the device's graph memory pool, apart from the context's: memory one
+// holds back is out of the other's reach until trimmed, so both go back to the driver.
+void release_cached_memory(kestrel_context* context) {
+  cudaMemPoolTrimTo(context->pool, 0);
+  cudaDeviceGraphMemTrim(context->device);
+}
+
+namespace {
+
 // Allocates from the pool; after an out-of-memory answer, waits for pending frees, trims the cache and
 // tries once more (cached blocks of the wrong sizes are what usually stands in the way).
 cudaError_t pool_allocate(kestrel_context* context, cudaStream_t stream, uint64_t bytes, void** ptr) {
@@ -86,7 +97,7 @@ cudaError_t pool_allocate(kestrel_context* context, cudaStream_t stream, uint64_
   if (capturing(stream)) return err;
   for (kestrel_stream* s : context->streams) cudaStreamSynchronize(s->cuda);
   cudaStreamSynchronize(context->internal);
-  cudaMemPoolTrimTo(context->pool, 0);
+  release_cached_memory(context);
   err = cudaMallocFromPoolAsync(ptr, bytes, context->pool, stream);
   if (err != cudaSuccess) cudaGetLastError();
   return err;
@@ -367,7 +378,7 @@ kestrel_status memory_trim(kestrel_context* context) {
       if (capturing(s->cuda)) fail("memory_trim: a stream of this context is being captured; end the capture first");
     // Frees complete when the device reaches them; only then can their memory go back to the driver.
     check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    check_cuda(cudaMemPoolTrimTo(context->pool, 0), "cudaMemPoolTrimTo");
+    release_cached_memory(context);
   });
 }
 

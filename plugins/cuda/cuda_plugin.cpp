@@ -233,7 +233,16 @@ kestrel_status capture_end(kestrel_stream* stream, kestrel_graph** out) {
 kestrel_status graph_launch(kestrel_graph* graph, kestrel_stream* stream) {
   return guarded([&] {
     set_device(stream->context->device);
-    check_cuda(cudaGraphLaunch(graph->exec, stream->cuda), "cudaGraphLaunch");
+    cudaError_t err = cudaGraphLaunch(graph->exec, stream->cuda);
+    if (err == cudaErrorMemoryAllocation) {
+      // The graph's own allocations come from the graph memory pool, which cannot draw on what the
+      // context's pool caches (nor on what destroyed graphs left): hand both back and try once more.
+      cudaGetLastError();
+      check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      release_cached_memory(stream->context);
+      err = cudaGraphLaunch(graph->exec, stream->cuda);
+    }
+    check_cuda(err, "cudaGraphLaunch");
   });
 }
 

@@ -1,8 +1,12 @@
 // Reductions over any set of axes: out has in's rank, with extent 1 on each reduced axis.
 //
-// One block per output element (grid-stride over outputs), each thread folding a strided slice of the
-// reduced elements, then a shared-memory tree. Floats accumulate in double (the H100 has the FP64
+// Two kernels share the work so that every warp reads neighbouring elements (reduce_along_kernel and
+// reduce_across_kernel, below), and when there are too few outputs to fill the GPU (a full reduction, a
+// bias gradient of a few hundred features) the reduced elements are cut into splits folded by separate
+// blocks and then combined in a fixed order. Floats accumulate in double (the H100 has the FP64
 // throughput, and it keeps sums over long axes within the CPU backend's tolerances); integers in int64.
+#include <optional>
+
 #include "kestrel/plugin_shapes.hpp"
 #include "cuda_kernels.cuh"
 
@@ -56,47 +60,95 @@ ReducePlan make_plan(const TensorRef& in, const TensorRef& out) {
 }
 
 template <class E>
-__global__ void reduce_kernel(ReducePlan plan, const typename E::storage* x, typename E::storage* y, int64_t outputs,
-                              int fn) {
+using Acc = std::conditional_t<E::is_float, double, long long>;
+
+template <class A>
+__device__ __forceinline__ A fold(int fn, A a, A b) {
+  return fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN ? a + b
+         : fn == KESTREL_REDUCE_MAX                            ? nan_max(a, b)
+                                                               : nan_min(a, b);
+}
+
+// Stores an output's folded value; mean divides by the whole reduced count, whatever the split.
+template <class E>
+__device__ void finish(typename E::storage* y, int64_t out_at, Acc<E> acc, int fn, int64_t count) {
   using C = typename E::compute;
-  using Acc = std::conditional_t<E::is_float, double, long long>;
-  __shared__ Acc partial[kMaxReduceBlock];
-  const int64_t count = plan.reduced_count;
+  if constexpr (E::is_float) {  // mean is declined for integers; max/min of nothing only has an empty input
+    if (fn == KESTREL_REDUCE_MEAN) acc = count ? acc / Acc<E>(count) : Acc<E>(NAN);
+    if (count == 0 && fn != KESTREL_REDUCE_SUM) acc = Acc<E>(NAN);
+  }
+  y[out_at] = E::store(static_cast<C>(acc));
+}
+
+// The reduced elements of output o that split `split` of `splits` folds: a contiguous range of them.
+struct SplitRange {
+  int64_t begin, end;
+  __device__ SplitRange(int64_t count, int splits, int split) {
+    const int64_t chunk = (count + splits - 1) / splits;
+    begin = min(count, split * chunk);
+    end = min(count, begin + chunk);
+  }
+};
+
+// "Along": a block folds its split of one output's reduced elements, neighbouring threads reading
+// neighbouring elements (row sums, full reductions). With one split it writes y; otherwise its partial,
+// partials[split * outputs + o] (blockIdx.y is the split).
+template <class E>
+__global__ void reduce_along_kernel(ReducePlan plan, const typename E::storage* x, typename E::storage* y,
+                                    Acc<E>* partials, int64_t outputs, int fn) {
+  __shared__ Acc<E> partial[kMaxReduceBlock];
   const bool summing = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN;
+  const SplitRange range(plan.reduced_count, gridDim.y, blockIdx.y);
   for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
     int64_t base, out_at;
     plan.kept_offsets(o, base, out_at);
-    if (!summing && count == 0) {  // max/min of nothing: only reachable with an empty input
-      if (threadIdx.x == 0) {
-        if constexpr (E::is_float) y[out_at] = E::store(C(NAN));
-        else y[out_at] = E::store(C(0));
-      }
-      continue;
-    }
-    // Threads without elements start from element 0, which is neutral for max/min.
-    Acc acc = summing ? Acc(0) : Acc(E::load(x[base]));
-    for (int64_t r = threadIdx.x; r < count; r += blockDim.x) {
-      Acc v = Acc(E::load(x[base + plan.reduced_offset(r)]));
-      if (summing) acc += v;
-      else if (fn == KESTREL_REDUCE_MAX) acc = nan_max(acc, v);
-      else acc = nan_min(acc, v);
-    }
+    // Threads without elements start from the range's first, which is neutral for max/min.
+    Acc<E> acc = summing || range.begin == range.end ? Acc<E>(0)
+                                                     : Acc<E>(E::load(x[base + plan.reduced_offset(range.begin)]));
+    for (int64_t r = range.begin + threadIdx.x; r < range.end; r += blockDim.x)
+      acc = fold(fn, acc, Acc<E>(E::load(x[base + plan.reduced_offset(r)])));
     partial[threadIdx.x] = acc;
     __syncthreads();
     for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-      if (threadIdx.x < stride) {
-        Acc a = partial[threadIdx.x], b = partial[threadIdx.x + stride];
-        partial[threadIdx.x] = summing ? a + b : fn == KESTREL_REDUCE_MAX ? nan_max(a, b) : nan_min(a, b);
-      }
+      if (threadIdx.x < stride) partial[threadIdx.x] = fold(fn, partial[threadIdx.x], partial[threadIdx.x + stride]);
       __syncthreads();
     }
     if (threadIdx.x == 0) {
-      Acc result = partial[0];
-      if constexpr (E::is_float)  // mean is declined for integers
-        if (fn == KESTREL_REDUCE_MEAN) result = count ? result / Acc(count) : Acc(NAN);
-      y[out_at] = E::store(static_cast<C>(result));
+      if (gridDim.y == 1) finish<E>(y, out_at, partial[0], fn, plan.reduced_count);
+      else partials[blockIdx.y * outputs + o] = partial[0];
     }
     __syncthreads();  // partial is reused by the next output
+  }
+}
+
+// "Across": the innermost input axis is kept (column sums, such as a bias gradient over the batch), so
+// each thread folds one output and neighbouring threads read neighbouring elements. Splits as above.
+template <class E>
+__global__ void reduce_across_kernel(ReducePlan plan, const typename E::storage* x, typename E::storage* y,
+                                     Acc<E>* partials, int64_t outputs, int fn) {
+  const bool summing = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN;
+  const SplitRange range(plan.reduced_count, gridDim.y, blockIdx.y);
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < outputs; o += int64_t(gridDim.x) * blockDim.x) {
+    int64_t base, out_at;
+    plan.kept_offsets(o, base, out_at);
+    Acc<E> acc = summing || range.begin == range.end ? Acc<E>(0)
+                                                     : Acc<E>(E::load(x[base + plan.reduced_offset(range.begin)]));
+    for (int64_t r = range.begin; r < range.end; ++r) acc = fold(fn, acc, Acc<E>(E::load(x[base + plan.reduced_offset(r)])));
+    if (gridDim.y == 1) finish<E>(y, out_at, acc, fn, plan.reduced_count);
+    else partials[blockIdx.y * outputs + o] = acc;
+  }
+}
+
+// Folds each output's partials in split order (so results do not depend on scheduling) and stores it.
+template <class E>
+__global__ void reduce_partials_kernel(ReducePlan plan, const Acc<E>* partials, int splits, typename E::storage* y,
+                                       int64_t outputs, int fn) {
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < outputs; o += int64_t(gridDim.x) * blockDim.x) {
+    int64_t base, out_at;
+    plan.kept_offsets(o, base, out_at);
+    Acc<E> acc = partials[o];
+    for (int split = 1; split < splits; ++split) acc = fold(fn, acc, partials[split * outputs + o]);
+    finish<E>(y, out_at, acc, fn, plan.reduced_count);
   }
 }
 
@@ -161,17 +213,43 @@ void launch_reduce(kestrel_stream& s, const kestrel_op& op) {
   const int64_t outputs = out.numel();
   if (outputs == 0) return;
   const ReducePlan plan = make_plan(in, out);
-  const unsigned grid = unsigned(std::min<int64_t>(outputs, 1 << 20));
-  const int block = block_for(plan.reduced_count);
+  const int64_t count = plan.reduced_count;
+  if (fn == KESTREL_REDUCE_ARGMAX) {
+    dispatch(in.dtype, [&](auto elem) {
+      using E = decltype(elem);
+      argmax_kernel<E><<<unsigned(std::min<int64_t>(outputs, 1 << 20)), block_for(count), 0, s.cuda>>>(
+          plan, reinterpret_cast<const typename E::storage*>(in.base), reinterpret_cast<long long*>(out.base), outputs);
+    });
+    check_launch("reduce");
+    return;
+  }
+  // Across when the innermost input axis is kept, else along. Either way the reduced elements are cut
+  // into splits when the outputs alone would give the GPU fewer than kTargetBlocks blocks, each split
+  // long enough (kMinSplit elements) to be worth a block or a thread.
+  const bool across = plan.kept_rank > 0 && plan.kept_in_strides[plan.kept_rank - 1] == 1 && outputs >= 32;
+  constexpr int64_t kTargetBlocks = 1024;
+  const int block = across ? 256 : block_for(count);
+  const int64_t blocks = across ? (outputs + block - 1) / block : outputs;
+  const int64_t min_split = across ? 64 : 4096;
+  const int splits = int(std::clamp<int64_t>(std::min((kTargetBlocks + blocks - 1) / blocks, count / min_split), 1, 1024));
+  const dim3 grid(unsigned(std::min<int64_t>(blocks, 1 << 20)), unsigned(splits));
   dispatch(in.dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
-    if (fn == KESTREL_REDUCE_ARGMAX)
-      argmax_kernel<E><<<grid, block, 0, s.cuda>>>(plan, reinterpret_cast<const S*>(in.base),
-                                                   reinterpret_cast<long long*>(out.base), outputs);
-    else
-      reduce_kernel<E><<<grid, block, 0, s.cuda>>>(plan, reinterpret_cast<const S*>(in.base),
-                                                   reinterpret_cast<S*>(out.base), outputs, fn);
+    const S* x = reinterpret_cast<const S*>(in.base);
+    S* y = reinterpret_cast<S*>(out.base);
+    std::optional<Scratch> scratch;
+    Acc<E>* partials = nullptr;
+    if (splits > 1) {  // stream-ordered pool memory: freed after the second kernel, captured with it
+      scratch.emplace(s, uint64_t(splits) * uint64_t(outputs) * sizeof(Acc<E>));
+      partials = static_cast<Acc<E>*>(scratch->get());
+    }
+    if (across) reduce_across_kernel<E><<<grid, block, 0, s.cuda>>>(plan, x, y, partials, outputs, fn);
+    else reduce_along_kernel<E><<<grid, block, 0, s.cuda>>>(plan, x, y, partials, outputs, fn);
+    check_launch("reduce");
+    if (splits > 1)
+      reduce_partials_kernel<E><<<unsigned(std::min<int64_t>((outputs + 255) / 256, 1 << 20)), 256, 0, s.cuda>>>(
+          plan, partials, splits, y, outputs, fn);
   });
   check_launch("reduce");
 }

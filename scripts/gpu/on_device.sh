@@ -6,11 +6,15 @@ tar xzf gpu-bundle/kb.tgz -C /tmp
 if [ "$PWD" != /work/main ]; then mkdir -p /work; rm -rf /work/main; ln -s "$PWD" /work/main; fi
 rm -rf build; ln -s /tmp/kb/build build
 . /tmp/kb/env.sh
-mkdir -p /usr/share/datasets; ln -sfn /tmp/kb/fashion-mnist /usr/share/datasets/fashion-mnist
+mkdir -p /usr/share/datasets /usr/share/games; ln -sfn /tmp/kb/fashion-mnist /usr/share/datasets/fashion-mnist
+[ -e /usr/share/games/fortunes ] || ln -sfn /tmp/kb/fortunes /usr/share/games/fortunes
 # CTest names the Python it was configured with; the one with torch stands in for it there.
 python=$(grep -ho '/[^ "]*python3' build/CTestTestfile.cmake build/*/CTestTestfile.cmake 2>/dev/null | head -1)
 [ -n "$python" ] && [ ! -e "$python" ] && mkdir -p "$(dirname "$python")" && ln -s "$(command -v python3)" "$python"
 export PYTHONUNBUFFERED=1
+# NVIDIA's Vulkan driver needs the GL vendor-neutral libraries, which the image lacks: Debian's .debs carried
+# in .gl/ (apt-get download libvulkan1 libglvnd0 libgl1 libglx0 libegl1 ...).
+gl_libraries() { for deb in .gl/*.deb; do [ -e "$deb" ] && dpkg -x "$deb" /; done; ldconfig; }
 cd /work/main
 for step in "${@:-ctest conformance accuracy speedup}"; do
   for s in $step; do
@@ -28,10 +32,23 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       precision) python3 bench/precision.py --backend cuda --precisions bf16 f16 --seeds 42 43 7 --only mlp &&
                  python3 bench/precision.py --backend cuda --precisions bf16 f16 --only convnet gpt \
                                             --convnet-epochs 10 --gpt-steps 2000 ;;
+      # Issues 15/16: utilisation of the 8192-wide MLP and GPT-2 small against PyTorch AMP, eager and compiled.
+      mfu) python3 bench/mfu.py --precisions bf16 f16 --torch-timeout "${TORCH_TIMEOUT:-240}" ;;
+      # Where a step's time goes: each kernel of a few captured steps timed by Nsight Compute, summed by name
+      # (bench/kernel_profile.py). PROFILE picks the bench_mfu benchmark.
+      profile) ncu --metrics gpu__time_duration.sum --csv --launch-skip "${SKIP:-300}" --launch-count "${COUNT:-400}" \
+                   build/bin/bench_mfu --benchmark_filter="${PROFILE:-mlp_8192/cuda:0/bf16}" --benchmark_min_time=1x \
+                   > /tmp/ncu.csv && python3 bench/kernel_profile.py /tmp/ncu.csv ;;
+      # Issue 14: the crash at exit with the CUDA and the Vulkan plugin both loaded on NVIDIA's driver, under
+      # cuda-gdb (the image has no gdb) for its stack.
+      exitcrash) gl_libraries
+                 build/bin/kestrel devices; echo "kestrel devices exited with $?"
+                 filter='--benchmark_filter=fashion_mlp/(cuda|vulkan):0/b64 --benchmark_min_time=0.05'
+                 build/bin/bench_train $filter; echo "bench_train exited with $?"
+                 cuda-gdb -batch -ex run -ex bt -ex 'info threads' --args build/bin/bench_train $filter ;;
       cpustep) python3 bench/cpu_step_overhead.py --rounds "${ROUNDS:-11}" --pytorch python3 ;;
-      vulkan) # NVIDIA's Vulkan driver needs the GL vendor-neutral libraries, which the image lacks: carry
-              # Debian's .debs in .gl/ (apt-get download libvulkan1 libglvnd0 libgl1 libglx0 libegl1 ...)
-              for deb in .gl/*.deb; do [ -e "$deb" ] && dpkg -x "$deb" /; done; ldconfig
+      vulkan)
+              gl_libraries
               build/bin/kestrel devices && build/bin/kestrel conformance --backend vulkan &&
               build/bin/kestrel train models/fashion_mlp.train.json --backend vulkan --no-progress --out /tmp/runs/vk &&
               build/bin/bench_train --benchmark_filter='vulkan|cuda' --benchmark_repetitions=3 \

@@ -24,7 +24,7 @@ TEST(Plot, ARunDrawsItsCurvesAndSeveralRunsOverlay) {
   fs::remove_all(dir);
   for (const char* seed : {"1", "2"}) {
     CliRun run = run_cli("train " + models + "fashion_mlp.train.json --train-subset 1280 --test-subset 300 --epochs 3 "
-                         "--seed " + std::string(seed) + " --out " + (dir / (std::string("seed") + seed)).string() +
+                         "--backend cpu --seed " + std::string(seed) + " --out " + (dir / (std::string("seed") + seed)).string() +
                          " --quiet");
     ASSERT_EQ(run.status, 0) << run.output;
   }

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "kestrel/engine.h"
 #include "kestrel/error.h"
@@ -46,6 +48,25 @@ TEST(PluginFaults, EachBrokenPluginIsSkippedWithItsReason) {
   expect_skipped(engine, "libkestrel_missing_dependency.so", "libkestrel_vanishing_dependency.so");
   expect_skipped(engine, "libkestrel_not_elf.so", "cannot load the library");
   expect_skipped(engine, "libkestrel_ghost.so", "not found");
+}
+
+// A device kept by a static object outlives main. The exit_teardown plugin's driver, like NVIDIA's, tears
+// itself down in an exit handler registered when the context was created, and the plugin ends the process
+// with status 70 when it is called after that: the engine must have released the device before.
+TEST(PluginFaults, ADeviceKeptPastMainIsReleasedBeforeTheDriverExits) {
+  EXPECT_EXIT(
+      {
+        static std::vector<kestrel::Device> kept;  // constructed first, so destroyed after all below
+        static kestrel::Engine engine([] {
+          kestrel::EngineOptions options;
+          options.plugin_path = {KESTREL_EXIT_TEARDOWN_PLUGIN_DIR};
+          options.use_environment = false;
+          return options;
+        }());
+        kept.push_back(engine.device("exit_teardown:0"));
+        std::exit(0);
+      },
+      testing::ExitedWithCode(0), "");
 }
 
 // A FIFO named like a plugin is skipped without being opened (opening it would wait for a writer).

@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "kestrel/error.h"
 
@@ -20,6 +24,24 @@ std::string kind_name(kestrel_device_kind kind) {
 }
 
 std::string mib(uint64_t bytes) { return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)); }
+
+// The runtimes alive now. Allocated once and never destroyed: exit handlers read it.
+struct LiveRuntimes {
+  std::mutex mutex;
+  std::vector<DeviceRuntime*> runtimes;
+};
+LiveRuntimes& live_runtimes() {
+  static LiveRuntimes* live = new LiveRuntimes;
+  return *live;
+}
+
+void release_live_runtimes_at_exit() {
+  LiveRuntimes& live = live_runtimes();
+  std::lock_guard<std::mutex> lock(live.mutex);
+  for (DeviceRuntime* runtime : live.runtimes) runtime->release_for_exit();
+  // Then their plugins, whose shutdown also calls the driver (vkDestroyInstance).
+  for (DeviceRuntime* runtime : live.runtimes) runtime->shut_down_plugin_for_exit();
+}
 }  // namespace
 
 DeviceInfo to_device_info(int index, const kestrel_device_properties& props) {
@@ -46,9 +68,32 @@ DeviceRuntime::DeviceRuntime(std::shared_ptr<LoadedPlugin> plugin, int index)
     api().context_destroy(context_);
     throw BackendError(fmt::format("{}: creating a stream failed: {}", label_, message));
   }
+  // Registered after the context, so it runs before whatever exit handler the driver registered while
+  // creating it (exit handlers run last-registered first). A Device that outlives main (kept by a static
+  // object: a benchmark's registration, an application's global) is then released while the driver
+  // still works: NVIDIA's, torn down by its handler, unmaps a Vulkan device's memory, and synchronising
+  // that device afterwards crashed.
+  {
+    LiveRuntimes& live = live_runtimes();
+    std::lock_guard<std::mutex> lock(live.mutex);
+    live.runtimes.push_back(this);
+  }
+  std::atexit(release_live_runtimes_at_exit);
 }
 
 DeviceRuntime::~DeviceRuntime() {
+  {
+    LiveRuntimes& live = live_runtimes();
+    std::lock_guard<std::mutex> lock(live.mutex);
+    live.runtimes.erase(std::find(live.runtimes.begin(), live.runtimes.end(), this));
+  }
+  release_for_exit();
+}
+
+void DeviceRuntime::shut_down_plugin_for_exit() { plugin_->shut_down(); }
+
+void DeviceRuntime::release_for_exit() {
+  if (released_.exchange(true)) return;
   api().stream_synchronize(stream_);
   api().stream_destroy(stream_);
   api().context_destroy(context_);
@@ -82,7 +127,9 @@ kestrel_buffer* DeviceRuntime::allocate(uint64_t bytes) {
   return buffer;
 }
 
-void DeviceRuntime::release(kestrel_buffer* buffer) { api().buffer_free(buffer); }
+void DeviceRuntime::release(kestrel_buffer* buffer) {
+  if (!released_) api().buffer_free(buffer);  // after release_for_exit the context took its memory along
+}
 
 void* DeviceRuntime::host_allocate(uint64_t bytes) {
   void* ptr = nullptr;
@@ -90,7 +137,9 @@ void* DeviceRuntime::host_allocate(uint64_t bytes) {
   return ptr;
 }
 
-void DeviceRuntime::host_release(void* ptr) { api().host_free(context_, ptr); }
+void DeviceRuntime::host_release(void* ptr) {
+  if (!released_) api().host_free(context_, ptr);
+}
 
 MemoryStats DeviceRuntime::memory_stats() const {
   kestrel_memory_stats raw{};
@@ -109,6 +158,11 @@ DeviceInfo DeviceRuntime::properties() const {
 void DeviceRuntime::synchronize() const {
   ++synchronizations_;
   check(api().stream_synchronize(stream_), "synchronising");
+}
+
+void DeviceRuntime::release_cached_memory() {
+  synchronize();
+  check(api().memory_trim(context_), "releasing cached memory");
 }
 
 bool DeviceRuntime::supports(const kestrel_op& op) const { return api().supports_op(context_, &op) != 0; }

@@ -35,11 +35,18 @@ class DeviceRuntime {
   MemoryStats memory_stats() const;
   DeviceInfo properties() const;
   void synchronize() const;
+  void release_cached_memory();  // waits, then hands cached free memory back (Engine::empty_cache)
   // How often the host has waited for this device's stream: tests check that a step does not.
   int64_t synchronizations() const { return synchronizations_.load(); }
 
   bool supports(const kestrel_op& op) const;
   void launch(const kestrel_op& op) const;
+
+  // Waits for the stream and destroys it and the context, once: at exit, before the drivers' own exit
+  // handlers run (see the constructor), or in the destructor. Buffers freed later are left to the
+  // process's end.
+  void release_for_exit();
+  void shut_down_plugin_for_exit();  // after every runtime of the plugin was released
 
  private:
   std::shared_ptr<LoadedPlugin> plugin_;
@@ -48,6 +55,7 @@ class DeviceRuntime {
   kestrel_context* context_ = nullptr;
   kestrel_stream* stream_ = nullptr;
   mutable std::atomic<int64_t> synchronizations_{0};
+  std::atomic<bool> released_{false};
 };
 
 // Converts a plugin's device properties to the public struct.

@@ -144,11 +144,7 @@ void Engine::reset_peak_memory_stats(const Device& device) {
   runtime.check(runtime.api().memory_reset_peak(runtime.context()), "resetting the peak memory statistic");
 }
 
-void Engine::empty_cache(const Device& device) {
-  DeviceRuntime& runtime = device.runtime();
-  runtime.synchronize();
-  runtime.check(runtime.api().memory_trim(runtime.context()), "releasing cached memory");
-}
+void Engine::empty_cache(const Device& device) { device.runtime().release_cached_memory(); }
 
 void Engine::synchronize(const Device& device) { device.runtime().synchronize(); }
 

@@ -15,8 +15,10 @@ namespace {
 constexpr int32_t kMaxDevicesPerPlugin = 1024;
 }  // namespace
 
-LoadedPlugin::~LoadedPlugin() {
-  if (initialized_) api_.shutdown();
+LoadedPlugin::~LoadedPlugin() { shut_down(); }
+
+void LoadedPlugin::shut_down() {
+  if (initialized_.exchange(false)) api_.shutdown();
 }
 
 std::string LoadedPlugin::abi() const { return fmt::format("{}.{}", api_.abi_major, api_.abi_minor); }

@@ -1,5 +1,6 @@
 // A plugin library that loaded, passed its checks and initialised. Engine-internal.
 #pragma once
+#include <atomic>
 #include <boost/dll/shared_library.hpp>
 #include <memory>
 #include <string>
@@ -20,7 +21,10 @@ struct LoadOutcome {
 
 class LoadedPlugin {
  public:
-  ~LoadedPlugin();  // calls the plugin's shutdown; the library unloads after
+  ~LoadedPlugin();  // shuts the plugin down (unless already done); the library unloads after
+  // The plugin's shutdown, once: from the destructor, or at exit before the drivers' own exit handlers
+  // run (DeviceRuntime's), with the library left loaded.
+  void shut_down();
   const kestrel_plugin_api& api() const { return api_; }
   const std::string& name() const { return name_; }
   const std::string& path() const { return path_; }
@@ -44,7 +48,7 @@ class LoadedPlugin {
   std::string version_;
   int priority_ = 0;
   int32_t device_count_ = 0;
-  bool initialized_ = false;  // shutdown is owed only after a successful initialize
+  std::atomic<bool> initialized_{false};  // shutdown is owed only after a successful initialize
 };
 
 // Copies the plugin's table (as much as it declares) and fills optional entries with the host's

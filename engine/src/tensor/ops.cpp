@@ -196,18 +196,15 @@ Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims, bool keepdim)
   return out.view(squeezed);
 }
 
-// 0 * x sums to 0 exactly when every element is finite (0 * inf and 0 * NaN are NaN), and only NaN
-// differs from itself. A contiguous x goes in chunks, so the product's temporary stays small beside a
-// model's whole gradient.
 Tensor nonfinite_flag(const Tensor& x) {
   if (!is_floating(x.dtype())) throw InvalidArgument("nonfinite_flag: " + x.describe() + " is not floating");
-  constexpr int64_t kChunk = int64_t(1) << 22;
+  // max(x) * 0 + min(x) * 0 is 0 when every element is finite and NaN otherwise: a NaN wins both
+  // reductions (the ABI's rule, held by the conformance suite) and an infinity times 0 is NaN. Two reads
+  // of x and no temporary of its size: this runs over every gradient in each loss-scaled step.
   const Tensor zero = Tensor::full({}, 0.0, x.dtype(), x.device());
-  auto zeroed_sum = [&zero](const Tensor& part) { return reduce(KESTREL_REDUCE_SUM, binary(KESTREL_BINARY_MUL, part, zero)); };
-  const bool chunked = x.is_contiguous() && x.numel() > kChunk;
-  Tensor sum = chunked ? zeroed_sum(x.view({-1}).slice(0, 0, kChunk)) : zeroed_sum(x);
-  for (int64_t start = kChunk; chunked && start < x.numel(); start += kChunk)
-    binary_(KESTREL_BINARY_ADD, sum, sum, zeroed_sum(x.view({-1}).slice(0, start, std::min(x.numel(), start + kChunk))));
+  if (x.numel() == 0) return zero;  // (the max of nothing is NaN)
+  const Tensor high = binary(KESTREL_BINARY_MUL, reduce(KESTREL_REDUCE_MAX, x), zero);
+  const Tensor sum = binary(KESTREL_BINARY_ADD, high, binary(KESTREL_BINARY_MUL, reduce(KESTREL_REDUCE_MIN, x), zero));
   return binary(KESTREL_BINARY_NE, sum, sum);
 }
 

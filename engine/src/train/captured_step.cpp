@@ -4,6 +4,7 @@
 
 #include "kestrel/error.h"
 #include "kestrel/ops.h"
+#include "../runtime/device_runtime.h"
 
 namespace kestrel {
 
@@ -44,6 +45,9 @@ bool CapturedStep::run(const data::Batch& batch, uint64_t& rng_offset) {
     inputs_ = targets_ = counter_base_ = Tensor();
     return false;  // nothing ran: the caller repeats this step eagerly
   }
+  // From now on the step's memory is the graph's own (CUDA's graph pool): what the eager warm-up step
+  // left cached in the device's pool goes back, or a large step would need its peak twice over.
+  device_.runtime().release_cached_memory();
   refresh_inputs(batch, rng_offset);
   graph_.replay();
   rng_offset += draws_;
