@@ -157,25 +157,35 @@ void multiply_widened(const typename E::storage* a, const int64_t a_strides[2], 
                    MatrixView<const float>(b_scratch.data(), k, n), beta, MatrixView<float>(c, m, n));
 }
 
-template <class E>
+// E: the operands' 16-bit element type; O: the result's, E itself or (ABI 1.6) F32, stored unrounded.
+template <class E, class O>
 void gemm_widened(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, const kestrel_tensor& c_desc, float alpha,
                   float beta) {
   using S = typename E::storage;
+  using T = typename O::storage;
   const GemmShape s = gemm_shape(a_desc, b_desc, c_desc);
   const S* a_base = static_cast<const S*>(a_desc.buffer->data) + a_desc.offset;
   const S* b_base = static_cast<const S*>(b_desc.buffer->data) + b_desc.offset;
-  S* c_base = static_cast<S*>(c_desc.buffer->data) + c_desc.offset;
+  T* c_base = static_cast<T*>(c_desc.buffer->data) + c_desc.offset;
   std::vector<float> a, b, c(s.m * s.n, 0.0f);
   for (int64_t batch = 0; batch < s.batch; ++batch) {
-    S* c_out = c_base + batch * s.c_batch_stride;
+    T* c_out = c_base + batch * s.c_batch_stride;
     const int64_t n = s.n, rs = s.c_strides[0], cs = s.c_strides[1];
     float* product = c.data();
-    if (beta != 0.0f) widen<E>(c_out, s.m, n, rs, cs, product);
+    if (beta != 0.0f) widen<O>(c_out, s.m, n, rs, cs, product);
     multiply_widened<E>(a_base + batch * s.a_batch_stride, s.a_strides, b_base + batch * s.b_batch_stride, s.b_strides,
                         s.m, s.k, n, alpha, beta, product, a, b);
     Kokkos::parallel_for("kestrel::gemm_narrow", Range(0, s.m * n),
-                         [=](int64_t i) { c_out[(i / n) * rs + (i % n) * cs] = E::store(product[i]); });
+                         [=](int64_t i) { c_out[(i / n) * rs + (i % n) * cs] = O::store(product[i]); });
   }
+}
+
+// A 16-bit product into its own dtype or into f32.
+template <class E>
+void gemm_16bit(const kestrel_op& op, float alpha, float beta) {
+  if (op.outputs[0].dtype == KESTREL_DTYPE_F32)
+    return gemm_widened<E, F32>(op.inputs[0], op.inputs[1], op.outputs[0], alpha, beta);
+  gemm_widened<E, E>(op.inputs[0], op.inputs[1], op.outputs[0], alpha, beta);
 }
 
 // What the CPU multiplies: f32 and f64 in OpenBLAS, f16 and bf16 widened to f32 for it.
@@ -195,18 +205,16 @@ T activate(kestrel_activation act, T x) {
 }  // namespace
 
 bool supports_gemm(const kestrel_op& op) {
-  return kestrel::plugin_shapes::gemm_fits(op) && blas_dtype(op.outputs[0].dtype);
+  return kestrel::plugin_shapes::gemm_fits(op, /*f32_of_16bit=*/true) && blas_dtype(op.inputs[0].dtype);
 }
 
 void launch_gemm(const kestrel_op& op) {
   const auto& p = params_of<kestrel_gemm_params>(op, "gemm");
-  switch (op.outputs[0].dtype) {
+  switch (op.inputs[0].dtype) {
     case KESTREL_DTYPE_F32:
       return gemm_batched<float>(op.inputs[0], op.inputs[1], op.outputs[0], float(p.alpha), float(p.beta));
-    case KESTREL_DTYPE_F16:
-      return gemm_widened<F16>(op.inputs[0], op.inputs[1], op.outputs[0], float(p.alpha), float(p.beta));
-    case KESTREL_DTYPE_BF16:
-      return gemm_widened<BF16>(op.inputs[0], op.inputs[1], op.outputs[0], float(p.alpha), float(p.beta));
+    case KESTREL_DTYPE_F16: return gemm_16bit<F16>(op, float(p.alpha), float(p.beta));
+    case KESTREL_DTYPE_BF16: return gemm_16bit<BF16>(op, float(p.alpha), float(p.beta));
     default: return gemm_batched<double>(op.inputs[0], op.inputs[1], op.outputs[0], p.alpha, p.beta);
   }
 }

@@ -21,7 +21,8 @@ struct Mat {
   int64_t rs, cs, bs;  // row, column and batch strides in elements
 };
 struct Problem {
-  kestrel_dtype dtype;
+  kestrel_dtype dtype;     // C's
+  kestrel_dtype operands;  // A's and B's: C's, or f16/bf16 with an f32 C (ABI 1.6)
   int64_t batch, m, n, k;
   Mat a, b, c;  // a: m x k, b: k x n, c: m x n
 };
@@ -131,12 +132,12 @@ void run_gemm(kestrel_stream& s, Problem p, double alpha, double beta) {
   std::optional<Scratch> a_holder, b_holder;
   Classified a = classify(p.m, p.k, p.a.rs, p.a.cs);
   if (a.order == Order::none) {
-    p.a = pack(s, a_holder, p.a, p.dtype, p.batch, p.m, p.k);
+    p.a = pack(s, a_holder, p.a, p.operands, p.batch, p.m, p.k);
     a = classify(p.m, p.k, p.a.rs, p.a.cs);
   }
   Classified b = classify(p.k, p.n, p.b.rs, p.b.cs);
   if (b.order == Order::none) {
-    p.b = pack(s, b_holder, p.b, p.dtype, p.batch, p.k, p.n);
+    p.b = pack(s, b_holder, p.b, p.operands, p.batch, p.k, p.n);
     b = classify(p.k, p.n, p.b.rs, p.b.cs);
   }
   // A batch of one ignores the batch strides; cuBLAS wants them valid anyway.
@@ -144,21 +145,21 @@ void run_gemm(kestrel_stream& s, Problem p, double alpha, double beta) {
 
   const cublasOperation_t op_a = a.order == Order::row ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasOperation_t op_b = b.order == Order::row ? CUBLAS_OP_N : CUBLAS_OP_T;
-  const cudaDataType type = cuda_type(p.dtype);
-  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  const cudaDataType type = cuda_type(p.operands), c_type = cuda_type(p.dtype);
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // 16-bit operands too: f32 accumulation
   const float alpha32 = float(alpha), beta32 = float(beta);
   const void *alpha_ptr = &alpha32, *beta_ptr = &beta32;
   if (p.dtype == KESTREL_DTYPE_F64) {
     compute = CUBLAS_COMPUTE_64F;
     alpha_ptr = &alpha;
     beta_ptr = &beta;
-  } else if (p.dtype == KESTREL_DTYPE_F32 && tf32_enabled()) {
+  } else if (p.operands == KESTREL_DTYPE_F32 && tf32_enabled()) {
     compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   }
   // Swapped operands: cuBLAS computes the column-major (n x m) C^T = B^T (n x k) @ A^T (k x m).
   check_cublas(cublasGemmStridedBatchedEx(s.blas, op_b, op_a, int(p.n), int(p.m), int(p.k), alpha_ptr, p.b.base, type,
                                           int(b.ld), p.b.bs, p.a.base, type, int(a.ld), p.a.bs, beta_ptr, p.c.base,
-                                          type, int(c.ld), p.c.bs, int(p.batch), compute, CUBLAS_GEMM_DEFAULT),
+                                          c_type, int(c.ld), p.c.bs, int(p.batch), compute, CUBLAS_GEMM_DEFAULT),
                "cublasGemmStridedBatchedEx");
 }
 
@@ -183,6 +184,7 @@ Problem problem_of(const kestrel_tensor& a, const kestrel_tensor& b, const kestr
   const int r = c.rank, lead = r - 2;
   Problem p{};
   p.dtype = c.dtype;
+  p.operands = a.dtype;
   p.batch = r == 3 ? c.shape[0] : 1;
   p.m = c.shape[lead];
   p.n = c.shape[lead + 1];
@@ -210,8 +212,9 @@ __global__ void linear_epilogue(typename E::storage* pre, typename E::storage* y
 
 }  // namespace
 
+// 16-bit operands may give an f32 C (cuBLAS's mixed-type GEMM, tensor cores with f32 output).
 bool supports_gemm(const kestrel_op& op) {
-  if (!kestrel::plugin_shapes::gemm_fits(op)) return false;
+  if (!kestrel::plugin_shapes::gemm_fits(op, /*f32_of_16bit=*/true)) return false;
   return cublas_dtype(op.outputs[0].dtype) && cublas_shapes_ok(op.inputs[0], op.inputs[1], op.outputs[0]);
 }
 

@@ -166,6 +166,28 @@ void gemm_cases(Runner& r) {
         r.expect_close(out, want, tolerance_for(dtype, 4 * std::sqrt(k + 1.0)));
       });
   }
+  // ABI 1.6, optional: f16/bf16 operands multiplied into an f32 result as the device accumulated it. The
+  // operands hold 16-bit values exactly, so the double reference is the exact product of what was
+  // multiplied and the tolerance is f32's. (A device that declines is served by ops::gemm_ through the
+  // 16-bit product instead; that path is the 16-bit cases above.)
+  for (DType dtype : {DType::f16, DType::bf16})
+    for (const auto& s : setups)
+      r.run(case_name({std::string(dtype_name(dtype)), "into-f32", fmt::format("{}x{}x{}", s.m, s.k, s.n),
+                       std::string(layout_name(s.a)) + "-" + layout_name(s.b)}),
+            false, [&] {
+              auto a = r.values(s.m * s.k, -1, 1, dtype), b = r.values(s.k * s.n, -1, 1, dtype);
+              auto c = r.values(s.m * s.n, -1, 1, DType::f32);
+              Tensor out = r.upload({s.m, s.n}, c, DType::f32);
+              kestrel_gemm_params params{};
+              params.struct_size = kestrel::abi_size<kestrel_gemm_params>;
+              params.alpha = 0.5;
+              params.beta = 0.25;
+              ops::launch(r.device(), ops::make_op(KESTREL_OP_GEMM, &params,
+                                                   {r.upload({s.m, s.k}, a, dtype, s.a), r.upload({s.k, s.n}, b, dtype, s.b)},
+                                                   {out}));
+              r.expect_close(out, reference(a, b, c, s.m, s.k, s.n, 0.5, 0.25),
+                             tolerance_for(DType::f32, 4 * std::sqrt(s.k + 1.0)));
+            });
 }
 
 }  // namespace kestrel::conformance

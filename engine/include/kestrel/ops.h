@@ -35,7 +35,11 @@ bool all_finite(const Tensor& x);
 
 // a: (M, K) or (B, M, K), b: (K, N) or (B, K, N) -> (M, N) or (B, M, N). Transposed views are fine.
 Tensor matmul(const Tensor& a, const Tensor& b);
-// out = alpha * a @ b + beta * out
+// The same product with its result in out_dtype: a's, or f32 for f16/bf16 operands (mixed precision).
+Tensor matmul(const Tensor& a, const Tensor& b, DType out_dtype);
+// out = alpha * a @ b + beta * out. a and b share a dtype; out has it too, or is f32 for f16/bf16 a and b:
+// then the product is the device's f32 accumulation where it offers that (plugin ABI 1.6), else rounded
+// to the operands' dtype first.
 void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1.0, double beta = 0.0);
 
 Tensor gather(const Tensor& x, int axis, const Tensor& index);

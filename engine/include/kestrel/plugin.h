@@ -49,6 +49,9 @@
  *   1.5  ADAM_UPDATE and SGD_UPDATE may read f16 loss scaling's state from the device (params.scaler):
  *        the step is skipped there when the gradients overflowed, so a loss-scaled step never waits for
  *        the host. Both parameter blocks grew a field; a plugin that cannot read it answers 0.
+ *   1.6  GEMM may multiply f16 or bf16 operands into an f32 result (mixed precision's products, kept
+ *        unrounded as tensor cores give them). Optional within the required op: a plugin that cannot
+ *        answers 0 for that combination, and the engine rounds through the 16-bit dtype instead.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -61,7 +64,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 5
+#define KESTREL_PLUGIN_ABI_MINOR 6
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -170,7 +173,8 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_UNARY = 2,          /* out = f(in0)                                 params: kestrel_unary_params */
   KESTREL_OP_BINARY = 3,         /* out = f(in0, in1), same dtype everywhere     params: kestrel_binary_params */
   KESTREL_OP_REDUCE = 4,         /* out = reduce(in0) over dims where out.shape[d] == 1 != in0.shape[d] */
-  KESTREL_OP_GEMM = 5,           /* out = alpha * in0 @ in1 + beta * out; rank 2, or rank 3 batched */
+  KESTREL_OP_GEMM = 5,           /* out = alpha * in0 @ in1 + beta * out; rank 2, or rank 3 batched;
+                                  * one dtype, or since 1.6 f16/bf16 in0 and in1 with an f32 out */
   KESTREL_OP_GATHER = 6,         /* out = torch.gather(in0, axis, index=in1) */
   KESTREL_OP_SCATTER_ADD = 7,    /* out.scatter_add_(axis, index=in1, src=in0) */
   KESTREL_OP_RANDOM = 8,         /* out = Philox4x32-10 draws [, in0 counter base] params: kestrel_random_params */

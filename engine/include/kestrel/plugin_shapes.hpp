@@ -162,10 +162,13 @@ inline bool gemm_shapes_fit(const kestrel_tensor& a, const kestrel_tensor& b, co
   return a.shape[lead] == c.shape[lead] && b.shape[lead + 1] == c.shape[lead + 1] && a.shape[lead + 1] == b.shape[lead];
 }
 
-inline bool gemm_fits(const kestrel_op& op) {
+// f32_of_16bit: the plugin also takes (ABI 1.6) f16 or bf16 operands with an f32 result.
+inline bool gemm_fits(const kestrel_op& op, bool f32_of_16bit = false) {
   if (!params<kestrel_gemm_params>(op) || !arity(op, 2, 1)) return false;
   const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &c = op.outputs[0];
-  return a.dtype == c.dtype && b.dtype == c.dtype && gemm_shapes_fit(a, b, c);
+  if (a.dtype != b.dtype || !gemm_shapes_fit(a, b, c)) return false;
+  return a.dtype == c.dtype || (f32_of_16bit && c.dtype == KESTREL_DTYPE_F32 &&
+                                (a.dtype == KESTREL_DTYPE_F16 || a.dtype == KESTREL_DTYPE_BF16));
 }
 
 // in0 x (M,K), in1 w (K,N), optional in2 bias (N); out0 y (M,N) = act(x @ w + bias), optional out1 the

@@ -40,8 +40,24 @@ Var permute(const Var& x, const std::vector<int>& dims) {
                   [x = x.node(), inverse](const Tensor& dy) { accumulate_grad(*x, dy.permute(inverse).contiguous()); });
 }
 
+namespace {
+// Mixed precision's product of f32 a and b: both rounded to the scope's dtype and multiplied there, the
+// result and both gradients coming out of the GEMMs as f32 (unrounded on devices with ABI 1.6's mixed
+// GEMM). a: (B, M, K), b: (B, K, N).
+Var matmul_autocast(const Var& a, const Var& b) {
+  const DType low = autocast_dtype();
+  const Tensor a16 = a.value().to(low), b16 = b.value().to(low);
+  return make_var(ops::matmul(a16, b16, DType::f32), {a, b}, "matmul",
+                  [a = a.node(), b = b.node(), a16, b16](const Tensor& dy) {
+                    const Tensor dy16 = dy.to(a16.dtype());  // (B, M, N)
+                    if (a->requires_grad) accumulate_grad(*a, ops::matmul(dy16, b16.transpose(1, 2), DType::f32));
+                    if (b->requires_grad) accumulate_grad(*b, ops::matmul(a16.transpose(1, 2), dy16, DType::f32));
+                  });
+}
+}  // namespace
+
 Var matmul(const Var& a, const Var& b) {
-  if (autocasts(a)) return cast(matmul(lowered(a), lowered(b)), DType::f32);  // mixed precision
+  if (autocasts(a)) return matmul_autocast(a, b);
   return make_var(ops::matmul(a.value(), b.value()), {a, b}, "matmul", [a = a.node(), b = b.node()](const Tensor& dy) {
     // dy: (B, M, N). da = dy b^T, db = a^T dy, each a batched GEMM on transposed views.
     if (a->requires_grad) accumulate_grad(*a, ops::matmul(dy, b->value.transpose(1, 2)));

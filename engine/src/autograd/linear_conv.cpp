@@ -10,13 +10,14 @@ namespace kestrel::fn {
 namespace {
 
 // dW += a @ b, a: (M, K), b: (K, N), straight into the weight's gradient buffer when it has one (one
-// GEMM instead of a product, a temporary and an addition).
+// GEMM instead of a product, a temporary and an addition). Under autocast a and b are 16-bit and the
+// weight f32: the product lands in f32 unrounded where the device can (ops::gemm_).
 void accumulate_product(VarNode& weight, const Tensor& a, const Tensor& b) {
   if (!weight.requires_grad) return;
   if (weight.grad_buffer)
     weight.grad_buffer->add_product(a, b);
   else
-    accumulate_grad(weight, ops::matmul(a, b).view(weight.value.shape()));
+    accumulate_grad(weight, ops::matmul(a, b, weight.value.dtype()).view(weight.value.shape()));
 }
 
 Tensor activation_grad(kestrel_activation activation, const Tensor& dy, const Tensor& y, const Tensor& pre) {
@@ -28,13 +29,14 @@ Tensor activation_grad(kestrel_activation activation, const Tensor& dy, const Te
 }
 
 Var linear_same_dtype(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation);
+Var linear_autocast(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation);
 Var conv2d_same_dtype(const Var& x, const Var& weight, const Var& bias, const ops::Window& window);
 
 }  // namespace
 
 Var linear(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation) {
   if (!autocasts(x)) return linear_same_dtype(x, weight, bias, activation);
-  return cast(linear_same_dtype(lowered(x), lowered(weight), lowered(bias), activation), DType::f32);
+  return linear_autocast(x, weight, bias, activation);
 }
 
 Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& window) {
@@ -44,34 +46,64 @@ Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& 
 
 namespace {
 
-Var linear_same_dtype(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation) {
-  const Tensor& input = x.value();  // (N, in)
-  const Tensor& w = weight.value();  // (out, in)
+struct LinearOutputs {
+  Tensor y;    // (N, out): act(pre)
+  Tensor pre;  // (N, out): x @ w^T + bias, kept for GELU's gradient (undefined otherwise when fused)
+};
+
+// The fused LINEAR op where the device has it, else its composition. input: (N, in), w: (out, in),
+// bias: (out) or undefined; one dtype.
+LinearOutputs linear_forward(const Tensor& input, const Tensor& w, const Tensor& bias, kestrel_activation activation) {
   if (input.rank() != 2 || w.rank() != 2 || input.size(1) != w.size(1))
     throw InvalidArgument(fmt::format("linear: input {} does not fit weight {}", input.describe(), w.describe()));
   Tensor wt = w.transpose(0, 1);  // (in, out) as a strided view: the GEMM reads it transposed
   Tensor y = Tensor::empty({input.size(0), w.size(0)}, input.dtype(), input.device());
   Tensor pre = activation == KESTREL_ACTIVATION_GELU ? Tensor::empty(y.shape(), y.dtype(), y.device()) : Tensor();
   kestrel_linear_params params{abi_size<kestrel_linear_params>, activation};
-  kestrel_op op = bias.defined() ? ops::make_op(KESTREL_OP_LINEAR, &params, {input, wt, bias.value()}, {y})
+  kestrel_op op = bias.defined() ? ops::make_op(KESTREL_OP_LINEAR, &params, {input, wt, bias}, {y})
                                  : ops::make_op(KESTREL_OP_LINEAR, &params, {input, wt}, {y});
   if (pre.defined()) op.outputs[op.num_outputs++] = pre.descriptor();
   if (!ops::launch_if_supported(input.device(), op)) {
     Tensor z = ops::matmul(input, wt);
-    if (bias.defined()) z = math::add(z, bias.value());
+    if (bias.defined()) z = math::add(z, bias);
     pre = z;
     y = activation == KESTREL_ACTIVATION_RELU   ? math::unary(KESTREL_UNARY_RELU, z)
         : activation == KESTREL_ACTIVATION_GELU ? math::unary(KESTREL_UNARY_GELU, z)
                                                 : z;
   }
+  return {y, pre};
+}
+
+Var linear_same_dtype(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation) {
+  auto [y, pre] = linear_forward(x.value(), weight.value(), bias.defined() ? bias.value() : Tensor(), activation);
   std::vector<Var> parents{x, weight};
   if (bias.defined()) parents.push_back(bias);
   return make_var(y, parents, "linear",
-                  [x = x.node(), weight = weight.node(), bias = bias.node(), activation, y, pre](const Tensor& dy) {
+                  [x = x.node(), weight = weight.node(), bias = bias.node(), activation, y = y, pre = pre](const Tensor& dy) {
                     Tensor dz = activation_grad(activation, dy, y, pre);                  // (N, out)
                     if (x->requires_grad) accumulate_grad(*x, ops::matmul(dz, weight->value));  // (N, in)
                     accumulate_product(*weight, dz.transpose(0, 1), x->value);             // (out, in)
                     if (bias && bias->requires_grad) accumulate_grad(*bias, math::sum(dz, {0}, false));
+                  });
+}
+
+// Mixed precision's linear layer on f32 x, weight and bias: the product and its activation run in the
+// scope's 16-bit dtype and the result returns as f32. Backward multiplies in 16 bits too, but the input
+// and weight gradients come out of the GEMMs as f32, straight into their f32 gradients (on devices
+// with ABI 1.6's mixed GEMM), with no 16-bit gradient, cast or separate addition in between.
+Var linear_autocast(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation) {
+  const DType low = autocast_dtype();
+  const Tensor x16 = x.value().to(low), w16 = weight.value().to(low);  // (N, in), (out, in)
+  auto [y16, pre16] = linear_forward(x16, w16, bias.defined() ? bias.value().to(low) : Tensor(), activation);
+  std::vector<Var> parents{x, weight};
+  if (bias.defined()) parents.push_back(bias);
+  return make_var(y16.to(DType::f32), parents, "linear",
+                  [x = x.node(), weight = weight.node(), bias = bias.node(), activation, x16, w16, y16 = y16,
+                   pre16 = pre16](const Tensor& dy) {
+                    Tensor dz = activation_grad(activation, dy.to(y16.dtype()), y16, pre16);  // (N, out) 16-bit
+                    if (x->requires_grad) accumulate_grad(*x, ops::matmul(dz, w16, DType::f32));  // (N, in)
+                    accumulate_product(*weight, dz.transpose(0, 1), x16);                       // (out, in)
+                    if (bias && bias->requires_grad) accumulate_grad(*bias, math::sum(dz, {0}, false).to(DType::f32));
                   });
 }
 

@@ -213,10 +213,15 @@ bool all_finite(const Tensor& x) {
   return nonfinite_flag(x).to_doubles()[0] == 0.0;
 }
 
+namespace {
+bool sixteen_bit(DType dtype) { return dtype == DType::f16 || dtype == DType::bf16; }
+}  // namespace
+
 void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
   const Device& device = same_device("matmul", {&out, &a, &b});
   same_dtype("matmul", a, b);
-  same_dtype("matmul", a, out);
+  const bool widening = out.dtype() == DType::f32 && sixteen_bit(a.dtype());  // mixed precision's products
+  if (!widening) same_dtype("matmul", a, out);
   int rank = out.rank();
   if ((rank != 2 && rank != 3) || a.rank() != rank || b.rank() != rank)
     throw InvalidArgument(fmt::format("matmul: operands must all be rank 2 or all rank 3, got {}, {} -> {}",
@@ -229,10 +234,19 @@ void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double b
   auto params = make_params<kestrel_gemm_params>();
   params.alpha = alpha;
   params.beta = beta;
-  run("matmul", device, OpBuilder(KESTREL_OP_GEMM, &params).in(a).in(b).out(out).op);
+  const kestrel_op op = OpBuilder(KESTREL_OP_GEMM, &params).in(a).in(b).out(out).op;
+  if (!widening) return run("matmul", device, op);
+  if (launch_if_supported(device, op)) return;  // ABI 1.6: the f32 product as the device accumulated it
+  // A device that multiplies within one dtype only: the product rounded to the operands' dtype, widened.
+  Tensor product = Tensor::empty(out.shape(), a.dtype(), device);
+  gemm_(product, a, b, alpha, 0.0);
+  if (beta == 0.0) return copy_(out, product);
+  binary_(KESTREL_BINARY_ADD, out, beta == 1.0 ? out : unary(KESTREL_UNARY_AFFINE, out, beta, 0.0), product.to(DType::f32));
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a, const Tensor& b) { return matmul(a, b, a.dtype()); }
+
+Tensor matmul(const Tensor& a, const Tensor& b, DType out_dtype) {
   same_device("matmul", {&a, &b});
   if (a.rank() < 2 || a.rank() > 3 || b.rank() < 2 || b.rank() > 3)
     throw InvalidArgument(fmt::format("matmul: expected rank-2 or rank-3 operands, got {} and {}", a.describe(),
@@ -241,7 +255,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     throw InvalidArgument(fmt::format("matmul: inner dimensions differ: {} @ {}", shape_str(a.shape()),
                                       shape_str(b.shape())));
   if (a.rank() == 2 && b.rank() == 2) {
-    Tensor out = Tensor::empty({a.size(0), b.size(1)}, a.dtype(), a.device());
+    Tensor out = Tensor::empty({a.size(0), b.size(1)}, out_dtype, a.device());
     gemm_(out, a, b);
     return out;
   }
@@ -253,7 +267,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     Tensor t3 = t.rank() == 2 ? t.unsqueeze(0) : t;
     return t3.expand({batch, t3.size(1), t3.size(2)});
   };
-  Tensor out = Tensor::empty({batch, a.size(-2), b.size(-1)}, a.dtype(), a.device());
+  Tensor out = Tensor::empty({batch, a.size(-2), b.size(-1)}, out_dtype, a.device());
   gemm_(out, batched(a), batched(b));
   return out;
 }
