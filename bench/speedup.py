@@ -38,17 +38,14 @@ def kestrel_times(build, quick):
     return rows, " ".join(c.replace(str(ROOT) + "/", "") for c in command)
 
 
-failures = []  # PyTorch configurations that could not run, with their errors
-
-
 def pytorch_times(quick):
+    """{workload: {backend: ms}}, the commands as shown, and the configurations that failed with their errors."""
     if importlib.util.find_spec("torch") is None:
-        return {}, "PyTorch is not installed here: no PyTorch columns"
+        return {}, "PyTorch is not installed here: no PyTorch columns", []
     script = ROOT / "bench" / "pytorch" / "workloads.py"
     import torch  # noqa: F401  (only to pick the devices)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    rows, commands = {}, []
-    failures.clear()
+    rows, commands, failures = {}, [], []
     for device in devices:
         command = [sys.executable, str(script), "--device", device, "--steps", "3" if quick else "30"]
         if not quick:  # eager with fused Adam, and the whole step compiled (bench/pytorch/workloads.py)
@@ -61,7 +58,7 @@ def pytorch_times(quick):
                 failures.append(f"{r['workload']} {r['backend']}: {r['error']}")
             else:
                 rows.setdefault(r["workload"], {})[r["backend"]] = r["ms_per_step"]
-    return rows, "; ".join(commands)
+    return rows, "; ".join(commands), failures
 
 
 def against_best_pytorch(table):
@@ -116,9 +113,9 @@ def main():
                                         capture_output=True, text=True).stdout)
     device_names = [f"{p['name']}:{d['index']} = {d['name']} ({d['kind']}, {d['runtime']})"
                     for p in devices["plugins"] if p["status"] == "loaded" for d in p["devices"]]
-    torch_command = "not run (--no-pytorch)"
+    torch_command, failures = "not run (--no-pytorch)", []
     if not args.no_pytorch:
-        torch_rows, torch_command = pytorch_times(args.quick)
+        torch_rows, torch_command, failures = pytorch_times(args.quick)
         for workload, times in torch_rows.items():
             table.setdefault(workload, {}).update(times)
     backends = sorted({b for r in table.values() for b in r}, key=lambda b: (not b.startswith("kestrel:cpu"), b))

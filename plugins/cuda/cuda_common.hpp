@@ -160,12 +160,12 @@ inline TensorRef contiguous_ref(void* base, kestrel_dtype dtype, int rank, const
   return r;
 }
 
-// Stream-ordered scratch memory from the context's pool, freed on the same stream when it goes out of
-// scope: safe while kernels still use it, and valid inside graph capture (becomes alloc/free nodes).
 // Hands the memory cached by the context's pool and by the graph memory pool back to the driver; the
 // caller has waited for the frees it wants released (cuda_device.cpp).
 void release_cached_memory(kestrel_context* context);
 
+// Stream-ordered scratch memory from the context's pool, freed on the same stream when it goes out of
+// scope: safe while kernels still use it, and valid inside graph capture (becomes alloc/free nodes).
 class Scratch {
  public:
   Scratch(kestrel_stream& stream, uint64_t bytes);

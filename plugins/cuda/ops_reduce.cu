@@ -225,7 +225,7 @@ void launch_reduce(kestrel_stream& s, const kestrel_op& op) {
   }
   // Across when the innermost input axis is kept, else along. Either way the reduced elements are cut
   // into splits when the outputs alone would give the GPU fewer than kTargetBlocks blocks, each split
-  // long enough (kMinSplit elements) to be worth a block or a thread.
+  // long enough (min_split elements) to be worth a block or a thread.
   const bool across = plan.kept_rank > 0 && plan.kept_in_strides[plan.kept_rank - 1] == 1 && outputs >= 32;
   constexpr int64_t kTargetBlocks = 1024;
   const int block = across ? 256 : block_for(count);
