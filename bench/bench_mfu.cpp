@@ -7,16 +7,21 @@
 //
 //   build/bin/bench_mfu --benchmark_filter=gpt2_small/cuda:0/bf16/b8/captured
 //
-// Each step runs captured (as the trainer runs it) and eager. Registered for CUDA devices only: on a CPU one GPT-2 step takes minutes and its utilisation means
+// Each step runs captured (as the trainer runs it) and eager, and eagerly as one rank of a data-parallel
+// run of one process (an NCCL communicator of one; such steps are not captured): the third against the
+// second is what data parallelism's bucketed gradient sums add to a step (issue 17's target: at most 3%).
+// Registered for CUDA devices only: on a CPU one GPT-2 step takes minutes and its utilisation means
 // nothing against a GPU's peak.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "synthetic_batch.h"
 #include "kestrel/config.h"
+#include "kestrel/distributed.h"
 #include "kestrel/engine.h"
 #include "kestrel/model.h"
 #include "kestrel/optim.h"
@@ -61,22 +66,30 @@ kestrel::RunConfig run_config(DType precision, int64_t batch) {
 }
 
 // Warm-up steps (the first is eager and the capture follows it), then timed steps, each synchronised.
-// captured: replayed from a capture, as the trainer does; else every op launched each step. Counters:
+enum class Mode { captured, eager, data_parallel };
+const char* mode_name(Mode mode) {
+  return mode == Mode::captured ? "captured" : mode == Mode::eager ? "eager" : "eager_nccl1";
+}
+
+// captured: replayed from a capture, as the trainer does; eager: every op launched each step;
+// data_parallel: eager, with the gradients summed over a communicator of this one process. Counters:
 // the step's model TFLOP/s, its MFU, and the peak of allocated device memory (GiB).
 void train_step_or_fail(benchmark::State& state, kestrel::Device device, Workload workload, DType precision,
-                        bool captured) {
+                        Mode mode) {
   kestrel::Engine& engine = kestrel::Engine::global();
   engine.empty_cache(device);  // what earlier benchmarks left cached would count against this one
   engine.reset_peak_memory_stats(device);
   const auto spec = kestrel::ModelSpec::load(std::string(KESTREL_BENCH_MODELS_DIR) + "/" + workload.model_file);
   kestrel::Model model(spec, device, 42);
   kestrel::RunConfig config = run_config(precision, workload.batch);
-  config.capture = captured;
+  config.capture = mode == Mode::captured;
   kestrel::Optimizer adam(config.optimizer, model.flat_parameters(), model.flat_gradients());
   const int64_t labels = spec.input_dtype() == DType::i64 ? spec.input_shape()[0] : 1;
   kestrel::MetricsWindow metrics(device, labels, {}, 0);
   kestrel::LossScaleState loss_scale;
-  kestrel::TrainStep step(config, model, adam, metrics, [](const std::string&) {}, loss_scale);
+  std::unique_ptr<kestrel::ProcessGroup> group;
+  if (mode == Mode::data_parallel) group = std::make_unique<kestrel::ProcessGroup>(device, kestrel::World::get(), 60.0);
+  kestrel::TrainStep step(config, model, adam, metrics, [](const std::string&) {}, loss_scale, group.get());
   auto [x, y] = kestrel_bench::batch_for(spec, workload.batch, device);
   const kestrel::data::Batch batch{x, y, 0, workload.batch, workload.batch};
   uint64_t rng_offset = 0;
@@ -99,9 +112,9 @@ void train_step_or_fail(benchmark::State& state, kestrel::Device device, Workloa
 }
 
 // A step that cannot run (out of memory) is reported as the benchmark's error; the others still run.
-void train_step(benchmark::State& state, kestrel::Device device, Workload workload, DType precision, bool captured) {
+void train_step(benchmark::State& state, kestrel::Device device, Workload workload, DType precision, Mode mode) {
   try {
-    train_step_or_fail(state, device, workload, precision, captured);
+    train_step_or_fail(state, device, workload, precision, mode);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -134,12 +147,12 @@ int main(int argc, char** argv) {
       kestrel::Device device = engine.device(fmt::format("{}:{}", plugin.name, info.index));
       for (const Workload& w : workloads) {
         for (DType precision : {DType::f32, DType::bf16, DType::f16})
-          for (bool captured : {true, false})
+          for (Mode mode : {Mode::captured, Mode::eager, Mode::data_parallel})
             benchmark::RegisterBenchmark(fmt::format("mfu/{}/{}/{}/b{}/{}", w.name, device.str(),
                                                      kestrel::dtype_name(precision), w.batch,
-                                                     captured ? "captured" : "eager")
+                                                     mode_name(mode))
                                              .c_str(),
-                                         train_step, device, w, precision, captured)
+                                         train_step, device, w, precision, mode)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime()
                 ->MinTime(2.0);

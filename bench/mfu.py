@@ -102,6 +102,13 @@ def main():
             cost = scaling[k["workload"].split("/")[0]]
             summary.append(f"- {k['workload']} f16: loss scaling (seed, overflow check, scale update) "
                            f"{cost:.3f} ms of the {k['ms_per_step']:.2f} ms step ({cost / k['ms_per_step']:.1%}).")
+    by_mode = {(k["workload"], k["precision"], k["mode"]): k["ms_per_step"] for k in kestrel}
+    for (workload, precision, mode), ms in by_mode.items():  # issue 17: NCCL at world size 1, at most +3%
+        eager = by_mode.get((workload, precision, "eager"))
+        if mode == "eager_nccl1" and eager:
+            summary.append(f"- {workload} {precision}: one rank of a data-parallel run (NCCL, world size 1, bucketed "
+                           f"gradient sums) {ms:.2f} ms against the eager step's {eager:.2f} ms "
+                           f"({ms / eager - 1:+.1%}; target at most +3%).")
     path, date = result_path("mfu")
     write(path, [
         f"# Model-FLOPs utilisation, Kestrel and PyTorch side by side, {date}",

@@ -34,6 +34,20 @@ bool supports_softmax_cross_entropy(const kestrel_op& op);
 void launch_softmax_cross_entropy(kestrel_stream& s, const kestrel_op& op);
 bool supports_optimizer(const kestrel_op& op);  // adam_update, sgd_update
 void launch_optimizer(kestrel_stream& s, const kestrel_op& op);
+bool supports_attention(const kestrel_op& op);  // attention, attention_backward (ABI 1.7)
+void launch_attention(kestrel_stream& s, const kestrel_op& op);
+bool supports_layer_norm(const kestrel_op& op);  // layer_norm, layer_norm_backward (ABI 1.7)
+void launch_layer_norm(kestrel_stream& s, const kestrel_op& op);
+
+// A batch of matrices in device memory: element (b, r, c) at base + (b * bs + r * rs + c * cs) elements.
+struct MatrixView {
+  char* base;
+  int64_t rs, cs, bs;
+};
+// c (batch, m, n) = alpha * a (batch, m, k) @ b (batch, k, n) + beta * c through cuBLAS (ops_gemm.cu), for
+// the plugin's own fused ops: a and b in `operands`, c in `result` (the same, or f32 for f16/bf16).
+void batched_gemm(kestrel_stream& s, kestrel_dtype operands, kestrel_dtype result, int64_t batch, int64_t m, int64_t n,
+                  int64_t k, MatrixView a, MatrixView b, MatrixView c, double alpha, double beta);
 
 // out = cast(in) elementwise, equal shapes, any strides and dtypes (ops_elementwise.cu). Used by GEMM to
 // pack operands that cuBLAS cannot read directly.

@@ -16,10 +16,7 @@ namespace kestrel_cuda {
 
 namespace {
 
-struct Mat {
-  char* base;
-  int64_t rs, cs, bs;  // row, column and batch strides in elements
-};
+using Mat = MatrixView;  // row, column and batch strides in elements
 struct Problem {
   kestrel_dtype dtype;     // C's
   kestrel_dtype operands;  // A's and B's: C's, or f16/bf16 with an f32 C (ABI 1.6)
@@ -162,6 +159,15 @@ void run_gemm(kestrel_stream& s, Problem p, double alpha, double beta) {
                                           c_type, int(c.ld), p.c.bs, int(p.batch), compute, CUBLAS_GEMM_DEFAULT),
                "cublasGemmStridedBatchedEx");
 }
+
+}  // namespace
+
+void batched_gemm(kestrel_stream& s, kestrel_dtype operands, kestrel_dtype result, int64_t batch, int64_t m, int64_t n,
+                  int64_t k, MatrixView a, MatrixView b, MatrixView c, double alpha, double beta) {
+  run_gemm(s, Problem{result, operands, batch, m, n, k, a, b, c}, alpha, beta);
+}
+
+namespace {
 
 // What cuBLAS multiplies here: the four float dtypes (16-bit ones accumulate in f32).
 bool cublas_dtype(kestrel_dtype d) {

@@ -20,13 +20,7 @@ P params() {
 // Launches a fused op through the engine (which refuses with Unsupported when the plugin declines).
 void launch(const Device& device, kestrel_op_kind kind, const void* p, std::vector<Tensor> inputs,
             std::vector<Tensor> outputs) {
-  kestrel_op op{};
-  op.struct_size = kestrel::abi_size<kestrel_op>;
-  op.kind = kind;
-  op.params = p;
-  for (const Tensor& t : inputs) op.inputs[op.num_inputs++] = t.descriptor();
-  for (const Tensor& t : outputs) op.outputs[op.num_outputs++] = t.descriptor();
-  ops::launch(device, op);
+  ops::launch(device, op_of(kind, p, inputs, outputs));
 }
 
 double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }

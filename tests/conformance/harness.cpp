@@ -45,6 +45,17 @@ Tolerance tolerance_for(DType dtype, double scale) {
   }
 }
 
+kestrel_op op_of(kestrel_op_kind kind, const void* params, const std::vector<Tensor>& inputs,
+                 const std::vector<Tensor>& outputs) {
+  kestrel_op op{};
+  op.struct_size = abi_size<kestrel_op>;
+  op.kind = kind;
+  op.params = params;
+  for (const Tensor& t : inputs) op.inputs[op.num_inputs++] = t.descriptor();
+  for (const Tensor& t : outputs) op.outputs[op.num_outputs++] = t.descriptor();
+  return op;
+}
+
 std::string case_name(std::initializer_list<std::string> parts) {
   std::string name;
   for (const auto& part : parts) name += (name.empty() ? "" : "/") + part;

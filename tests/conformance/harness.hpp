@@ -29,6 +29,8 @@ struct Tolerance {
   double rtol, atol;
 };
 Tolerance tolerance_for(DType dtype, double scale = 1.0);
+// The dtype of the statistics a fused op's forward leaves for backward (plugin.h, ABI 1.7).
+inline DType statistics_of(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
 
 class Runner {
  public:
@@ -61,6 +63,10 @@ class Runner {
   std::vector<DType> declared_;
 };
 
+// An op descriptor over tensors, for the cases of fused ops; `params` is borrowed.
+kestrel_op op_of(kestrel_op_kind kind, const void* params, const std::vector<Tensor>& inputs,
+                 const std::vector<Tensor>& outputs);
+
 // Name helpers: "f32", "(7, 13)".
 std::string case_name(std::initializer_list<std::string> parts);
 
@@ -79,6 +85,8 @@ void index_cases(Runner& r);
 void random_cases(Runner& r);
 void window_cases(Runner& r);
 void fused_cases(Runner& r);
+void attention_cases(Runner& r);
+void layer_norm_cases(Runner& r);
 void capture_cases(Runner& r);
 void collective_cases(Runner& r);
 

@@ -10,7 +10,8 @@ const std::vector<std::pair<std::string, FamilyFn>>& registry() {
   static const std::vector<std::pair<std::string, FamilyFn>> all = {
       {"fill", fill_cases},     {"copy", copy_cases},   {"unary", unary_cases},   {"binary", binary_cases},
       {"reduce", reduce_cases}, {"gemm", gemm_cases},   {"index", index_cases},   {"random", random_cases},
-      {"window", window_cases}, {"fused", fused_cases},   {"capture", capture_cases},
+      {"window", window_cases}, {"fused", fused_cases},   {"attention", attention_cases},
+      {"layer_norm", layer_norm_cases}, {"capture", capture_cases},
       {"collective", collective_cases}};
   return all;
 }

@@ -112,7 +112,9 @@ Var recurrent_layer(const Var& x, const RecurrentWeights& weights, RecurrentCell
 // prefix (Tk > Tq, decoding) sees the whole prefix and itself.
 struct AttentionOptions {
   bool causal = false;
-  Tensor mask;  // (Tq, Tk), added to the scores when defined (then `causal` is not applied again)
+  // (Tq, Tk), added to the scores when defined (then `causal` is not applied again). With `causal` set it
+  // must be causal_mask's: the fused attention op (plugin ABI 1.7) masks by itself and ignores it.
+  Tensor mask;
   double dropout = 0;  // on the attention weights, in training
   bool training = false;
   uint64_t seed = 0, offset = 0;  // Philox stream of the dropout mask

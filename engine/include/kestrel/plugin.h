@@ -52,6 +52,11 @@
  *   1.6  GEMM may multiply f16 or bf16 operands into an f32 result (mixed precision's products, kept
  *        unrounded as tensor cores give them). Optional within the required op: a plugin that cannot
  *        answers 0 for that combination, and the engine rounds through the 16-bit dtype instead.
+ *   1.7  ATTENTION and ATTENTION_BACKWARD: scaled dot-product attention (optionally causal) as one fused
+ *        op, forward and backward, so a backend need not keep the (T x T) attention weights between them:
+ *        forward leaves each query's log-sum-exp, and backward recomputes the weights from it.
+ *        LAYER_NORM and LAYER_NORM_BACKWARD: layer normalisation over the last axis, forward leaving each
+ *        row's mean and inverse standard deviation for backward.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -64,7 +69,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 6
+#define KESTREL_PLUGIN_ABI_MINOR 7
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -189,7 +194,21 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_SOFTMAX_CROSS_ENTROPY = 34, /* in0 logits (N,C), in1 labels (N) i64 -> out0 loss (N)
                                           [, out1 dlogits (N,C) = softmax - onehot] */
   KESTREL_OP_ADAM_UPDATE = 35,   /* in-place on in0 param, in1 grad (read, zeroed if asked), in2 m, in3 v */
-  KESTREL_OP_SGD_UPDATE = 36     /* in-place on in0 param, in1 grad (likewise) [, in2 momentum buffer] */
+  KESTREL_OP_SGD_UPDATE = 36,    /* in-place on in0 param, in1 grad (likewise) [, in2 momentum buffer] */
+  /* Since 1.7. in0 q (B,Tq,D), in1 k (B,Tk,D), in2 v (B,Tk,D), one float dtype, contiguous ->
+   * out0 (B,Tq,D) = softmax(scale * q @ k^T [masked]) @ v, out1 (B,Tq) = log(sum(exp(...))) of each
+   * query's scaled, masked scores, f32 (f64 for f64).            params: kestrel_attention_params */
+  KESTREL_OP_ATTENTION = 37,
+  /* Since 1.7. in0 dout (B,Tq,D), in1 q, in2 k, in3 v, in4 out, in5 log-sum-exp (B,Tq), as forward
+   * gave them -> out0 dq (B,Tq,D), out1 dk (B,Tk,D), out2 dv (B,Tk,D), written (not accumulated). */
+  KESTREL_OP_ATTENTION_BACKWARD = 38,
+  /* Since 1.7. in0 x (R,C) [, in1 weight (C) [, in2 bias (C)]], one float dtype, contiguous -> out0 y (R,C)
+   * = (x - mean) * rstd [* weight [+ bias]], out1 mean (R), out2 rstd (R), both f32 (f64 for f64),
+   * where rstd = 1 / sqrt(biased variance + eps).                params: kestrel_layer_norm_params */
+  KESTREL_OP_LAYER_NORM = 39,
+  /* Since 1.7. in0 dy (R,C), in1 x, in2 mean, in3 rstd [, in4 weight (C)] -> out0 dx (R,C) [, out1
+   * dweight (C) [, out2 dbias (C)]]: as many outputs as forward had inputs; written, not accumulated. */
+  KESTREL_OP_LAYER_NORM_BACKWARD = 40
 } kestrel_op_kind;
 
 typedef enum kestrel_unary_fn {
@@ -258,6 +277,12 @@ typedef struct kestrel_window_params {
   int32_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
   kestrel_pool_mode mode; /* POOL2D and POOL2D_BACKWARD; avg counts padding like torch's default */
 } kestrel_window_params;
+/* Attention (1.7). causal: query i sees keys j <= i + Tk - Tq (the mask aligned to the last key, so a
+ * query continuing a cached prefix sees all of it); Tk >= Tq then. Masked weights are exactly 0. */
+typedef struct kestrel_attention_params {
+  size_t struct_size; double scale; int32_t causal;
+} kestrel_attention_params;
+typedef struct kestrel_layer_norm_params { size_t struct_size; double eps; } kestrel_layer_norm_params;
 typedef struct kestrel_linear_params {
   size_t struct_size; kestrel_activation activation;
 } kestrel_linear_params;

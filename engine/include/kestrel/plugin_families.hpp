@@ -15,7 +15,7 @@ namespace kestrel::plugin_sdk {
 
 enum class OpFamily {
   fill, copy, unary, binary, reduce, gemm, gather, scatter_add, random, window, linear, softmax,
-  softmax_cross_entropy, optimizer,
+  softmax_cross_entropy, optimizer, attention, layer_norm,
   count  // also the answer for a kind this header does not know (a newer ABI's)
 };
 
@@ -36,6 +36,8 @@ inline OpFamily op_family(kestrel_op_kind kind) {
     case KESTREL_OP_SOFTMAX: return OpFamily::softmax;
     case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: return OpFamily::softmax_cross_entropy;
     case KESTREL_OP_ADAM_UPDATE: case KESTREL_OP_SGD_UPDATE: return OpFamily::optimizer;
+    case KESTREL_OP_ATTENTION: case KESTREL_OP_ATTENTION_BACKWARD: return OpFamily::attention;
+    case KESTREL_OP_LAYER_NORM: case KESTREL_OP_LAYER_NORM_BACKWARD: return OpFamily::layer_norm;
   }
   return OpFamily::count;
 }
@@ -96,6 +98,10 @@ inline const char* op_kind_name(kestrel_op_kind kind) {
     case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: return "softmax_cross_entropy";
     case KESTREL_OP_ADAM_UPDATE: return "adam_update";
     case KESTREL_OP_SGD_UPDATE: return "sgd_update";
+    case KESTREL_OP_ATTENTION: return "attention";
+    case KESTREL_OP_ATTENTION_BACKWARD: return "attention_backward";
+    case KESTREL_OP_LAYER_NORM: return "layer_norm";
+    case KESTREL_OP_LAYER_NORM_BACKWARD: return "layer_norm_backward";
   }
   return "unknown-op";
 }

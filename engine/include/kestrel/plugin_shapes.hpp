@@ -310,6 +310,62 @@ inline bool optimizer_fits(const kestrel_op& op) {
   return true;
 }
 
+// ---- attention and layer norm (1.7) ----
+
+// The dtype of the statistics forward leaves for backward (log-sum-exp, mean, rstd): f64 for f64, else f32.
+inline kestrel_dtype statistics_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_F64 ? KESTREL_DTYPE_F64 : KESTREL_DTYPE_F32; }
+
+
+// ATTENTION: in0 q (B,Tq,D), in1 k (B,Tk,D), in2 v (B,Tk,D) -> out0 (B,Tq,D), out1 (B,Tq) f32.
+// ATTENTION_BACKWARD: in0 dout, in1 q, in2 k, in3 v, in4 out, in5 lse -> out0 dq, out1 dk, out2 dv.
+// One float dtype for all but the log-sum-exp (statistics_dtype); every tensor contiguous; causal needs Tk >= Tq.
+inline bool attention_fits(const kestrel_op& op) {
+  const auto* p = params<kestrel_attention_params>(op);
+  const bool backward = op.kind == KESTREL_OP_ATTENTION_BACKWARD;
+  if (!p || !(backward ? arity(op, 6, 3) : arity(op, 3, 2)) || !all_contiguous(op)) return false;
+  const kestrel_tensor &q = op.inputs[backward ? 1 : 0], &k = op.inputs[backward ? 2 : 1], &v = op.inputs[backward ? 3 : 2];
+  const kestrel_tensor& lse = backward ? op.inputs[5] : op.outputs[1];
+  auto like = [](const kestrel_tensor& t, const kestrel_tensor& model) { return same_shape(t, model) && t.dtype == model.dtype; };
+  if (q.rank != 3 || k.rank != 3 || !is_float_dtype(q.dtype) || k.dtype != q.dtype || !like(v, k)) return false;
+  if (k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2] || (p->causal && k.shape[1] < q.shape[1])) return false;
+  if (lse.dtype != statistics_dtype(q.dtype) || lse.rank != 2 || lse.shape[0] != q.shape[0] || lse.shape[1] != q.shape[1])
+    return false;
+  if (!backward) return like(op.outputs[0], q);
+  return like(op.inputs[0], q) && like(op.inputs[4], q) && like(op.outputs[0], q) && like(op.outputs[1], k) &&
+         like(op.outputs[2], k);
+}
+
+// LAYER_NORM: in0 x (R,C) [, in1 weight (C) [, in2 bias (C)]] -> out0 y (R,C), out1 mean (R), out2 rstd (R).
+// LAYER_NORM_BACKWARD: in0 dy, in1 x, in2 mean, in3 rstd [, in4 weight] -> out0 dx [, out1 dweight [, out2
+// dbias]]. One float dtype but for the statistics (statistics_dtype); every tensor contiguous.
+inline bool layer_norm_fits(const kestrel_op& op) {
+  if (!params<kestrel_layer_norm_params>(op) || !all_contiguous(op)) return false;
+  const bool backward = op.kind == KESTREL_OP_LAYER_NORM_BACKWARD;
+  const int affine = backward ? op.num_outputs - 1 : op.num_inputs - 1;  // 0, 1 (weight) or 2 (and bias)
+  if (affine < 0 || affine > 2) return false;
+  if (backward ? op.num_inputs != (affine ? 5 : 4) : op.num_outputs != 3) return false;
+  const kestrel_tensor& x = op.inputs[backward ? 1 : 0];
+  if (x.rank != 2 || !is_float_dtype(x.dtype)) return false;
+  auto like = [](const kestrel_tensor& t, const kestrel_tensor& model) { return same_shape(t, model) && t.dtype == model.dtype; };
+  auto vector_of = [&](const kestrel_tensor& t, int64_t n, kestrel_dtype dtype) {
+    return t.rank == 1 && t.shape[0] == n && t.dtype == dtype;
+  };
+  const kestrel_tensor& mean = backward ? op.inputs[2] : op.outputs[1];
+  const kestrel_tensor& rstd = backward ? op.inputs[3] : op.outputs[2];
+  const kestrel_dtype stats = statistics_dtype(x.dtype);
+  if (!vector_of(mean, x.shape[0], stats) || !vector_of(rstd, x.shape[0], stats)) return false;
+  if (!backward) {
+    for (int i = 1; i <= affine; ++i)
+      if (!vector_of(op.inputs[i], x.shape[1], x.dtype)) return false;
+    return like(op.outputs[0], x);
+  }
+  if (!like(op.inputs[0], x) || !like(op.outputs[0], x)) return false;
+  if (affine && !vector_of(op.inputs[4], x.shape[1], x.dtype)) return false;
+  for (int i = 1; i <= affine; ++i)
+    if (!vector_of(op.outputs[i], x.shape[1], x.dtype)) return false;
+  return true;
+}
+
 // ---- sliding windows: im2col, col2im, pool2d, pool2d_backward on (N, C, H, W) ----
 
 // An (N, C, H, W) image, the window sliding over it, and the (OH, OW) positions it takes.

@@ -37,6 +37,8 @@ KESTREL_ABI_STRUCT(kestrel_linear_params, activation)
 KESTREL_ABI_STRUCT(kestrel_softmax_params, log)
 KESTREL_ABI_STRUCT(kestrel_adam_params, scaler)
 KESTREL_ABI_STRUCT(kestrel_sgd_params, step)
+KESTREL_ABI_STRUCT(kestrel_attention_params, causal)
+KESTREL_ABI_STRUCT(kestrel_layer_norm_params, eps)
 KESTREL_ABI_STRUCT(kestrel_op, params)
 KESTREL_ABI_STRUCT(kestrel_plugin_api, buffer_host_address)
 

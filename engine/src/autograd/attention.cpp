@@ -1,9 +1,11 @@
-// Attention composed from batched GEMMs, a mask and a softmax, so every backend runs it; a fused
-// kernel (flash-style, never materialising the T x T weights) is an accelerator a plugin may offer later.
+// Attention: the fused ATTENTION op where the device offers it (plugin ABI 1.7: the (T x T) weights are
+// not kept for backward), else composed from batched GEMMs, a mask and a softmax, which every backend runs.
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 
+#include "autocast.h"
 #include "kestrel/functional.h"
 
 namespace kestrel::fn {
@@ -47,6 +49,45 @@ Var project(const Var& x, const Var& weight, const Var& bias) {
 
 }  // namespace
 
+namespace {
+
+// The fused op on q (B, Tq, D), k and v (B, Tk, D), or nothing when the device lacks it (forward or
+// backward) or the options need the composed path (an explicit mask, dropout on the weights). Under
+// autocast it runs in the scope's 16-bit dtype and returns f32, like the products it replaces.
+std::optional<Var> fused_attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& o) {
+  if (!ops::fused_ops_enabled() || (o.mask.defined() && !o.causal) || (o.training && o.dropout > 0)) return std::nullopt;
+  const DType dtype = autocasts(q) ? autocast_dtype() : q.value().dtype();
+  const Tensor q_in = q.value().to(dtype).contiguous(), k_in = k.value().to(dtype).contiguous(),
+               v_in = v.value().to(dtype).contiguous();
+  const Device& device = q_in.device();
+  Tensor out = Tensor::empty(q_in.shape(), dtype, device);                                // (B, Tq, D)
+  const DType statistics = dtype == DType::f64 ? DType::f64 : DType::f32;                  // plugin.h's rule
+  Tensor log_sum_exp = Tensor::empty({q_in.size(0), q_in.size(1)}, statistics, device);  // (B, Tq)
+  const kestrel_attention_params params{abi_size<kestrel_attention_params>, 1.0 / std::sqrt(double(q_in.size(2))),
+                                        o.causal ? 1 : 0};
+  const kestrel_op forward = ops::make_op(KESTREL_OP_ATTENTION, &params, {q_in, k_in, v_in}, {out, log_sum_exp});
+  // Backward's descriptor with forward's tensors standing in for the gradients (same shapes and dtypes).
+  const kestrel_op backward = ops::make_op(KESTREL_OP_ATTENTION_BACKWARD, &params,
+                                           {out, q_in, k_in, v_in, out, log_sum_exp}, {q_in, k_in, v_in});
+  if (!ops::supports(device, backward) || !ops::launch_if_supported(device, forward)) return std::nullopt;
+  const DType result = q.value().dtype();
+  return make_var(out.to(result), {q, k, v}, "attention",
+                  [q = q.node(), k = k.node(), v = v.node(), q_in, k_in, v_in, out, log_sum_exp,
+                   params](const Tensor& dy) {
+                    const Tensor dout = dy.to(out.dtype()).contiguous();  // (B, Tq, D)
+                    Tensor dq = Tensor::empty(q_in.shape(), q_in.dtype(), q_in.device());
+                    Tensor dk = Tensor::empty(k_in.shape(), k_in.dtype(), k_in.device());
+                    Tensor dv = Tensor::empty(v_in.shape(), v_in.dtype(), v_in.device());
+                    ops::launch(q_in.device(), ops::make_op(KESTREL_OP_ATTENTION_BACKWARD, &params,
+                                                            {dout, q_in, k_in, v_in, out, log_sum_exp}, {dq, dk, dv}));
+                    if (q->requires_grad) accumulate_grad(*q, dq.to(q->value.dtype()));
+                    if (k->requires_grad) accumulate_grad(*k, dk.to(k->value.dtype()));
+                    if (v->requires_grad) accumulate_grad(*v, dv.to(v->value.dtype()));
+                  });
+}
+
+}  // namespace
+
 Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& o) {
   const Tensor& query = q.value();  // (B, Tq, D)
   if (query.rank() != 3 || k.value().rank() != 3 || v.value().shape() != k.value().shape() ||
@@ -57,6 +98,7 @@ Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, const
   if (o.causal && keys < queries)
     throw InvalidArgument(fmt::format("attention: a causal mask needs at least as many keys ({}) as queries ({})", keys,
                                       queries));
+  if (std::optional<Var> fused = fused_attention(q, k, v, o)) return *fused;
   const Var scale(Tensor::full({}, 1.0 / std::sqrt(double(query.size(2))), query.dtype(), query.device()));
   Var scores = mul(matmul(q, permute(k, {0, 2, 1})), scale);  // (B, Tq, Tk)
   if (o.mask.defined()) {

@@ -1,6 +1,8 @@
 // Pooling, batch normalisation and layer normalisation: forward and backward side by side.
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "kestrel/functional.h"
 #include "tensor_math.h"
 
@@ -64,10 +66,64 @@ Var batch_norm2d(const Var& x, const Var& weight, const Var& bias, Tensor& runni
 
 // Over the last `normalized` axes, per position: the statistics are the sample's own, so training and
 // inference compute the same thing and there are no running buffers.
+namespace {
+
+// The fused LAYER_NORM op (plugin ABI 1.7) over x viewed as (rows, the normalised axes' product) where
+// the device has it both ways; nothing otherwise (or for a bias without a weight), and the caller composes.
+std::optional<Var> fused_layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized, double eps) {
+  const Tensor& input = x.value();
+  if (!ops::fused_ops_enabled() || (bias.defined() && !weight.defined())) return std::nullopt;
+  if ((weight.defined() && weight.value().dtype() != input.dtype()) || (bias.defined() && bias.value().dtype() != input.dtype()))
+    return std::nullopt;
+  int64_t cols = 1;
+  for (int d = input.rank() - normalized; d < input.rank(); ++d) cols *= input.size(d);
+  const int64_t rows = cols ? input.numel() / cols : 0;
+  const Tensor x2 = input.contiguous().view({rows, cols});                                // (R, C)
+  const Tensor w = weight.defined() ? weight.value().contiguous().view({cols}) : Tensor();  // (C)
+  const Tensor b = bias.defined() ? bias.value().contiguous().view({cols}) : Tensor();      // (C)
+  Tensor y = Tensor::empty({rows, cols}, input.dtype(), input.device());
+  const DType statistics = input.dtype() == DType::f64 ? DType::f64 : DType::f32;  // plugin.h's rule
+  Tensor mean = Tensor::empty({rows}, statistics, input.device()), rstd = Tensor::empty({rows}, statistics, input.device());
+  const kestrel_layer_norm_params params{abi_size<kestrel_layer_norm_params>, eps};
+  kestrel_op forward = ops::make_op(KESTREL_OP_LAYER_NORM, &params, {x2}, {y, mean, rstd});
+  // Backward's descriptor, forward's tensors standing in for the gradients (same shapes and dtypes).
+  kestrel_op backward = ops::make_op(KESTREL_OP_LAYER_NORM_BACKWARD, &params, {y, x2, mean, rstd}, {y});
+  for (const Tensor& t : {w, b}) {
+    if (!t.defined()) continue;
+    forward.inputs[forward.num_inputs++] = t.descriptor();
+    backward.outputs[backward.num_outputs++] = t.descriptor();
+  }
+  if (w.defined()) backward.inputs[backward.num_inputs++] = w.descriptor();
+  if (!ops::supports(input.device(), backward) || !ops::launch_if_supported(input.device(), forward)) return std::nullopt;
+  std::vector<Var> parents{x};
+  if (weight.defined()) parents.push_back(weight);
+  if (bias.defined()) parents.push_back(bias);
+  return make_var(y.view(input.shape()), parents, "layer_norm",
+                  [x = x.node(), weight = weight.node(), bias = bias.node(), x2, w, b, mean, rstd, params](const Tensor& dy) {
+                    const Tensor dy2 = dy.contiguous().view(x2.shape());  // (R, C)
+                    Tensor dx = Tensor::empty(x2.shape(), x2.dtype(), x2.device());
+                    Tensor dw = w.defined() ? Tensor::empty(w.shape(), w.dtype(), w.device()) : Tensor();
+                    Tensor db = b.defined() ? Tensor::empty(b.shape(), b.dtype(), b.device()) : Tensor();
+                    kestrel_op op = ops::make_op(KESTREL_OP_LAYER_NORM_BACKWARD, &params, {dy2, x2, mean, rstd}, {dx});
+                    if (w.defined()) {
+                      op.inputs[op.num_inputs++] = w.descriptor();
+                      op.outputs[op.num_outputs++] = dw.descriptor();
+                    }
+                    if (b.defined()) op.outputs[op.num_outputs++] = db.descriptor();
+                    ops::launch(x2.device(), op);
+                    if (x->requires_grad) accumulate_grad(*x, dx.view(x->value.shape()));
+                    if (weight && weight->requires_grad) accumulate_grad(*weight, dw.view(weight->value.shape()));
+                    if (bias && bias->requires_grad) accumulate_grad(*bias, db.view(bias->value.shape()));
+                  });
+}
+
+}  // namespace
+
 Var layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized, double eps) {
   const Tensor& input = x.value();  // (..., *normalized_shape)
   if (normalized < 1 || normalized > input.rank())
     throw InvalidArgument(fmt::format("layer_norm: cannot normalise the last {} axes of {}", normalized, input.describe()));
+  if (std::optional<Var> fused = fused_layer_norm(x, weight, bias, normalized, eps)) return *fused;
   std::vector<int> dims;  // the normalised axes
   for (int d = input.rank() - normalized; d < input.rank(); ++d) dims.push_back(d);
   Tensor mean = math::mean(input, dims, true);                                                    // (..., 1, ..)

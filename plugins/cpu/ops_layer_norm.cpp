@@ -1,0 +1,116 @@
+// Fused layer normalisation over the last axis (ABI 1.7), forward and backward side by side. Rows are
+// independent, so each is one task; the weight and bias gradients sum over rows, column block by column
+// block. Statistics and sums in double, as the composed ops' reductions.
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "cpu_ops.hpp"
+
+namespace kestrel_cpu {
+
+namespace {
+
+template <class S>
+const S* data_of(const kestrel_tensor& t) { return static_cast<const S*>(t.buffer->data) + t.offset; }
+template <class S>
+S* mutable_data_of(const kestrel_tensor& t) { return static_cast<S*>(t.buffer->data) + t.offset; }
+
+// The statistics' type (plugin_shapes::statistics_dtype): double for f64, else float.
+template <class E>
+using Stat = std::conditional_t<std::is_same_v<typename E::storage, double>, double, float>;
+
+// Columns per task of the weight and bias gradients: long enough rows of work, few enough tasks.
+constexpr int64_t kColumnBlock = 64;
+
+// in0 x (R,C) [, in1 weight (C) [, in2 bias (C)]] -> out0 y (R,C), out1 mean (R), out2 rstd (R).
+void layer_norm_forward(const kestrel_op& op) {
+  const kestrel_tensor& x_desc = op.inputs[0];
+  const int64_t rows = x_desc.shape[0], cols = x_desc.shape[1];
+  const double eps = params_of<kestrel_layer_norm_params>(op, "layer_norm").eps;
+  dispatch_float(x_desc.dtype, [&](auto elem) {
+    using E = decltype(elem);
+    using S = typename E::storage;
+    const S* x = data_of<S>(x_desc);
+    const S* weight = op.num_inputs > 1 ? data_of<S>(op.inputs[1]) : nullptr;  // (C)
+    const S* bias = op.num_inputs > 2 ? data_of<S>(op.inputs[2]) : nullptr;    // (C)
+    S* y = mutable_data_of<S>(op.outputs[0]);
+    Stat<E> *mean = mutable_data_of<Stat<E>>(op.outputs[1]), *rstd = mutable_data_of<Stat<E>>(op.outputs[2]);
+    parallel_for_split("kestrel::layer_norm", rows, rows * cols, [=](int64_t r) {
+      const S* xr = x + r * cols;
+      double sum = 0, squares = 0;
+      for (int64_t c = 0; c < cols; ++c) sum += double(E::load(xr[c]));
+      const double mu = cols ? sum / double(cols) : 0.0;
+      for (int64_t c = 0; c < cols; ++c) squares += (double(E::load(xr[c])) - mu) * (double(E::load(xr[c])) - mu);
+      const double inv = 1.0 / std::sqrt((cols ? squares / double(cols) : 0.0) + eps);
+      for (int64_t c = 0; c < cols; ++c) {
+        double v = (double(E::load(xr[c])) - mu) * inv;
+        if (weight) v *= double(E::load(weight[c]));
+        if (bias) v += double(E::load(bias[c]));
+        y[r * cols + c] = E::store(typename E::compute(v));
+      }
+      mean[r] = Stat<E>(mu);
+      rstd[r] = Stat<E>(inv);
+    });
+  });
+}
+
+// With xhat = (x - mean) * rstd and g = dy * weight (dy without a weight):
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); dweight = sum over rows of dy * xhat; dbias = sum of dy.
+void layer_norm_backward(const kestrel_op& op) {
+  const kestrel_tensor& x_desc = op.inputs[1];
+  const int64_t rows = x_desc.shape[0], cols = x_desc.shape[1];
+  dispatch_float(x_desc.dtype, [&](auto elem) {
+    using E = decltype(elem);
+    using S = typename E::storage;
+    const S *dy = data_of<S>(op.inputs[0]), *x = data_of<S>(op.inputs[1]);
+    const Stat<E> *mean = data_of<Stat<E>>(op.inputs[2]), *rstd = data_of<Stat<E>>(op.inputs[3]);
+    const S* weight = op.num_inputs > 4 ? data_of<S>(op.inputs[4]) : nullptr;
+    S* dx = mutable_data_of<S>(op.outputs[0]);
+    S* dweight = op.num_outputs > 1 ? mutable_data_of<S>(op.outputs[1]) : nullptr;
+    S* dbias = op.num_outputs > 2 ? mutable_data_of<S>(op.outputs[2]) : nullptr;
+    auto xhat = [=](int64_t r, int64_t c) { return (double(E::load(x[r * cols + c])) - mean[r]) * double(rstd[r]); };
+    parallel_for_split("kestrel::layer_norm_backward", rows, rows * cols, [=](int64_t r) {
+      auto g = [=](int64_t c) { return double(E::load(dy[r * cols + c])) * (weight ? double(E::load(weight[c])) : 1.0); };
+      double mean_g = 0, mean_gx = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        mean_g += g(c);
+        mean_gx += g(c) * xhat(r, c);
+      }
+      mean_g /= double(cols);
+      mean_gx /= double(cols);
+      for (int64_t c = 0; c < cols; ++c)
+        dx[r * cols + c] = E::store(typename E::compute(double(rstd[r]) * (g(c) - mean_g - xhat(r, c) * mean_gx)));
+    });
+    if (!dweight) return;
+    const int64_t blocks = (cols + kColumnBlock - 1) / kColumnBlock;
+    parallel_for_split("kestrel::layer_norm_backward (weight)", blocks, rows * cols, [=](int64_t block) {
+      const int64_t begin = block * kColumnBlock, end = std::min(cols, begin + kColumnBlock);
+      std::vector<double> dw(size_t(end - begin), 0.0), db(size_t(end - begin), 0.0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = begin; c < end; ++c) {
+          const double d = double(E::load(dy[r * cols + c]));
+          dw[c - begin] += d * xhat(r, c);
+          db[c - begin] += d;
+        }
+      for (int64_t c = begin; c < end; ++c) {
+        dweight[c] = E::store(typename E::compute(dw[c - begin]));
+        if (dbias) dbias[c] = E::store(typename E::compute(db[c - begin]));
+      }
+    });
+  });
+}
+
+}  // namespace
+
+bool supports_layer_norm(const kestrel_op& op) { return kestrel::plugin_shapes::layer_norm_fits(op); }
+
+void launch_layer_norm(const kestrel_op& op) {
+  if (op.kind == KESTREL_OP_LAYER_NORM_BACKWARD)
+    layer_norm_backward(op);
+  else
+    layer_norm_forward(op);
+}
+
+}  // namespace kestrel_cpu

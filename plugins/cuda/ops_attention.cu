@@ -1,0 +1,211 @@
+// Fused scaled dot-product attention (ABI 1.7), forward and backward side by side. The products run on
+// tensor cores through cuBLAS; one kernel per pass does the softmax (forward) or its gradient (backward)
+// over a chunk of batch entries' (Tq x Tk) scores held in stream-ordered scratch. Only the output and
+// each query's log-sum-exp outlive a launch: backward recomputes the weights from them, so the engine
+// keeps no (T x T) tensor between forward and backward.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "cuda_kernels.cuh"
+
+namespace kestrel_cuda {
+
+namespace {
+
+constexpr int kRowThreads = 256;
+// Scratch for the scores of one pass; a larger batch runs in several passes.
+constexpr uint64_t kScratchBudget = uint64_t(1) << 30;
+
+// The shapes and options of a launch, from q (B,Tq,D) and k (B,Tk,D).
+struct Geometry {
+  int64_t batch, queries, keys, depth;
+  double scale;
+  bool causal;
+};
+
+Geometry geometry_of(const kestrel_op& op, const kestrel_tensor& q, const kestrel_tensor& k) {
+  const auto& p = params_of<kestrel_attention_params>(op, "attention");
+  return {q.shape[0], q.shape[1], k.shape[1], q.shape[2], p.scale, p.causal != 0};
+}
+
+// Keys [0, seen) are visible to query row i.
+__device__ __forceinline__ int64_t visible_keys(int64_t i, int64_t queries, int64_t keys, bool causal) {
+  return causal ? i + keys - queries + 1 : keys;
+}
+
+// Every thread of the block gets op over the block's values (blockDim.x a multiple of 32, at most 1024).
+template <class Op>
+__device__ float block_all_reduce(float v, float identity, Op op) {
+  __shared__ float partial[32];
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x / 32) ? partial[lane] : identity;
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  __syncthreads();  // partial is reused by the next call
+  return v;
+}
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct Sum {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+// One block per query row of the chunk. scores: (rows, Tk) f32, already scaled; weights: (rows, Tk) in
+// the op's dtype (the same memory as scores for f32: each element is read before it is overwritten, by
+// the same thread); lse: (rows).
+template <class E>
+__global__ void softmax_rows(const float* scores, typename E::storage* weights, float* lse, int64_t queries,
+                             int64_t keys, bool causal) {
+  const int64_t row = blockIdx.x, seen = visible_keys(row % queries, queries, keys, causal);
+  const float* s = scores + row * keys;
+  float top = -INFINITY;
+  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) top = fmaxf(top, s[j]);
+  top = block_all_reduce(top, -INFINITY, Max{});
+  float sum = 0;
+  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) sum += expf(s[j] - top);
+  const float log_sum = top + logf(block_all_reduce(sum, 0.0f, Sum{}));
+  typename E::storage* w = weights + row * keys;
+  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) w[j] = E::store(j < seen ? expf(s[j] - log_sum) : 0.0f);
+  if (threadIdx.x == 0) lse[row] = log_sum;
+}
+
+// Backward's row pass: with p = exp(s - lse) and dp = dout . v_j (both (rows, Tk) f32),
+// weights = p and dscores = scale * p * (dp - sum_j p_j dp_j), in the op's dtype (in place for f32).
+template <class E>
+__global__ void softmax_grad_rows(const float* scores, const float* dprobs, const float* lse,
+                                  typename E::storage* weights, typename E::storage* dscores, int64_t queries,
+                                  int64_t keys, bool causal, float scale) {
+  const int64_t row = blockIdx.x, seen = visible_keys(row % queries, queries, keys, causal);
+  const float *s = scores + row * keys, *dp = dprobs + row * keys;
+  const float log_sum = lse[row];
+  float delta = 0;
+  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) delta += expf(s[j] - log_sum) * dp[j];
+  delta = block_all_reduce(delta, 0.0f, Sum{});
+  typename E::storage *w = weights + row * keys, *ds = dscores + row * keys;
+  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
+    const float p = j < seen ? expf(s[j] - log_sum) : 0.0f;
+    const float grad = p * (dp[j] - delta) * scale;
+    w[j] = E::store(p);
+    ds[j] = E::store(grad);
+  }
+}
+
+// Batch entries per pass: as many as `bytes_per_score` per score allows within the budget, balanced.
+int64_t chunk_size(const Geometry& g, uint64_t bytes_per_score) {
+  const uint64_t per_entry = std::max<uint64_t>(1, uint64_t(g.queries * g.keys) * bytes_per_score);
+  const int64_t most = std::max<int64_t>(1, int64_t(kScratchBudget / per_entry));
+  const int64_t passes = (g.batch + most - 1) / most;
+  return (g.batch + passes - 1) / passes;
+}
+
+char* element(const kestrel_tensor& t, int64_t index) { return ref(t).base + index * dtype_bytes(t.dtype); }
+
+// Row-major (rows, cols) matrices of a chunk, one every `rows * cols` elements, and their transposes.
+MatrixView rows_of(char* base, int64_t rows, int64_t cols) { return {base, cols, 1, rows * cols}; }
+MatrixView transposed_rows_of(char* base, int64_t rows, int64_t cols) { return {base, 1, cols, rows * cols}; }
+
+// in0 q (B,Tq,D), in1 k, in2 v (B,Tk,D) -> out0 (B,Tq,D), out1 lse (B,Tq) f32.
+void attention_forward(kestrel_stream& s, const kestrel_op& op) {
+  const kestrel_tensor &q = op.inputs[0], &k = op.inputs[1], &v = op.inputs[2], &out = op.outputs[0];
+  const Geometry g = geometry_of(op, q, k);
+  const kestrel_dtype dtype = q.dtype;
+  const bool in_place = dtype == KESTREL_DTYPE_F32;  // the weights overwrite the scores
+  const int64_t tq = g.queries, tk = g.keys, d = g.depth, chunk = chunk_size(g, in_place ? 4 : 6);
+  if (g.batch == 0 || tq == 0) return;
+  Scratch scores(s, uint64_t(chunk * tq * tk) * 4);
+  std::optional<Scratch> weights_16;
+  if (!in_place) weights_16.emplace(s, uint64_t(chunk * tq * tk) * 2);
+  char* weights = in_place ? static_cast<char*>(scores.get()) : static_cast<char*>(weights_16->get());
+  float* lse = reinterpret_cast<float*>(ref(op.outputs[1]).base);
+  for (int64_t b0 = 0; b0 < g.batch; b0 += chunk) {
+    const int64_t n = std::min(chunk, g.batch - b0);
+    // scores = scale * q @ k^T, kept in f32 (16-bit operands multiply into f32)
+    batched_gemm(s, dtype, KESTREL_DTYPE_F32, n, tq, tk, d, rows_of(element(q, b0 * tq * d), tq, d),
+                 transposed_rows_of(element(k, b0 * tk * d), tk, d), rows_of(static_cast<char*>(scores.get()), tq, tk),
+                 g.scale, 0.0);
+    dispatch_float(dtype, [&](auto elem) {
+      using E = decltype(elem);
+      softmax_rows<E><<<unsigned(n * tq), kRowThreads, 0, s.cuda>>>(
+          static_cast<const float*>(scores.get()), reinterpret_cast<typename E::storage*>(weights), lse + b0 * tq, tq,
+          tk, g.causal);
+    });
+    check_launch("attention (softmax)");
+    batched_gemm(s, dtype, dtype, n, tq, d, tk, rows_of(weights, tq, tk), rows_of(element(v, b0 * tk * d), tk, d),
+                 rows_of(element(out, b0 * tq * d), tq, d), 1.0, 0.0);
+  }
+}
+
+// in0 dout, in1 q, in2 k, in3 v, in4 out, in5 lse -> out0 dq, out1 dk, out2 dv. The weights come back from
+// q, k and the log-sum-exp; out is not needed (its row sums are recomputed as sum_j p_j dp_j).
+void attention_backward(kestrel_stream& s, const kestrel_op& op) {
+  const kestrel_tensor &dout = op.inputs[0], &q = op.inputs[1], &k = op.inputs[2], &v = op.inputs[3];
+  const kestrel_tensor &dq = op.outputs[0], &dk = op.outputs[1], &dv = op.outputs[2];
+  const Geometry g = geometry_of(op, q, k);
+  const kestrel_dtype dtype = q.dtype;
+  const bool in_place = dtype == KESTREL_DTYPE_F32;
+  const int64_t tq = g.queries, tk = g.keys, d = g.depth, chunk = chunk_size(g, in_place ? 8 : 12);
+  if (g.batch == 0) return;
+  if (tq == 0) {  // no query: every key and value gradient is zero
+    check_cuda(cudaMemsetAsync(ref(dk).base, 0, uint64_t(numel(dk)) * dtype_bytes(dtype), s.cuda), "attention_backward");
+    check_cuda(cudaMemsetAsync(ref(dv).base, 0, uint64_t(numel(dv)) * dtype_bytes(dtype), s.cuda), "attention_backward");
+    return;
+  }
+  Scratch scores(s, uint64_t(chunk * tq * tk) * 4), dprobs(s, uint64_t(chunk * tq * tk) * 4);
+  std::optional<Scratch> weights_16, dscores_16;
+  if (!in_place) {
+    weights_16.emplace(s, uint64_t(chunk * tq * tk) * 2);
+    dscores_16.emplace(s, uint64_t(chunk * tq * tk) * 2);
+  }
+  char* weights = static_cast<char*>(in_place ? scores.get() : weights_16->get());
+  char* dscores = static_cast<char*>(in_place ? dprobs.get() : dscores_16->get());
+  const float* lse = reinterpret_cast<const float*>(ref(op.inputs[5]).base);
+  for (int64_t b0 = 0; b0 < g.batch; b0 += chunk) {
+    const int64_t n = std::min(chunk, g.batch - b0);
+    char *qb = element(q, b0 * tq * d), *kb = element(k, b0 * tk * d), *vb = element(v, b0 * tk * d);
+    char *dob = element(dout, b0 * tq * d);
+    batched_gemm(s, dtype, KESTREL_DTYPE_F32, n, tq, tk, d, rows_of(qb, tq, d), transposed_rows_of(kb, tk, d),
+                 rows_of(static_cast<char*>(scores.get()), tq, tk), g.scale, 0.0);
+    batched_gemm(s, dtype, KESTREL_DTYPE_F32, n, tq, tk, d, rows_of(dob, tq, d), transposed_rows_of(vb, tk, d),
+                 rows_of(static_cast<char*>(dprobs.get()), tq, tk), 1.0, 0.0);
+    dispatch_float(dtype, [&](auto elem) {
+      using E = decltype(elem);
+      using S = typename E::storage;
+      softmax_grad_rows<E><<<unsigned(n * tq), kRowThreads, 0, s.cuda>>>(
+          static_cast<const float*>(scores.get()), static_cast<const float*>(dprobs.get()), lse + b0 * tq,
+          reinterpret_cast<S*>(weights), reinterpret_cast<S*>(dscores), tq, tk, g.causal, float(g.scale));
+    });
+    check_launch("attention_backward (softmax gradient)");
+    // dv = p^T @ dout, dq = ds @ k, dk = ds^T @ q (the scale is inside ds)
+    batched_gemm(s, dtype, dtype, n, tk, d, tq, transposed_rows_of(weights, tq, tk), rows_of(dob, tq, d),
+                 rows_of(element(dv, b0 * tk * d), tk, d), 1.0, 0.0);
+    batched_gemm(s, dtype, dtype, n, tq, d, tk, rows_of(dscores, tq, tk), rows_of(kb, tk, d),
+                 rows_of(element(dq, b0 * tq * d), tq, d), 1.0, 0.0);
+    batched_gemm(s, dtype, dtype, n, tk, d, tq, transposed_rows_of(dscores, tq, tk), rows_of(qb, tq, d),
+                 rows_of(element(dk, b0 * tk * d), tk, d), 1.0, 0.0);
+  }
+}
+
+}  // namespace
+
+// f32, f16 and bf16 (f64 is composed); the products as cuBLAS takes them (int extents).
+bool supports_attention(const kestrel_op& op) {
+  if (!kestrel::plugin_shapes::attention_fits(op)) return false;
+  const kestrel_tensor& q = op.inputs[op.kind == KESTREL_OP_ATTENTION_BACKWARD ? 1 : 0];
+  const kestrel_tensor& k = op.inputs[op.kind == KESTREL_OP_ATTENTION_BACKWARD ? 2 : 1];
+  const bool dtype_ok = q.dtype == KESTREL_DTYPE_F32 || q.dtype == KESTREL_DTYPE_F16 || q.dtype == KESTREL_DTYPE_BF16;
+  return dtype_ok && q.shape[1] <= INT32_MAX && k.shape[1] <= INT32_MAX && q.shape[2] <= INT32_MAX &&
+         q.shape[1] * k.shape[1] <= INT32_MAX;
+}
+
+void launch_attention(kestrel_stream& s, const kestrel_op& op) {
+  if (op.kind == KESTREL_OP_ATTENTION_BACKWARD)
+    attention_backward(s, op);
+  else
+    attention_forward(s, op);
+}
+
+}  // namespace kestrel_cuda

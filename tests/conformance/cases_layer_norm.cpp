@@ -1,0 +1,94 @@
+// The fused layer norm ops (plugin ABI 1.7), optional: forward (output, mean, inverse standard
+// deviation) and backward (input, weight and bias gradients), without and with an affine part, against
+// torch.nn.functional.layer_norm's definition in double.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "harness.hpp"
+
+namespace kestrel::conformance {
+
+namespace {
+
+struct Reference {
+  std::vector<double> y, mean, rstd, dx, dweight, dbias;
+};
+
+// x, dy: (rows, cols); weight: (cols) or empty (then 1).
+Reference reference(int64_t rows, int64_t cols, double eps, const std::vector<double>& x,
+                    const std::vector<double>& weight, const std::vector<double>& bias, const std::vector<double>& dy) {
+  Reference r{std::vector<double>(x.size()), std::vector<double>(size_t(rows)), std::vector<double>(size_t(rows)),
+              std::vector<double>(x.size()), std::vector<double>(size_t(cols)), std::vector<double>(size_t(cols))};
+  std::vector<double> xhat(static_cast<size_t>(cols)), g(static_cast<size_t>(cols));
+  for (int64_t i = 0; i < rows; ++i) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < cols; ++j) mean += x[i * cols + j] / double(cols);
+    for (int64_t j = 0; j < cols; ++j) var += (x[i * cols + j] - mean) * (x[i * cols + j] - mean) / double(cols);
+    const double rstd = 1 / std::sqrt(var + eps);
+    double mean_g = 0, mean_gx = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      xhat[j] = (x[i * cols + j] - mean) * rstd;
+      const double w = weight.empty() ? 1.0 : weight[j];
+      r.y[i * cols + j] = xhat[j] * w + (bias.empty() ? 0.0 : bias[j]);
+      g[j] = dy[i * cols + j] * w;
+      mean_g += g[j] / double(cols);
+      mean_gx += g[j] * xhat[j] / double(cols);
+      r.dweight[j] += dy[i * cols + j] * xhat[j];
+      r.dbias[j] += dy[i * cols + j];
+    }
+    for (int64_t j = 0; j < cols; ++j) r.dx[i * cols + j] = rstd * (g[j] - mean_g - xhat[j] * mean_gx);
+    r.mean[i] = mean;
+    r.rstd[i] = rstd;
+  }
+  return r;
+}
+
+}  // namespace
+
+void layer_norm_cases(Runner& r) {
+  // A row shorter than a warp, one longer than a GPU block, and enough rows for the weight gradient's
+  // sums to be split over row ranges.
+  const Shape shapes[] = {{4, 7}, {3, 300}, {257, 33}};
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    for (const Shape& shape : shapes)
+      for (int affine : {0, 1, 2})  // none, weight, weight and bias
+        for (bool backward : {false, true})
+          r.run(case_name({backward ? "backward" : "forward", std::string(dtype_name(dtype)), shape_str(shape),
+                           affine == 0 ? "plain" : affine == 1 ? "weight" : "weight+bias"}),
+                false, [&] {
+                  const int64_t rows = shape[0], cols = shape[1];
+                  auto x = r.values(rows * cols, -2, 2, dtype), dy = r.values(rows * cols, -1, 1, dtype);
+                  auto weight = affine ? r.values(cols, 0.5, 1.5, dtype) : std::vector<double>();
+                  auto bias = affine == 2 ? r.values(cols, -1, 1, dtype) : std::vector<double>();
+                  const kestrel_layer_norm_params p{abi_size<kestrel_layer_norm_params>, 1e-5};
+                  const Tensor tx = r.upload(shape, x, dtype);
+                  std::vector<Tensor> inputs{tx};
+                  if (affine) inputs.push_back(r.upload({cols}, weight, dtype));
+                  if (affine == 2) inputs.push_back(r.upload({cols}, bias, dtype));
+                  Tensor y = Tensor::empty(shape, dtype, r.device()),
+                         mean = Tensor::empty({rows}, statistics_of(dtype), r.device()),
+                         rstd = Tensor::empty({rows}, statistics_of(dtype), r.device());
+                  ops::launch(r.device(), op_of(KESTREL_OP_LAYER_NORM, &p, inputs, {y, mean, rstd}));
+                  const Reference want = reference(rows, cols, p.eps, x, weight, bias, dy);
+                  const Tolerance tol = tolerance_for(dtype, 8);
+                  if (!backward) {
+                    r.expect_close(y, want.y, tol, "output");
+                    r.expect_close(mean, want.mean, tolerance_for(statistics_of(dtype), 4), "mean");
+                    r.expect_close(rstd, want.rstd, tolerance_for(statistics_of(dtype), 4), "rstd");
+                    return;
+                  }
+                  std::vector<Tensor> grad_inputs{r.upload(shape, dy, dtype), tx, mean, rstd};
+                  if (affine) grad_inputs.push_back(inputs[1]);
+                  std::vector<Tensor> grads{Tensor::empty(shape, dtype, r.device())};
+                  for (int i = 0; i < affine; ++i) grads.push_back(Tensor::empty({cols}, dtype, r.device()));
+                  ops::launch(r.device(), op_of(KESTREL_OP_LAYER_NORM_BACKWARD, &p, grad_inputs, grads));
+                  r.expect_close(grads[0], want.dx, tol, "dx");
+                  // The column sums run over every row: their error grows with the row count.
+                  const Tolerance sums = tolerance_for(dtype, 8 * std::sqrt(double(rows)));
+                  if (affine) r.expect_close(grads[1], want.dweight, sums, "dweight");
+                  if (affine == 2) r.expect_close(grads[2], want.dbias, sums, "dbias");
+                });
+}
+
+}  // namespace kestrel::conformance
