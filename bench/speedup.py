@@ -8,6 +8,7 @@ bench/results/<date>-<host>.md with the table ("CPU time / other time / speedup"
     python3 bench/speedup.py --quick          # smoke run: one short repetition (proves it works)
     python3 bench/speedup.py --no-pytorch     # Kestrel only
     python3 bench/speedup.py --device cuda    # one backend's devices only (a GPU lease's few minutes)
+    python3 bench/speedup.py --device cuda --only convnet   # and only the workloads whose name has this
 """
 import argparse
 import datetime
@@ -21,13 +22,13 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def kestrel_times(build, quick, device):
+def kestrel_times(build, quick, device, only):
     command = [str(ROOT / build / "bin" / "bench_train"), "--benchmark_format=json"]
     # The smoke run leaves out the sequence models (a step of them on a software GPU takes a minute).
     command += (["--benchmark_min_time=0.01", "--benchmark_filter=seeds_mlp|fashion"] if quick
                 else ["--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true"])
-    if device and not quick:
-        command.append(f"--benchmark_filter=/{device}:")
+    if (device or only) and not quick:
+        command.append(f"--benchmark_filter=train_step/[^/]*{only}[^/]*/{device}")
     report = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
     rows = {}
     for row in report["benchmarks"]:
@@ -41,7 +42,7 @@ def kestrel_times(build, quick, device):
     return rows, " ".join(c.replace(str(ROOT) + "/", "") for c in command)
 
 
-def pytorch_times(quick, only_device):
+def pytorch_times(quick, only_device, only):
     """{workload: {backend: ms}}, the commands as shown, and the configurations that failed with their errors."""
     if importlib.util.find_spec("torch") is None:
         return {}, "PyTorch is not installed here: no PyTorch columns", []
@@ -54,6 +55,8 @@ def pytorch_times(quick, only_device):
         command = [sys.executable, str(script), "--device", device, "--steps", "3" if quick else "30"]
         if not quick:  # eager with fused Adam, and the whole step compiled (bench/pytorch/workloads.py)
             command.append("--compile")
+        if only:
+            command += ["--only", only]
         commands.append(" ".join(command[1:]).replace(str(ROOT) + "/", ""))
         out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         for line in out.splitlines():
@@ -112,15 +115,16 @@ def main():
     parser.add_argument("--no-pytorch", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     parser.add_argument("--device", default="", help="only this backend's devices (cpu, cuda), both frameworks")
+    parser.add_argument("--only", default="", help="only the workloads whose name contains this, both frameworks")
     args = parser.parse_args()
-    table, kestrel_command = kestrel_times(args.build, args.quick, args.device)
+    table, kestrel_command = kestrel_times(args.build, args.quick, args.device, args.only)
     devices = json.loads(subprocess.run([str(ROOT / args.build / "bin" / "kestrel"), "devices", "--json"], check=True,
                                         capture_output=True, text=True).stdout)
     device_names = [f"{p['name']}:{d['index']} = {d['name']} ({d['kind']}, {d['runtime']})"
                     for p in devices["plugins"] if p["status"] == "loaded" for d in p["devices"]]
     torch_command, failures = "not run (--no-pytorch)", []
     if not args.no_pytorch:
-        torch_rows, torch_command, failures = pytorch_times(args.quick, args.device)
+        torch_rows, torch_command, failures = pytorch_times(args.quick, args.device, args.only)
         for workload, times in torch_rows.items():
             table.setdefault(workload, {}).update(times)
     backends = sorted({b for r in table.values() for b in r}, key=lambda b: (not b.startswith("kestrel:cpu"), b))
@@ -135,7 +139,8 @@ def main():
         lines.append(f"| {workload} | " + " | ".join(cells) + " | " + " | ".join(speedups) + " |")
     date = datetime.date.today().isoformat()
     host = platform.node() or "host"
-    stem = pathlib.Path(args.out) / f"{date}-{host}{'-' + args.device if args.device else ''}{'-quick' if args.quick else ''}"
+    subset = "".join(f"-{part}" for part in (args.device, args.only) if part)
+    stem = pathlib.Path(args.out) / f"{date}-{host}{subset}{'-quick' if args.quick else ''}"
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps({"date": date, "host": host, "ms_per_step": table}, indent=2) + "\n")
     stem.with_suffix(".svg").write_text(svg(table, backends) + "\n")
@@ -147,7 +152,8 @@ def main():
         "",
         f"Devices: {'; '.join(device_names)}.",
         "",
-        f"Commands: `python3 bench/speedup.py{' --quick' if args.quick else ''}{' --device ' + args.device if args.device else ''}`, "
+        f"Commands: `python3 bench/speedup.py{' --quick' if args.quick else ''}{' --device ' + args.device if args.device else ''}"
+        f"{' --only ' + args.only if args.only else ''}`, "
         f"which ran `{kestrel_command}` and "
         f"{torch_command}.",
         "",

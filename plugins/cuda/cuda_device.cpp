@@ -209,6 +209,9 @@ kestrel_status device_properties(int32_t device, kestrel_device_properties* prop
     props->dtype_mask = (1u << KESTREL_DTYPE_F32) | (1u << KESTREL_DTYPE_F16) | (1u << KESTREL_DTYPE_BF16) |
                         (1u << KESTREL_DTYPE_I32) | (1u << KESTREL_DTYPE_I64) | (1u << KESTREL_DTYPE_U8) |
                         (1u << KESTREL_DTYPE_F64);
+    // cuBLAS's sm90 kernels (TMA) need 16-byte aligned rows; others fall back to far slower ones.
+    if (props->struct_size >= KESTREL_STRUCT_SIZE(kestrel_device_properties, gemm_row_alignment))
+      props->gemm_row_alignment = 16;
   });
 }
 

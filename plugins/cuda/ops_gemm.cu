@@ -202,13 +202,15 @@ Problem problem_of(const kestrel_tensor& a, const kestrel_tensor& b, const kestr
   return p;
 }
 
+// pre and y: (rows, cols) with row stride ld (>= cols, padded rows for aligned GEMMs).
 template <class E>
 __global__ void linear_epilogue(typename E::storage* pre, typename E::storage* y, const typename E::storage* bias,
-                                int64_t bias_stride, int64_t cols, int64_t total, int act) {
+                                int64_t bias_stride, int64_t cols, int64_t ld, int64_t total, int act) {
   using C = typename E::compute;
-  KESTREL_GRID_STRIDE_LOOP(i, total) {
+  KESTREL_GRID_STRIDE_LOOP(element, total) {
+    const int64_t i = element / cols * ld + element % cols;
     C v = E::load(pre[i]);
-    if (bias) v += E::load(bias[(i % cols) * bias_stride]);
+    if (bias) v += E::load(bias[(element % cols) * bias_stride]);
     pre[i] = E::store(v);
     if (act == KESTREL_ACTIVATION_RELU) v = v < C(0) ? C(0) : v;  // keeps NaN
     else if (act == KESTREL_ACTIVATION_GELU) v = C(0.5) * v * (C(1) + erf(v * C(0.70710678118654752440)));
@@ -230,10 +232,13 @@ void launch_gemm(kestrel_stream& s, const kestrel_op& op) {
 }
 
 // in0 x (M,K), in1 w (K,N), optional in2 bias (N); out0 = act(x @ w + bias), optional out1 = x @ w + bias.
+// The outputs' rows are contiguous, one row stride for both (rows may be padded for aligned GEMMs).
 bool supports_linear(const kestrel_op& op) {
   if (!kestrel::plugin_shapes::linear_fits(op) || !cublas_dtype(op.outputs[0].dtype)) return false;
   if (!cublas_shapes_ok(op.inputs[0], op.inputs[1], op.outputs[0])) return false;
-  return kestrel::plugin_shapes::outputs_contiguous(op);
+  const kestrel_tensor& y = op.outputs[0];
+  const bool rows_ok = y.strides[1] == 1 && (y.shape[0] <= 1 || y.strides[0] >= y.shape[1]);
+  return rows_ok && (op.num_outputs == 1 || (op.outputs[1].strides[0] == y.strides[0] && op.outputs[1].strides[1] == 1));
 }
 
 void launch_linear(kestrel_stream& s, const kestrel_op& op) {
@@ -241,6 +246,7 @@ void launch_linear(kestrel_stream& s, const kestrel_op& op) {
   const kestrel_tensor& pre_desc = op.num_outputs == 2 ? op.outputs[1] : op.outputs[0];
   run_gemm(s, problem_of(op.inputs[0], op.inputs[1], pre_desc), 1.0, 0.0);
   const int64_t total = numel(op.outputs[0]), cols = op.outputs[0].shape[1];
+  const int64_t ld = op.outputs[0].shape[0] > 1 ? op.outputs[0].strides[0] : cols;
   if (total == 0) return;
   const TensorRef pre = ref(pre_desc), y = ref(op.outputs[0]);
   const TensorRef bias = op.num_inputs == 3 ? ref(op.inputs[2]) : TensorRef{};
@@ -250,7 +256,7 @@ void launch_linear(kestrel_stream& s, const kestrel_op& op) {
     using S = typename E::storage;
     linear_epilogue<E><<<grid_for(total), kBlock, 0, s.cuda>>>(
         reinterpret_cast<S*>(pre.base), reinterpret_cast<S*>(y.base),
-        op.num_inputs == 3 ? reinterpret_cast<const S*>(bias.base) : nullptr, bias_stride, cols, total, act);
+        op.num_inputs == 3 ? reinterpret_cast<const S*>(bias.base) : nullptr, bias_stride, cols, ld, total, act);
   });
   check_launch("linear (bias and activation)");
 }

@@ -44,11 +44,14 @@ void fused_cases(Runner& r) {
   for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     std::string dt(dtype_name(dtype));
     // linear: x (M, K) @ w^T where w is stored (N, K) like torch.nn.Linear, + bias, then activation.
+    // padded: the outputs' rows are padded (a view of a wider matrix), as the engine pads products whose
+    // rows would miss the device's preferred GEMM alignment.
     for (auto act : {KESTREL_ACTIVATION_NONE, KESTREL_ACTIVATION_RELU, KESTREL_ACTIVATION_GELU})
       for (bool bias : {true, false})
         for (bool keep_pre : {true, false})
+          for (bool padded : {false, true})
           r.run(case_name({"linear", dt, fmt::format("act{}", static_cast<int>(act)), bias ? "bias" : "nobias",
-                           keep_pre ? "preact" : "noreact"}),
+                           keep_pre ? "preact" : "noreact", padded ? "padded" : "dense"}),
                 false, [&] {
                   const int64_t m = 8, k = 5, n = 3;
                   auto x = r.values(m * k, -1, 1, dtype), w = r.values(n * k, -1, 1, dtype), b = r.values(n, -1, 1, dtype);
@@ -56,8 +59,12 @@ void fused_cases(Runner& r) {
                   p.activation = act;
                   std::vector<Tensor> in = {r.upload({m, k}, x, dtype), r.upload({n, k}, w, dtype).transpose(0, 1)};
                   if (bias) in.push_back(r.upload({n}, b, dtype));
-                  std::vector<Tensor> out = {Tensor::empty({m, n}, dtype, r.device())};
-                  if (keep_pre) out.push_back(Tensor::empty({m, n}, dtype, r.device()));
+                  auto result = [&] {
+                    return padded ? Tensor::empty({m, n + 5}, dtype, r.device()).slice(1, 0, n)
+                                  : Tensor::empty({m, n}, dtype, r.device());
+                  };
+                  std::vector<Tensor> out = {result()};
+                  if (keep_pre) out.push_back(result());
                   launch(r.device(), KESTREL_OP_LINEAR, &p, in, out);
                   std::vector<double> want_pre(m * n), want(m * n);
                   for (int64_t i = 0; i < m; ++i)

@@ -39,6 +39,8 @@ struct DeviceInfo {
   int compute_units = 0;
   std::string runtime;  // e.g. "Kokkos 3.4.1 Serial"
   std::vector<DType> dtypes;
+  // GEMMs prefer row strides that are a multiple of this many bytes (0: no preference; plugin ABI 1.7).
+  uint32_t gemm_row_alignment = 0;
 };
 
 struct PluginInfo {

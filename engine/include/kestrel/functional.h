@@ -14,7 +14,9 @@ namespace kestrel::fn {
 // multiply in `dtype` (bf16 or f16): their f32 operands are rounded to it, the GEMMs accumulate in f32,
 // and their results come back as f32, so every other op (softmax, norms, losses, reductions, the
 // optimizer) runs in f32 on f32 master weights. Their backward GEMMs run in `dtype` too; gradients reach
-// the weights through the casts, in f32. f32 (the default) turns it off.
+// the weights through the casts, in f32. Blocks that opt in through into_autocast (the transformer's
+// feed-forward and attention) keep their activations in `dtype` between products instead, with their
+// inputs cast once and their results cast back to f32. f32 (the default) turns it off.
 class AutocastScope {
  public:
   explicit AutocastScope(DType dtype);
@@ -26,6 +28,11 @@ class AutocastScope {
   DType previous_;
 };
 DType autocast_dtype();  // f32 outside any scope
+// A block of products and element-wise ops (a feed-forward, an attention) may run in the scope's dtype
+// from its input to its output, as PyTorch's autocast keeps activations between products: one cast in and
+// one back instead of one each way around every product. into_autocast(v) is v cast to the scope's dtype
+// when v is f32 and a lower scope is active, else v itself (an undefined Var stays undefined).
+Var into_autocast(const Var& v);
 
 // x in another dtype (a copy), its gradient cast back to x's dtype.
 Var cast(const Var& x, DType dtype);

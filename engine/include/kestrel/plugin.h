@@ -56,7 +56,8 @@
  *        op, forward and backward, so a backend need not keep the (T x T) attention weights between them:
  *        forward leaves each query's log-sum-exp, and backward recomputes the weights from it.
  *        LAYER_NORM and LAYER_NORM_BACKWARD: layer normalisation over the last axis, forward leaving each
- *        row's mean and inverse standard deviation for backward.
+ *        row's mean and inverse standard deviation for backward. Device properties say which row
+ *        alignment GEMMs prefer (gemm_row_alignment), so the engine can pad rows that would miss it.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -146,6 +147,9 @@ typedef struct kestrel_device_properties {
   int32_t compute_units;     /* streaming multiprocessors, compute units or CPU threads */
   char runtime[64];          /* what runs the kernels: "Kokkos 3.4.1 Serial", "CUDA 13.0", "Vulkan 1.3" */
   uint32_t dtype_mask;       /* bit (1u << dtype) set for each dtype the device computes in */
+  /* Since 1.7: GEMMs run faster when their operands' and results' row strides are a multiple of this many
+   * bytes (16 on tensor-core GPUs); 0 when it makes no difference. Written only within struct_size. */
+  uint32_t gemm_row_alignment;
 } kestrel_device_properties;
 
 typedef struct kestrel_memory_stats {

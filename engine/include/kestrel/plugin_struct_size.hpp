@@ -22,7 +22,7 @@ struct AbiStruct;
   };
 
 KESTREL_ABI_STRUCT(kestrel_probe_result, reason)
-KESTREL_ABI_STRUCT(kestrel_device_properties, dtype_mask)
+KESTREL_ABI_STRUCT(kestrel_device_properties, gemm_row_alignment)
 KESTREL_ABI_STRUCT(kestrel_memory_stats, alloc_count)
 KESTREL_ABI_STRUCT(kestrel_tensor, strides)
 KESTREL_ABI_STRUCT(kestrel_fill_params, value)

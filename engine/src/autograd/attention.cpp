@@ -86,6 +86,22 @@ std::optional<Var> fused_attention(const Var& q, const Var& k, const Var& v, con
                   });
 }
 
+// Batched GEMMs, the mask and a softmax, on q (B, Tq, D), k and v (B, Tk, D) checked by the caller.
+Var composed_attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& o) {
+  const Tensor& query = q.value();
+  const int64_t queries = query.size(1), keys = k.value().size(1);
+  const Var scale(Tensor::full({}, 1.0 / std::sqrt(double(query.size(2))), query.dtype(), query.device()));
+  Var scores = mul(matmul(q, permute(k, {0, 2, 1})), scale);  // (B, Tq, Tk)
+  if (o.mask.defined()) {
+    scores = add(scores, Var(o.mask));
+  } else if (o.causal && keys > 1 && queries > 1) {  // one query continuing a prefix sees all of it
+    scores = add(scores, Var(causal_mask(queries, keys, query.dtype(), query.device())));
+  }
+  Var weights = softmax(scores);
+  if (o.training && o.dropout > 0) weights = dropout(weights, o.dropout, true, o.seed, o.offset);
+  return matmul(weights, v);  // (B, Tq, D)
+}
+
 }  // namespace
 
 Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& o) {
@@ -99,16 +115,12 @@ Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, const
     throw InvalidArgument(fmt::format("attention: a causal mask needs at least as many keys ({}) as queries ({})", keys,
                                       queries));
   if (std::optional<Var> fused = fused_attention(q, k, v, o)) return *fused;
-  const Var scale(Tensor::full({}, 1.0 / std::sqrt(double(query.size(2))), query.dtype(), query.device()));
-  Var scores = mul(matmul(q, permute(k, {0, 2, 1})), scale);  // (B, Tq, Tk)
-  if (o.mask.defined()) {
-    scores = add(scores, Var(o.mask));
-  } else if (o.causal && keys > 1 && queries > 1) {  // one query continuing a prefix sees all of it
-    scores = add(scores, Var(causal_mask(queries, keys, query.dtype(), query.device())));
-  }
-  Var weights = softmax(scores);
-  if (o.training && o.dropout > 0) weights = dropout(weights, o.dropout, true, o.seed, o.offset);
-  return matmul(weights, v);  // (B, Tq, D)
+  // 16-bit inputs of an autocast block are widened for the composed path, whose mask and softmax then run
+  // in f32 as autocast's rule has them (its products still run in the scope's dtype).
+  const DType dtype = query.dtype();
+  if (dtype != DType::f32 && dtype == autocast_dtype())
+    return cast(composed_attention(cast(q, DType::f32), cast(k, DType::f32), cast(v, DType::f32), o), dtype);
+  return composed_attention(q, k, v, o);
 }
 
 Var multihead_attention(const Var& query, const Var& key_value, const AttentionWeights& w, int64_t heads,
@@ -119,12 +131,23 @@ Var multihead_attention(const Var& query, const Var& key_value, const AttentionW
     throw InvalidArgument(fmt::format("multihead attention: query {} and key/value {} with in_proj_weight {} and {} heads",
                                       query.value().describe(), key_value.value().describe(),
                                       w.in_proj_weight.value().describe(), heads));
-  // q, k and v from the three (E, E) blocks of the packed projection, as torch packs them.
-  const std::vector<Var> weight = chunk(w.in_proj_weight, 0, 3);
-  const std::vector<Var> bias = w.in_proj_bias.defined() ? chunk(w.in_proj_bias, 0, 3) : std::vector<Var>(3);
-  Var q = split_heads(project(query, weight[0], bias[0]), heads);
-  Var k = split_heads(project(key_value, weight[1], bias[1]), heads);
-  Var v = split_heads(project(key_value, weight[2], bias[2]), heads);
+  // Under autocast the whole block runs in the scope's 16-bit dtype, from its input to its output.
+  const Var in_proj_weight = into_autocast(w.in_proj_weight), in_proj_bias = into_autocast(w.in_proj_bias);
+  const Var q_in = into_autocast(query);
+  Var q, k, v;
+  if (key_value.node() == query.node()) {  // self-attention: one product with the packed (3E, E) weight
+    const std::vector<Var> qkv = chunk(project(q_in, in_proj_weight, in_proj_bias), 2, 3);
+    q = split_heads(qkv[0], heads);
+    k = split_heads(qkv[1], heads);
+    v = split_heads(qkv[2], heads);
+  } else {  // q, k and v from the three (E, E) blocks of the packed projection, as torch packs them
+    const Var kv_in = into_autocast(key_value);
+    const std::vector<Var> weight = chunk(in_proj_weight, 0, 3);
+    const std::vector<Var> bias = in_proj_bias.defined() ? chunk(in_proj_bias, 0, 3) : std::vector<Var>(3);
+    q = split_heads(project(q_in, weight[0], bias[0]), heads);
+    k = split_heads(project(kv_in, weight[1], bias[1]), heads);
+    v = split_heads(project(kv_in, weight[2], bias[2]), heads);
+  }
   if (cache) {  // decoding: the new positions join those seen before (no gradient flows here)
     if (cache->keys.defined()) {
       k = concat({Var(cache->keys), k}, 1);
@@ -134,7 +157,7 @@ Var multihead_attention(const Var& query, const Var& key_value, const AttentionW
     cache->values = v.value();
   }
   Var attended = join_heads(scaled_dot_product_attention(q, k, v, o), heads);  // (N, Tq, E)
-  return project(attended, w.out_proj_weight, w.out_proj_bias);
+  return cast(project(attended, into_autocast(w.out_proj_weight), into_autocast(w.out_proj_bias)), query.value().dtype());
 }
 
 }  // namespace kestrel::fn

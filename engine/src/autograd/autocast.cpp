@@ -19,6 +19,7 @@ DType autocast_dtype() { return autocast; }
 
 bool autocasts(const Var& x) { return autocast != DType::f32 && x.value().dtype() == DType::f32; }
 Var lowered(const Var& v) { return v.defined() ? cast(v, autocast) : v; }
+Var into_autocast(const Var& v) { return v.defined() && autocasts(v) ? cast(v, autocast) : v; }
 
 Var cast(const Var& x, DType dtype) {
   if (x.value().dtype() == dtype) return x;

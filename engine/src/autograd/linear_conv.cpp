@@ -1,6 +1,7 @@
 // Linear and 2-D convolution layers: forward and backward side by side.
 #include <fmt/format.h>
 
+#include "../runtime/device_runtime.h"
 #include "autocast.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
@@ -45,6 +46,26 @@ Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& 
 }
 
 namespace {
+
+// The number of output features a 16-bit product is computed over: `out` rounded up so that rows of
+// that many elements meet the device's preferred GEMM alignment (cuBLAS's fastest kernels need 16-byte
+// aligned rows and extents; a 50257-wide layer of logits misses them and runs about 5x slower), or
+// `out` itself where the device has no preference. The extra features have zero weights and bias.
+int64_t aligned_features(int64_t out, DType dtype, const Device& device) {
+  const int64_t per_row = int64_t(device.runtime().gemm_row_alignment() / dtype_size(dtype));
+  return per_row <= 1 ? out : (out + per_row - 1) / per_row * per_row;
+}
+
+// m (R, ...) in `dtype`, followed by zero rows up to `rows` in all.
+Tensor zero_padded(const Tensor& m, int64_t rows, DType dtype) {
+  if (rows == m.size(0)) return m.to(dtype);
+  Shape shape = m.shape();
+  shape[0] = rows;
+  Tensor out = Tensor::zeros(shape, dtype, m.device());
+  Tensor head = out.slice(0, 0, m.size(0));
+  ops::copy_(head, m);
+  return out;
+}
 
 struct LinearOutputs {
   Tensor y;    // (N, out): act(pre)
@@ -93,17 +114,29 @@ Var linear_same_dtype(const Var& x, const Var& weight, const Var& bias, kestrel_
 // with ABI 1.6's mixed GEMM), with no 16-bit gradient, cast or separate addition in between.
 Var linear_autocast(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation) {
   const DType low = autocast_dtype();
-  const Tensor x16 = x.value().to(low), w16 = weight.value().to(low);  // (N, in), (out, in)
-  auto [y16, pre16] = linear_forward(x16, w16, bias.defined() ? bias.value().to(low) : Tensor(), activation);
+  const int64_t out = weight.value().size(0), features = aligned_features(out, low, x.value().device());
+  // The products run over `features` outputs, the padding's weights and bias zero (activations keep 0 at 0).
+  const Tensor x16 = x.value().to(low), w16 = zero_padded(weight.value(), features, low);  // (N, in), (features, in)
+  const Tensor b16 = bias.defined() ? zero_padded(bias.value(), features, low) : Tensor();   // (features)
+  auto [y16, pre16] = linear_forward(x16, w16, b16, activation);                           // (N, features)
   std::vector<Var> parents{x, weight};
   if (bias.defined()) parents.push_back(bias);
-  return make_var(y16.to(DType::f32), parents, "linear",
+  return make_var(y16.slice(1, 0, out).to(DType::f32), parents, "linear",
                   [x = x.node(), weight = weight.node(), bias = bias.node(), activation, x16, w16, y16 = y16,
-                   pre16 = pre16](const Tensor& dy) {
-                    Tensor dz = activation_grad(activation, dy.to(y16.dtype()), y16, pre16);  // (N, out) 16-bit
+                   pre16 = pre16, out](const Tensor& dy) {
+                    // dy (N, out) into the padded width, its padding 0 so that it adds nothing below.
+                    Tensor dy16 = Tensor::empty(y16.shape(), y16.dtype(), y16.device());  // (N, features)
+                    if (y16.size(1) > out) {
+                      Tensor padding = dy16.slice(1, out, y16.size(1));
+                      ops::fill_(padding, 0.0);
+                    }
+                    Tensor head = dy16.slice(1, 0, out);
+                    ops::copy_(head, dy);
+                    Tensor dz = activation_grad(activation, dy16, y16, pre16);  // (N, features) 16-bit
                     if (x->requires_grad) accumulate_grad(*x, ops::matmul(dz, w16, DType::f32));  // (N, in)
-                    accumulate_product(*weight, dz.transpose(0, 1), x16);                       // (out, in)
-                    if (bias && bias->requires_grad) accumulate_grad(*bias, math::sum(dz, {0}, false).to(DType::f32));
+                    const Tensor dz_out = dz.slice(1, 0, out);                                  // (N, out)
+                    accumulate_product(*weight, dz_out.transpose(0, 1), x16);                   // (out, in)
+                    if (bias && bias->requires_grad) accumulate_grad(*bias, math::sum(dz_out, {0}, false).to(DType::f32));
                   });
 }
 

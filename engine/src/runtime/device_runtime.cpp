@@ -56,6 +56,7 @@ DeviceInfo to_device_info(int index, const kestrel_device_properties& props) {
   info.runtime = std::string(props.runtime, strnlen(props.runtime, sizeof(props.runtime)));
   for (DType dtype : all_dtypes)
     if (props.dtype_mask & (1u << static_cast<int>(dtype))) info.dtypes.push_back(dtype);
+  info.gemm_row_alignment = props.gemm_row_alignment;  // 0 unless the plugin (1.7) wrote it
   return info;
 }
 
@@ -153,6 +154,11 @@ DeviceInfo DeviceRuntime::properties() const {
   set_abi_size(props);
   check(api().device_properties(index_, &props), "reading device properties");
   return to_device_info(index_, props);
+}
+
+uint32_t DeviceRuntime::gemm_row_alignment() const {
+  if (gemm_row_alignment_.load() < 0) gemm_row_alignment_ = properties().gemm_row_alignment;
+  return uint32_t(gemm_row_alignment_.load());
 }
 
 void DeviceRuntime::synchronize() const {

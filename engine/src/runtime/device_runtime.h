@@ -34,6 +34,8 @@ class DeviceRuntime {
   void host_release(void* ptr);
   MemoryStats memory_stats() const;
   DeviceInfo properties() const;
+  // properties().gemm_row_alignment, read once (the products ask for it at every call).
+  uint32_t gemm_row_alignment() const;
   void synchronize() const;
   void release_cached_memory();  // waits, then hands cached free memory back (Engine::empty_cache)
   // How often the host has waited for this device's stream: tests check that a step does not.
@@ -55,6 +57,7 @@ class DeviceRuntime {
   kestrel_context* context_ = nullptr;
   kestrel_stream* stream_ = nullptr;
   mutable std::atomic<int64_t> synchronizations_{0};
+  mutable std::atomic<int64_t> gemm_row_alignment_{-1};  // -1: not read yet
   std::atomic<bool> released_{false};
 };
 
