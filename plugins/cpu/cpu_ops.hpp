@@ -4,6 +4,16 @@
 #include "cpu_common.hpp"
 #include "cpu_parallel.hpp"
 
+// Hot loops are built once per x86 vector width and the widest the CPU runs is picked when the plugin
+// loads (GCC/Clang target_clones): a portable build would otherwise run them 4 floats at a time. The
+// plugin is compiled with -ffp-contract=off, so every clone gives the same bits (no fused multiply-adds),
+// and with -fno-math-errno, so std::sqrt vectorises.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KESTREL_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KESTREL_VECTOR_CLONES
+#endif
+
 namespace kestrel_cpu {
 
 bool supports_fill(const kestrel_op& op);

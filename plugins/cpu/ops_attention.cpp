@@ -1,8 +1,9 @@
 // Fused scaled dot-product attention (ABI 1.7), forward and backward side by side. Each batch entry is
-// one task: its keys and values are staged in the arithmetic type (also transposed), so every inner loop
-// is a contiguous multiply-add over keys or over features that the compiler vectorises, and one query
-// row's scores at a time live in a row-sized buffer, never a (Tq x Tk) matrix. Backward recomputes the
-// weights from the log-sum-exp forward left. f32 arithmetic for f32 and 16-bit storage, double for f64.
+// one task: its tensors are staged in the arithmetic type (keys and values also transposed), so every
+// inner loop is a contiguous multiply-add over keys or over features, vectorised for the CPU's widest
+// units (KESTREL_VECTOR_CLONES); one query row's scores at a time live in a row-sized buffer, never a
+// (Tq x Tk) matrix. Backward recomputes the weights from the log-sum-exp forward left. f32 arithmetic
+// for f32 and 16-bit storage, double for f64.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -52,13 +53,14 @@ void stage_columns(const typename E::storage* m, int64_t rows, int64_t depth, st
 
 // y[0, n) += a * x[0, n)
 template <class A>
-void multiply_add(A* y, A a, const A* x, int64_t n) {
+[[gnu::always_inline]] inline void multiply_add(A* y, A a, const A* x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] += a * x[j];
 }
 
 // out[j] = scale * row . m_j for j < seen, m given transposed (depth, keys); returns the log-sum-exp.
 template <class A>
-A scaled_scores(const A* row, const A* m_t, int64_t depth, int64_t keys, int64_t seen, A scale, A* out) {
+[[gnu::always_inline]] inline A scaled_scores(const A* row, const A* m_t, int64_t depth, int64_t keys, int64_t seen,
+                                              A scale, A* out) {
   std::fill(out, out + seen, A(0));
   for (int64_t d = 0; d < depth; ++d) multiply_add(out, row[d], m_t + d * keys, seen);
   A top = -INFINITY;
@@ -68,6 +70,82 @@ A scaled_scores(const A* row, const A* m_t, int64_t depth, int64_t keys, int64_t
   return top + std::log(sum);
 }
 
+// One batch entry's forward on staged arrays: q (Tq, D), k_t (D, Tk), v (Tk, D) -> out (Tq, D),
+// lse (Tq); scores: Tk scratch.
+template <class A>
+[[gnu::always_inline]] inline void entry_forward(const Geometry& g, const A* q, const A* k_t, const A* v, A* out, A* lse,
+                                                 A* scores) {
+  const int64_t depth = g.depth;
+  for (int64_t i = 0; i < g.queries; ++i) {
+    const int64_t seen = g.visible(i);
+    const A log_sum = scaled_scores(q + i * depth, k_t, depth, g.keys, seen, A(g.scale), scores);
+    A* row = out + i * depth;
+    std::fill(row, row + depth, A(0));
+    for (int64_t j = 0; j < seen; ++j) multiply_add(row, A(std::exp(scores[j] - log_sum)), v + j * depth, depth);
+    lse[i] = log_sum;
+  }
+}
+
+// With p = softmax(s) recomputed from the log-sum-exp and dp_j = dout . v_j:
+// ds_j = scale * p_j (dp_j - sum_l p_l dp_l); dq = sum_j ds_j k_j; dk_j += ds_j q; dv_j += p_j dout.
+// One batch entry on staged arrays: q, dout (Tq, D); k (Tk, D), k_t and v_t (D, Tk); lse (Tq) -> dq
+// (Tq, D), dk and dv (Tk, D), summed over the entry's queries; p, ds: Tk scratch.
+template <class A>
+[[gnu::always_inline]] inline void entry_backward(const Geometry& g, const A* q, const A* dout, const A* k, const A* k_t,
+                                                  const A* v_t, const A* lse, A* dq, A* dk, A* dv, A* p, A* ds) {
+  const int64_t depth = g.depth;
+  std::fill(dk, dk + g.keys * depth, A(0));
+  std::fill(dv, dv + g.keys * depth, A(0));
+  for (int64_t i = 0; i < g.queries; ++i) {
+    const int64_t seen = g.visible(i);
+    const A *qi = q + i * depth, *doi = dout + i * depth;
+    std::fill(p, p + seen, A(0));
+    std::fill(ds, ds + seen, A(0));
+    for (int64_t d = 0; d < depth; ++d) {
+      multiply_add(p, qi[d], k_t + d * g.keys, seen);    // q . k_j
+      multiply_add(ds, doi[d], v_t + d * g.keys, seen);  // dp_j
+    }
+    A delta = 0;
+    for (int64_t j = 0; j < seen; ++j) {
+      p[j] = std::exp(A(g.scale) * p[j] - lse[i]);
+      delta += p[j] * ds[j];
+    }
+    A* dqi = dq + i * depth;
+    std::fill(dqi, dqi + depth, A(0));
+    for (int64_t j = 0; j < seen; ++j) {
+      const A dsj = p[j] * (ds[j] - delta) * A(g.scale);
+      multiply_add(dqi, dsj, k + j * depth, depth);
+      multiply_add(dk + j * depth, dsj, qi, depth);
+      multiply_add(dv + j * depth, p[j], doi, depth);
+    }
+  }
+}
+
+KESTREL_VECTOR_CLONES void entry_forward_f32(const Geometry& g, const float* q, const float* k_t, const float* v,
+                                             float* out, float* lse, float* scores) {
+  entry_forward(g, q, k_t, v, out, lse, scores);
+}
+KESTREL_VECTOR_CLONES void entry_forward_f64(const Geometry& g, const double* q, const double* k_t, const double* v,
+                                             double* out, double* lse, double* scores) {
+  entry_forward(g, q, k_t, v, out, lse, scores);
+}
+KESTREL_VECTOR_CLONES void entry_backward_f32(const Geometry& g, const float* q, const float* dout, const float* k,
+                                              const float* k_t, const float* v_t, const float* lse, float* dq, float* dk,
+                                              float* dv, float* p, float* ds) {
+  entry_backward(g, q, dout, k, k_t, v_t, lse, dq, dk, dv, p, ds);
+}
+KESTREL_VECTOR_CLONES void entry_backward_f64(const Geometry& g, const double* q, const double* dout, const double* k,
+                                              const double* k_t, const double* v_t, const double* lse, double* dq,
+                                              double* dk, double* dv, double* p, double* ds) {
+  entry_backward(g, q, dout, k, k_t, v_t, lse, dq, dk, dv, p, ds);
+}
+
+// A staged (rows, depth) block back into storage.
+template <class E>
+void store_rows(const std::vector<Acc<E>>& from, typename E::storage* to) {
+  for (size_t e = 0; e < from.size(); ++e) to[e] = E::store(typename E::compute(from[e]));
+}
+
 void attention_forward(const kestrel_op& op) {
   const Geometry g = geometry_of(op, op.inputs[0], op.inputs[1]);
   dispatch_float(op.inputs[0].dtype, [&](auto elem) {
@@ -75,32 +153,25 @@ void attention_forward(const kestrel_op& op) {
     using S = typename E::storage;
     using A = Acc<E>;
     const S *q = data_of<S>(op.inputs[0]), *k = data_of<S>(op.inputs[1]), *v = data_of<S>(op.inputs[2]);
-    S* out = mutable_data_of<S>(op.outputs[0]);          // (B, Tq, D)
+    S* out = mutable_data_of<S>(op.outputs[0]);  // (B, Tq, D)
     A* lse = mutable_data_of<A>(op.outputs[1]);  // (B, Tq), statistics_dtype
-    const int64_t width = g.keys * g.depth;
-    parallel_for_split("kestrel::attention", g.batch, g.batch * g.queries * width, [=](int64_t b) {
-      thread_local std::vector<A> keys_t, values, query, scores, sum;
-      stage_columns<E>(k + b * width, g.keys, g.depth, keys_t);
-      stage_rows<E>(v + b * width, g.keys, g.depth, values);
-      query.resize(size_t(g.depth));
+    const int64_t q_width = g.queries * g.depth, k_width = g.keys * g.depth;
+    parallel_for_split("kestrel::attention", g.batch, g.batch * g.queries * k_width, [=](int64_t b) {
+      thread_local std::vector<A> queries, keys_t, values, sum, scores;
+      stage_rows<E>(q + b * q_width, g.queries, g.depth, queries);
+      stage_columns<E>(k + b * k_width, g.keys, g.depth, keys_t);
+      stage_rows<E>(v + b * k_width, g.keys, g.depth, values);
+      sum.resize(size_t(q_width));
       scores.resize(size_t(g.keys));
-      sum.resize(size_t(g.depth));
-      for (int64_t i = 0; i < g.queries; ++i) {
-        const int64_t r = b * g.queries + i, seen = g.visible(i);
-        for (int64_t d = 0; d < g.depth; ++d) query[d] = A(E::load(q[r * g.depth + d]));
-        const A log_sum = scaled_scores(query.data(), keys_t.data(), g.depth, g.keys, seen, A(g.scale), scores.data());
-        std::fill(sum.begin(), sum.end(), A(0));
-        for (int64_t j = 0; j < seen; ++j)
-          multiply_add(sum.data(), A(std::exp(scores[j] - log_sum)), values.data() + j * g.depth, g.depth);
-        for (int64_t d = 0; d < g.depth; ++d) out[r * g.depth + d] = E::store(typename E::compute(sum[d]));
-        lse[r] = log_sum;
-      }
+      if constexpr (std::is_same_v<A, float>)
+        entry_forward_f32(g, queries.data(), keys_t.data(), values.data(), sum.data(), lse + b * g.queries, scores.data());
+      else
+        entry_forward_f64(g, queries.data(), keys_t.data(), values.data(), sum.data(), lse + b * g.queries, scores.data());
+      store_rows<E>(sum, out + b * q_width);
     });
   });
 }
 
-// With p = softmax(s) recomputed from the log-sum-exp and dp_j = dout . v_j:
-// ds_j = scale * p_j (dp_j - sum_l p_l dp_l); dq = sum_j ds_j k_j; dk_j += ds_j q; dv_j += p_j dout.
 // Each batch entry is one task, so its dk and dv sum over its queries without sharing.
 void attention_backward(const kestrel_op& op) {
   const Geometry g = geometry_of(op, op.inputs[1], op.inputs[2]);
@@ -112,49 +183,29 @@ void attention_backward(const kestrel_op& op) {
             *v = data_of<S>(op.inputs[3]);
     const A* lse = data_of<A>(op.inputs[5]);  // (B, Tq)
     S *dq = mutable_data_of<S>(op.outputs[0]), *dk = mutable_data_of<S>(op.outputs[1]), *dv = mutable_data_of<S>(op.outputs[2]);
-    const int64_t width = g.keys * g.depth;
-    parallel_for_split("kestrel::attention_backward", g.batch, g.batch * g.queries * width, [=](int64_t b) {
-      thread_local std::vector<A> keys, keys_t, values_t, query, grad_out, p, ds, dq_row, dk_sum, dv_sum;
-      stage_rows<E>(k + b * width, g.keys, g.depth, keys);
-      stage_columns<E>(k + b * width, g.keys, g.depth, keys_t);
-      stage_columns<E>(v + b * width, g.keys, g.depth, values_t);
-      query.resize(size_t(g.depth));
-      grad_out.resize(size_t(g.depth));
+    const int64_t q_width = g.queries * g.depth, k_width = g.keys * g.depth;
+    parallel_for_split("kestrel::attention_backward", g.batch, g.batch * g.queries * k_width, [=](int64_t b) {
+      thread_local std::vector<A> queries, grads, keys, keys_t, values_t, dq_sum, dk_sum, dv_sum, p, ds;
+      stage_rows<E>(q + b * q_width, g.queries, g.depth, queries);
+      stage_rows<E>(dout + b * q_width, g.queries, g.depth, grads);
+      stage_rows<E>(k + b * k_width, g.keys, g.depth, keys);
+      stage_columns<E>(k + b * k_width, g.keys, g.depth, keys_t);
+      stage_columns<E>(v + b * k_width, g.keys, g.depth, values_t);
+      dq_sum.resize(size_t(q_width));
+      dk_sum.resize(size_t(k_width));
+      dv_sum.resize(size_t(k_width));
       p.resize(size_t(g.keys));
       ds.resize(size_t(g.keys));
-      dq_row.resize(size_t(g.depth));
-      dk_sum.assign(size_t(width), A(0));
-      dv_sum.assign(size_t(width), A(0));
-      for (int64_t i = 0; i < g.queries; ++i) {
-        const int64_t r = b * g.queries + i, seen = g.visible(i);
-        for (int64_t d = 0; d < g.depth; ++d) {
-          query[d] = A(E::load(q[r * g.depth + d]));
-          grad_out[d] = A(E::load(dout[r * g.depth + d]));
-        }
-        std::fill(p.begin(), p.begin() + seen, A(0));
-        std::fill(ds.begin(), ds.begin() + seen, A(0));
-        for (int64_t d = 0; d < g.depth; ++d) {
-          multiply_add(p.data(), query[d], keys_t.data() + d * g.keys, seen);       // q . k_j
-          multiply_add(ds.data(), grad_out[d], values_t.data() + d * g.keys, seen);  // dp_j
-        }
-        A delta = 0;
-        for (int64_t j = 0; j < seen; ++j) {
-          p[j] = std::exp(A(g.scale) * p[j] - lse[r]);
-          delta += p[j] * ds[j];
-        }
-        std::fill(dq_row.begin(), dq_row.end(), A(0));
-        for (int64_t j = 0; j < seen; ++j) {
-          const A dsj = p[j] * (ds[j] - delta) * A(g.scale);
-          multiply_add(dq_row.data(), dsj, keys.data() + j * g.depth, g.depth);
-          multiply_add(dk_sum.data() + j * g.depth, dsj, query.data(), g.depth);
-          multiply_add(dv_sum.data() + j * g.depth, p[j], grad_out.data(), g.depth);
-        }
-        for (int64_t d = 0; d < g.depth; ++d) dq[r * g.depth + d] = E::store(typename E::compute(dq_row[d]));
-      }
-      for (int64_t e = 0; e < width; ++e) {
-        dk[b * width + e] = E::store(typename E::compute(dk_sum[e]));
-        dv[b * width + e] = E::store(typename E::compute(dv_sum[e]));
-      }
+      const A* entry_lse = lse + b * g.queries;
+      if constexpr (std::is_same_v<A, float>)
+        entry_backward_f32(g, queries.data(), grads.data(), keys.data(), keys_t.data(), values_t.data(), entry_lse,
+                           dq_sum.data(), dk_sum.data(), dv_sum.data(), p.data(), ds.data());
+      else
+        entry_backward_f64(g, queries.data(), grads.data(), keys.data(), keys_t.data(), values_t.data(), entry_lse,
+                           dq_sum.data(), dk_sum.data(), dv_sum.data(), p.data(), ds.data());
+      store_rows<E>(dq_sum, dq + b * q_width);
+      store_rows<E>(dk_sum, dk + b * k_width);
+      store_rows<E>(dv_sum, dv + b * k_width);
     });
   });
 }
