@@ -152,7 +152,7 @@ Scratch::Scratch(kestrel_stream& stream, uint64_t bytes) : stream_(stream) {
   }
   if (err == cudaErrorMemoryAllocation)
     fail("out of GPU memory allocating " + std::to_string(bytes) + " bytes (" + mib(bytes) +
-             ") of scratch space to repack a strided operand. Make the operand contiguous, use a smaller batch, or "
+             ") of scratch space (a strided operand repacked, or a fused op's intermediate). Use a smaller batch, or "
              "free cached memory with empty_cache().",
          KESTREL_STATUS_OUT_OF_MEMORY);
   check_cuda(err, "cudaMallocFromPoolAsync (scratch)");

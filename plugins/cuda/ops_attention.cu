@@ -88,14 +88,17 @@ __global__ void softmax_grad_rows(const float* scores, const float* dprobs, cons
   typename E::storage *w = weights + row * keys, *ds = dscores + row * keys;
   for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
     const float p = j < seen ? expf(s[j] - log_sum) : 0.0f;
-    const float grad = p * (dp[j] - delta) * scale;
+    const float grad = j < seen ? p * (dp[j] - delta) * scale : 0.0f;  // masked: 0 even where dp is not finite
     w[j] = E::store(p);
     ds[j] = E::store(grad);
   }
 }
 
-// Batch entries per pass: as many as `bytes_per_score` per score allows within the budget, balanced.
-int64_t chunk_size(const Geometry& g, uint64_t bytes_per_score) {
+// Batch entries per pass (batch > 0): as many as backward's scratch (8 bytes a score for f32, 12 for
+// 16-bit) allows within the budget, balanced. Forward passes over the same entries, so backward's
+// recomputed scores come from the same products as forward's.
+int64_t chunk_size(const Geometry& g, kestrel_dtype dtype) {
+  const uint64_t bytes_per_score = dtype == KESTREL_DTYPE_F32 ? 8 : 12;
   const uint64_t per_entry = std::max<uint64_t>(1, uint64_t(g.queries * g.keys) * bytes_per_score);
   const int64_t most = std::max<int64_t>(1, int64_t(kScratchBudget / per_entry));
   const int64_t passes = (g.batch + most - 1) / most;
@@ -114,8 +117,9 @@ void attention_forward(kestrel_stream& s, const kestrel_op& op) {
   const Geometry g = geometry_of(op, q, k);
   const kestrel_dtype dtype = q.dtype;
   const bool in_place = dtype == KESTREL_DTYPE_F32;  // the weights overwrite the scores
-  const int64_t tq = g.queries, tk = g.keys, d = g.depth, chunk = chunk_size(g, in_place ? 4 : 6);
+  const int64_t tq = g.queries, tk = g.keys, d = g.depth;
   if (g.batch == 0 || tq == 0) return;
+  const int64_t chunk = chunk_size(g, dtype);
   Scratch scores(s, uint64_t(chunk * tq * tk) * 4);
   std::optional<Scratch> weights_16;
   if (!in_place) weights_16.emplace(s, uint64_t(chunk * tq * tk) * 2);
@@ -147,13 +151,14 @@ void attention_backward(kestrel_stream& s, const kestrel_op& op) {
   const Geometry g = geometry_of(op, q, k);
   const kestrel_dtype dtype = q.dtype;
   const bool in_place = dtype == KESTREL_DTYPE_F32;
-  const int64_t tq = g.queries, tk = g.keys, d = g.depth, chunk = chunk_size(g, in_place ? 8 : 12);
+  const int64_t tq = g.queries, tk = g.keys, d = g.depth;
   if (g.batch == 0) return;
   if (tq == 0) {  // no query: every key and value gradient is zero
     check_cuda(cudaMemsetAsync(ref(dk).base, 0, uint64_t(numel(dk)) * dtype_bytes(dtype), s.cuda), "attention_backward");
     check_cuda(cudaMemsetAsync(ref(dv).base, 0, uint64_t(numel(dv)) * dtype_bytes(dtype), s.cuda), "attention_backward");
     return;
   }
+  const int64_t chunk = chunk_size(g, dtype);
   Scratch scores(s, uint64_t(chunk * tq * tk) * 4), dprobs(s, uint64_t(chunk * tq * tk) * 4);
   std::optional<Scratch> weights_16, dscores_16;
   if (!in_place) {

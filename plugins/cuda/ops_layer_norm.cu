@@ -42,13 +42,13 @@ __global__ void layer_norm_rows(const typename E::storage* x, const typename E::
   const typename E::storage* xr = x + row * cols;
   A sum = 0;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += A(E::load(xr[c]));
-  const A mu = block_sum(sum) / A(cols);
+  const A mu = cols ? block_sum(sum) / A(cols) : A(0);  // an empty row: mean 0, rstd 1/sqrt(eps), as the CPU's
   A squares = 0;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
     const A d = A(E::load(xr[c])) - mu;
     squares += d * d;
   }
-  const A inv = A(1) / sqrt(block_sum(squares) / A(cols) + A(eps));
+  const A inv = A(1) / sqrt((cols ? block_sum(squares) / A(cols) : A(0)) + A(eps));
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
     A v = (A(E::load(xr[c])) - mu) * inv;
     if (weight) v *= A(E::load(weight[c]));

@@ -67,9 +67,11 @@ Reference reference(const Case& c, const std::vector<double>& q, const std::vect
 
 void attention_cases(Runner& r) {
   // Square and rectangular (a query block continuing a prefix of keys), a head size that is not a power of
-  // two, and rows longer than a GPU warp.
-  const Case cases[] = {{2, 5, 5, 4, false}, {2, 5, 5, 4, true},   {3, 3, 7, 6, false},
-                        {3, 3, 7, 6, true},  {1, 40, 40, 16, true}, {2, 1, 9, 8, true}};
+  // two, rows longer than a GPU warp, and empty batches, queries and keys (no keys: a log-sum-exp of -inf
+  // and a zero output).
+  const Case cases[] = {{2, 5, 5, 4, false}, {2, 5, 5, 4, true},    {3, 3, 7, 6, false}, {3, 3, 7, 6, true},
+                        {1, 40, 40, 16, true}, {2, 1, 9, 8, true},  {0, 3, 3, 4, true},  {2, 0, 5, 4, true},
+                        {2, 3, 0, 4, false}};
   for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
     for (const Case& c : cases)
       for (bool backward : {false, true}) {

@@ -47,9 +47,9 @@ Reference reference(int64_t rows, int64_t cols, double eps, const std::vector<do
 }  // namespace
 
 void layer_norm_cases(Runner& r) {
-  // A row shorter than a warp, one longer than a GPU block, and enough rows for the weight gradient's
-  // sums to be split over row ranges.
-  const Shape shapes[] = {{4, 7}, {3, 300}, {257, 33}};
+  // A row shorter than a warp, one longer than a GPU block, enough rows for the weight gradient's sums to
+  // be split over row ranges, and no rows (zero weight and bias gradients).
+  const Shape shapes[] = {{4, 7}, {3, 300}, {257, 33}, {0, 5}};
   for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
     for (const Shape& shape : shapes)
       for (int affine : {0, 1, 2})  // none, weight, weight and bias

@@ -31,7 +31,9 @@ DType autocast_dtype();  // f32 outside any scope
 // A block of products and element-wise ops (a feed-forward, an attention) may run in the scope's dtype
 // from its input to its output, as PyTorch's autocast keeps activations between products: one cast in and
 // one back instead of one each way around every product. into_autocast(v) is v cast to the scope's dtype
-// when v is f32 and a lower scope is active, else v itself (an undefined Var stays undefined).
+// when v is f32 and a lower scope is active, else v itself (an undefined Var stays undefined). Inside such
+// a block the products' weight gradients come out of 16-bit GEMMs, rounded, and reach the f32 weights
+// through the casts, as under PyTorch's autocast (linear layers outside blocks land them in f32 unrounded).
 Var into_autocast(const Var& v);
 
 // x in another dtype (a copy), its gradient cast back to x's dtype.

@@ -64,8 +64,6 @@ Var batch_norm2d(const Var& x, const Var& weight, const Var& bias, Tensor& runni
                   });
 }
 
-// Over the last `normalized` axes, per position: the statistics are the sample's own, so training and
-// inference compute the same thing and there are no running buffers.
 namespace {
 
 // The fused LAYER_NORM op (plugin ABI 1.7) over x viewed as (rows, the normalised axes' product) where
@@ -119,6 +117,8 @@ std::optional<Var> fused_layer_norm(const Var& x, const Var& weight, const Var& 
 
 }  // namespace
 
+// Over the last `normalized` axes, per position: the statistics are the sample's own, so training and
+// inference compute the same thing and there are no running buffers.
 Var layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized, double eps) {
   const Tensor& input = x.value();  // (..., *normalized_shape)
   if (normalized < 1 || normalized > input.rank())
