@@ -87,6 +87,7 @@ void window_cases(Runner& r);
 void fused_cases(Runner& r);
 void attention_cases(Runner& r);
 void layer_norm_cases(Runner& r);
+void lstm_cell_cases(Runner& r);
 void capture_cases(Runner& r);
 void collective_cases(Runner& r);
 

@@ -56,7 +56,8 @@
  *        op, forward and backward, so a backend need not keep the (T x T) attention weights between them:
  *        forward leaves each query's log-sum-exp, and backward recomputes the weights from it.
  *        LAYER_NORM and LAYER_NORM_BACKWARD: layer normalisation over the last axis, forward leaving each
- *        row's mean and inverse standard deviation for backward. Device properties say which row
+ *        row's mean and inverse standard deviation for backward. LSTM_CELL and LSTM_CELL_BACKWARD: an
+ *        LSTM step's gate math after its products, in one pass each way. Device properties say which row
  *        alignment GEMMs prefer (gemm_row_alignment), so the engine can pad rows that would miss it.
  */
 #ifndef KESTREL_PLUGIN_H
@@ -212,7 +213,15 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_LAYER_NORM = 39,
   /* Since 1.7. in0 dy (R,C), in1 x, in2 mean, in3 rstd [, in4 weight (C)] -> out0 dx (R,C) [, out1
    * dweight (C) [, out2 dbias (C)]]: as many outputs as forward had inputs; written, not accumulated. */
-  KESTREL_OP_LAYER_NORM_BACKWARD = 40
+  KESTREL_OP_LAYER_NORM_BACKWARD = 40,
+  /* Since 1.7; no params. An LSTM step after its two products: in0 (N,4H) the input's product and in1
+   * (N,4H) the state's (biases included; gates i, f, g, o in torch's order), in2 c (N,H) -> out0 h' (N,H)
+   * = o * tanh(c'), out1 c' (N,H) = f * c + i * g, out2 (N,4H) sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)
+   * for backward. One float dtype; each tensor's rows contiguous (row strides free). */
+  KESTREL_OP_LSTM_CELL = 41,
+  /* Since 1.7; no params. in0 dh' (N,H), in1 dc' (N,H), in2 the gates forward kept (N,4H), in3 c (N,H),
+   * in4 c' (N,H) -> out0 (N,4H) the gradient of both products, out1 dc (N,H). Rows as forward's. */
+  KESTREL_OP_LSTM_CELL_BACKWARD = 42
 } kestrel_op_kind;
 
 typedef enum kestrel_unary_fn {

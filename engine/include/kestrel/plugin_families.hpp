@@ -15,7 +15,7 @@ namespace kestrel::plugin_sdk {
 
 enum class OpFamily {
   fill, copy, unary, binary, reduce, gemm, gather, scatter_add, random, window, linear, softmax,
-  softmax_cross_entropy, optimizer, attention, layer_norm,
+  softmax_cross_entropy, optimizer, attention, layer_norm, lstm_cell,
   count  // also the answer for a kind this header does not know (a newer ABI's)
 };
 
@@ -38,6 +38,7 @@ inline OpFamily op_family(kestrel_op_kind kind) {
     case KESTREL_OP_ADAM_UPDATE: case KESTREL_OP_SGD_UPDATE: return OpFamily::optimizer;
     case KESTREL_OP_ATTENTION: case KESTREL_OP_ATTENTION_BACKWARD: return OpFamily::attention;
     case KESTREL_OP_LAYER_NORM: case KESTREL_OP_LAYER_NORM_BACKWARD: return OpFamily::layer_norm;
+    case KESTREL_OP_LSTM_CELL: case KESTREL_OP_LSTM_CELL_BACKWARD: return OpFamily::lstm_cell;
   }
   return OpFamily::count;
 }
@@ -102,6 +103,8 @@ inline const char* op_kind_name(kestrel_op_kind kind) {
     case KESTREL_OP_ATTENTION_BACKWARD: return "attention_backward";
     case KESTREL_OP_LAYER_NORM: return "layer_norm";
     case KESTREL_OP_LAYER_NORM_BACKWARD: return "layer_norm_backward";
+    case KESTREL_OP_LSTM_CELL: return "lstm_cell";
+    case KESTREL_OP_LSTM_CELL_BACKWARD: return "lstm_cell_backward";
   }
   return "unknown-op";
 }

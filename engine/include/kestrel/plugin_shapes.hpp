@@ -366,6 +366,27 @@ inline bool layer_norm_fits(const kestrel_op& op) {
   return true;
 }
 
+// ---- LSTM cell (1.7) ----
+
+// LSTM_CELL: in0, in1 (N,4H), in2 (N,H) -> out0, out1 (N,H), out2 (N,4H). LSTM_CELL_BACKWARD: in0, in1 (N,H),
+// in2 (N,4H), in3, in4 (N,H) -> out0 (N,4H), out1 (N,H). One float dtype; every row contiguous.
+inline bool lstm_cell_fits(const kestrel_op& op) {
+  const bool backward = op.kind == KESTREL_OP_LSTM_CELL_BACKWARD;
+  if (!(backward ? arity(op, 5, 2) : arity(op, 3, 3))) return false;
+  const kestrel_tensor& c = op.inputs[backward ? 3 : 2];
+  if (c.rank != 2 || !is_float_dtype(c.dtype)) return false;
+  const int64_t n = c.shape[0], h = c.shape[1];
+  auto fits = [&](const kestrel_tensor& t, int64_t width) {
+    return t.rank == 2 && t.dtype == c.dtype && t.shape[0] == n && t.shape[1] == width &&
+           (width <= 1 || t.strides[1] == 1) && (n <= 1 || t.strides[0] >= width);
+  };
+  if (backward)
+    return fits(op.inputs[0], h) && fits(op.inputs[1], h) && fits(op.inputs[2], 4 * h) && fits(op.inputs[4], h) &&
+           fits(op.outputs[0], 4 * h) && fits(op.outputs[1], h);
+  return fits(op.inputs[0], 4 * h) && fits(op.inputs[1], 4 * h) && fits(op.outputs[0], h) && fits(op.outputs[1], h) &&
+         fits(op.outputs[2], 4 * h);
+}
+
 // ---- sliding windows: im2col, col2im, pool2d, pool2d_backward on (N, C, H, W) ----
 
 // An (N, C, H, W) image, the window sliding over it, and the (OH, OW) positions it takes.

@@ -1,13 +1,53 @@
 // Recurrent layers (torch.nn.RNN, LSTM, GRU) composed from primitives: one GEMM projects every step's
 // input at once, then each step adds the hidden state's GEMM and runs the gate math elementwise, so
-// backward is the autograd of those ops and every backend trains them with nothing of its own.
+// backward is the autograd of those ops and every backend trains them with nothing of its own. The
+// LSTM's gate math runs as one fused op (plugin ABI 1.7) where the device offers it both ways.
 #include <fmt/format.h>
+
+#include <optional>
+#include <tuple>
+#include <utility>
 
 #include "kestrel/functional.h"
 
 namespace kestrel::fn {
 
 namespace {
+
+// The LSTM_CELL op on projected and recurrent (N, 4H) and c (N, H): h' and c' as two pieces of one (N, 2H)
+// node whose backward is LSTM_CELL_BACKWARD; nothing when the device lacks it.
+std::optional<std::pair<Var, Var>> fused_lstm_cell(const Var& projected, const Var& recurrent, const Var& c) {
+  const Tensor& cell = c.value();  // (N, H)
+  if (!ops::fused_ops_enabled() || projected.value().dtype() != cell.dtype() || recurrent.value().dtype() != cell.dtype())
+    return std::nullopt;
+  const int64_t batch = cell.size(0), hidden = cell.size(1);
+  Tensor hc = Tensor::empty({batch, 2 * hidden}, cell.dtype(), cell.device());  // [h' | c']
+  Tensor gates = Tensor::empty({batch, 4 * hidden}, cell.dtype(), cell.device());
+  const Tensor h_next = hc.slice(1, 0, hidden), c_next = hc.slice(1, hidden, 2 * hidden);
+  const kestrel_op forward =
+      ops::make_op(KESTREL_OP_LSTM_CELL, nullptr, {projected.value(), recurrent.value(), cell}, {h_next, c_next, gates});
+  // Backward's descriptor, forward's tensors standing in for the gradients (same shapes and dtypes).
+  const kestrel_op backward =
+      ops::make_op(KESTREL_OP_LSTM_CELL_BACKWARD, nullptr, {h_next, c_next, gates, cell, c_next}, {gates, cell});
+  if (!ops::supports(cell.device(), backward) || !ops::launch_if_supported(cell.device(), forward)) return std::nullopt;
+  const Var joined = make_var(hc, {projected, recurrent, c}, "lstm_cell",
+                              [projected = projected.node(), recurrent = recurrent.node(), c = c.node(), gates, c_next,
+                               hidden](const Tensor& dhc) {
+                                const Tensor grads = dhc.contiguous();  // (N, 2H): [dh' | dc']
+                                Tensor dgates = Tensor::empty(gates.shape(), gates.dtype(), gates.device());
+                                Tensor dc = Tensor::empty(c->value.shape(), c->value.dtype(), c->value.device());
+                                ops::launch(gates.device(),
+                                            ops::make_op(KESTREL_OP_LSTM_CELL_BACKWARD, nullptr,
+                                                         {grads.slice(1, 0, hidden), grads.slice(1, hidden, 2 * hidden),
+                                                          gates, c->value, c_next},
+                                                         {dgates, dc}));
+                                if (projected->requires_grad) accumulate_grad(*projected, dgates);
+                                if (recurrent->requires_grad) accumulate_grad(*recurrent, dgates);
+                                if (c->requires_grad) accumulate_grad(*c, dc);
+                              });
+  const std::vector<Var> parts = chunk(joined, 1, 2);
+  return std::make_pair(parts[0], parts[1]);
+}
 
 // One step of the cell. projected: (N, G*H), this step's input through weight_ih and bias_ih;
 // h, c: (N, H), the state before the step (c only for the LSTM), replaced by the state after it.
@@ -17,6 +57,10 @@ void step(RecurrentCell cell, const Var& projected, const RecurrentWeights& w, V
     case RecurrentCell::rnn_tanh: h = tanh(add(projected, recurrent)); return;
     case RecurrentCell::rnn_relu: h = relu(add(projected, recurrent)); return;
     case RecurrentCell::lstm: {
+      if (auto fused = fused_lstm_cell(projected, recurrent, c)) {
+        std::tie(h, c) = *fused;
+        return;
+      }
       const std::vector<Var> gates = chunk(add(projected, recurrent), 1, 4);  // i, f, g, o: (N, H) each
       c = add(mul(sigmoid(gates[1]), c), mul(sigmoid(gates[0]), tanh(gates[2])));
       h = mul(sigmoid(gates[3]), tanh(c));
