@@ -142,6 +142,11 @@ kestrel_status device_properties(int32_t device, kestrel_device_properties* prop
       runtime << ", OpenBLAS " << core();
     copy_string(props->runtime, sizeof(props->runtime), runtime.str());
     props->dtype_mask = (1u << KESTREL_DTYPE_COUNT) - 1;
+    // OpenBLAS has no preferred row alignment. KESTREL_CPU_GEMM_ROW_ALIGNMENT=<bytes> asks for one as a
+    // GPU does, so the engine's padded products (of 16-bit layers) run, and are tested, here too.
+    if (props->struct_size >= KESTREL_STRUCT_SIZE(kestrel_device_properties, gemm_row_alignment))
+      if (const char* bytes = std::getenv("KESTREL_CPU_GEMM_ROW_ALIGNMENT"))
+        props->gemm_row_alignment = uint32_t(std::strtoul(bytes, nullptr, 10));
   });
 }
 

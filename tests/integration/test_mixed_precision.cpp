@@ -5,7 +5,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <utility>
 
 #include "kestrel/engine.h"
 #include "kestrel/functional.h"
@@ -111,6 +113,31 @@ TEST(MixedPrecision, Bf16AndF16TrainTheMlpToF32sAccuracy) {
     EXPECT_NEAR(low.test.loss, f32.test.loss, 0.03) << precision;
     EXPECT_NE(low.test.loss, f32.test.loss) << precision << " changed the arithmetic";
   }
+}
+
+// A 16-bit linear layer whose output features miss the device's preferred GEMM alignment is computed over
+// padded features (zero weights) on GPUs. KESTREL_CPU_GEMM_ROW_ALIGNMENT makes the CPU ask for the same, and
+// its profile shows the padded product (64 x 16 instead of 64 x 10 for the MLP's last layer): the training
+// must come out as without the padding.
+TEST(MixedPrecision, PaddedOutputFeaturesTrainAsUnpadded) {
+  auto train = [](const std::string& env, const std::string& name) {
+    const fs::path out = fs::temp_directory_path() / ("kestrel_padded_" + name);
+    fs::remove_all(out);
+    const CliRun run = run_cli("train " + std::string(KESTREL_SOURCE_DIR) + "/models/fashion_mlp.train.json " +
+                                   "--backend cpu --precision bf16 --max-steps 20 --no-progress --out " + out.string(),
+                               "KESTREL_CPU_PROFILE=1 " + env);
+    EXPECT_EQ(run.status, 0) << run.output;
+    std::ifstream in(out / "summary.json");
+    return std::make_pair(nlohmann::json::parse(in), run.output);
+  };
+  const auto [plain, plain_log] = train("", "plain");
+  const auto [padded, padded_log] = train("KESTREL_CPU_GEMM_ROW_ALIGNMENT=16", "padded");
+  EXPECT_NE(plain_log.find("linear 64x10x256"), std::string::npos) << plain_log;
+  EXPECT_NE(padded_log.find("linear 64x16x256"), std::string::npos) << padded_log;
+  EXPECT_EQ(padded_log.find("linear 64x10x256"), std::string::npos) << padded_log;
+  EXPECT_NEAR(padded["train_loss"].get<double>(), plain["train_loss"].get<double>(), 1e-6);
+  EXPECT_NEAR(padded["test_loss"].get<double>(), plain["test_loss"].get<double>(), 1e-6);
+  EXPECT_EQ(padded["test_accuracy"], plain["test_accuracy"]);
 }
 
 std::vector<float> parameters(kestrel::Trainer& trainer) { return trainer.model().flat_parameters().to_vector<float>(); }
