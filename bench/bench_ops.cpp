@@ -5,10 +5,13 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "blas_direct.h"
 #include "kestrel/engine.h"
+#include "kestrel/functional.h"
 #include "kestrel/ops.h"
 #include "kestrel/optim.h"
 
@@ -63,6 +66,28 @@ void elementwise(benchmark::State& state, kestrel::Device device, DType dtype, i
                                               benchmark::Counter::kIs1024);
 }
 
+// The element-wise work beside a Transformer step's products, at gpt_char's shapes (batch 32, 4 heads,
+// 128 positions): GELU and its gradient over the feed-forward activations (4096 x 512), a dropout mask
+// and softmax over the attention weights (16384 rows of 128).
+void sequence_op(benchmark::State& state, kestrel::Device device, const std::string& op, int64_t rows, int64_t cols) {
+  Tensor x = random_tensor({rows, cols}, DType::f32, device, 8);
+  Tensor out = Tensor::empty({rows, cols}, DType::f32, device);
+  uint64_t offset = 0;
+  for (auto _ : state) {
+    if (op == "gelu")
+      out = kestrel::ops::unary(KESTREL_UNARY_GELU, x);
+    else if (op == "gelu_grad")
+      out = kestrel::ops::unary(KESTREL_UNARY_GELU_GRAD, x);
+    else if (op == "dropout_mask")
+      kestrel::ops::random_(out, KESTREL_DISTRIBUTION_BERNOULLI, 9, offset += uint64_t(rows * cols), 0.9, 0.0);
+    else
+      out = kestrel::fn::softmax(kestrel::Var(x)).value();
+    kestrel::Engine::global().synchronize(device);
+  }
+  state.counters["elements/s"] = benchmark::Counter(double(rows) * cols, benchmark::Counter::kIsIterationInvariantRate,
+                                                    benchmark::Counter::kIs1000);
+}
+
 void reduce_sum(benchmark::State& state, kestrel::Device device, DType dtype, int64_t rows, int64_t cols) {
   Tensor a = random_tensor({rows, cols}, dtype, device, 5);
   for (auto _ : state) {
@@ -110,6 +135,12 @@ void register_device_benchmarks(const kestrel::Device& device) {
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   }
+  for (const auto& [op, rows, cols] : {std::tuple<std::string, int64_t, int64_t>{"gelu", 4096, 512},
+                                       {"gelu_grad", 4096, 512}, {"dropout_mask", 16384, 128}, {"softmax", 16384, 128}})
+    benchmark::RegisterBenchmark(fmt::format("{}/{}/f32/{}x{}", op, d, rows, cols).c_str(), sequence_op, device, op, rows,
+                                 cols)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
   benchmark::RegisterBenchmark(fmt::format("sum_rows/{}/f32/4096x1024", d).c_str(), reduce_sum, device, DType::f32,
                                4096, 1024)
       ->Unit(benchmark::kMicrosecond)

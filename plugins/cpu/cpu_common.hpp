@@ -122,6 +122,17 @@ View<S> view_of(const kestrel_tensor& t) {
   return v;
 }
 
+// A tensor's first element, for kernels that index contiguous data themselves.
+template <class S>
+const S* data_of(const kestrel_tensor& t) { return static_cast<const S*>(t.buffer->data) + t.offset; }
+template <class S>
+S* mutable_data_of(const kestrel_tensor& t) { return static_cast<S*>(t.buffer->data) + t.offset; }
+
+// The arithmetic type of the fused kernels, and of the statistics they keep
+// (plugin_shapes::statistics_dtype): double for f64, float for f32 and 16-bit storage.
+template <class E>
+using Acc = std::conditional_t<std::is_same_v<typename E::storage, double>, double, float>;
+
 
 // NaN-propagating max/min, as torch.maximum/minimum.
 template <class T>

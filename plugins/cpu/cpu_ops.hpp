@@ -3,6 +3,7 @@
 #pragma once
 #include "cpu_common.hpp"
 #include "cpu_parallel.hpp"
+#include "cpu_vector_math.hpp"
 
 // Hot loops are built once per x86 vector width and the widest the CPU runs is picked when the plugin
 // loads (GCC/Clang target_clones): a portable build would otherwise run them 4 floats at a time. The
@@ -102,6 +103,29 @@ void map_unary(const kestrel_tensor& in, const kestrel_tensor& out, F f, const c
     S* yr = y.base + y.at(r * inner);
     for (int64_t j = 0; j < inner; ++j) yr[j * ys] = E::store(f(E::load(xr[j * xs])));
   });
+}
+
+// One thread's piece of map_unary_staged, built per vector width.
+template <class E, class F>
+KESTREL_VECTOR_CLONES void unary_piece_staged(const View<typename E::storage>& x, const View<typename E::storage>& y,
+                                              int64_t begin, int64_t end, const F& f) {
+  using C = typename E::compute;
+  if (x.contiguous && y.contiguous)
+    map_staged<C>(begin, end, [&](int64_t i) { return E::load(x.base[i]); },
+                  [&](int64_t i, C v) { y.base[i] = E::store(v); }, f);
+  else
+    map_staged<C>(begin, end, [&](int64_t i) { return E::load(x.base[x.at(i)]); },
+                  [&](int64_t i, C v) { y.base[y.at(i)] = E::store(v); }, f);
+}
+
+// map_unary for functions that call exp, log, tanh or erf: vectorised through libmvec, every element
+// staged (see cpu_vector_math.hpp).
+template <class E, class F>
+void map_unary_staged(const kestrel_tensor& in, const kestrel_tensor& out, F f, const char* label) {
+  using S = typename E::storage;
+  View<S> x = view_of<S>(in), y = view_of<S>(out);
+  parallel_chunks(label, y.numel, y.numel,
+                  [=](int64_t begin, int64_t end) { unary_piece_staged<E>(x, y, begin, end, f); });
 }
 
 template <class E, class F>

@@ -29,14 +29,6 @@ Geometry geometry_of(const kestrel_op& op, const kestrel_tensor& q, const kestre
   return {q.shape[0], q.shape[1], k.shape[1], q.shape[2], p.scale, p.causal != 0};
 }
 
-template <class S>
-const S* data_of(const kestrel_tensor& t) { return static_cast<const S*>(t.buffer->data) + t.offset; }
-template <class S>
-S* mutable_data_of(const kestrel_tensor& t) { return static_cast<S*>(t.buffer->data) + t.offset; }
-
-template <class E>
-using Acc = std::conditional_t<std::is_same_v<typename E::storage, double>, double, float>;
-
 // One batch entry's (rows, depth) matrix in the arithmetic type, row-major...
 template <class E>
 void stage_rows(const typename E::storage* m, int64_t rows, int64_t depth, std::vector<Acc<E>>& out) {
@@ -57,32 +49,37 @@ template <class A>
   for (int64_t j = 0; j < n; ++j) y[j] += a * x[j];
 }
 
-// out[j] = scale * row . m_j for j < seen, m given transposed (depth, keys); returns the log-sum-exp.
+// out[j] = exp(s_j - max s) with s_j = scale * row . m_j for j < seen, m given transposed (depth, keys);
+// returns their sum, with max s in top. The exps go through the vector math (cpu_vector_math.hpp).
 template <class A>
-[[gnu::always_inline]] inline A scaled_scores(const A* row, const A* m_t, int64_t depth, int64_t keys, int64_t seen,
-                                              A scale, A* out) {
+[[gnu::always_inline]] inline A exp_scores(const A* row, const A* m_t, int64_t depth, int64_t keys, int64_t seen,
+                                           A scale, A* out, A& top) {
   std::fill(out, out + seen, A(0));
   for (int64_t d = 0; d < depth; ++d) multiply_add(out, row[d], m_t + d * keys, seen);
-  A top = -INFINITY;
+  top = -INFINITY;
   for (int64_t j = 0; j < seen; ++j) top = std::max(top, out[j] *= scale);
+  const A shift_by = top;
+  map_staged<A>(0, seen, [=](int64_t j) { return out[j] - shift_by; }, [=](int64_t j, A e) { out[j] = e; },
+                [](A shift) { return std::exp(shift); });
   A sum = 0;
-  for (int64_t j = 0; j < seen; ++j) sum += std::exp(out[j] - top);
-  return top + std::log(sum);
+  for (int64_t j = 0; j < seen; ++j) sum += out[j];
+  return sum;
 }
 
 // One batch entry's forward on staged arrays: q (Tq, D), k_t (D, Tk), v (Tk, D) -> out (Tq, D),
-// lse (Tq); scores: Tk scratch.
+// lse (Tq); weights: Tk scratch.
 template <class A>
 [[gnu::always_inline]] inline void entry_forward(const Geometry& g, const A* q, const A* k_t, const A* v, A* out, A* lse,
-                                                 A* scores) {
+                                                 A* weights) {
   const int64_t depth = g.depth;
   for (int64_t i = 0; i < g.queries; ++i) {
     const int64_t seen = g.visible(i);
-    const A log_sum = scaled_scores(q + i * depth, k_t, depth, g.keys, seen, A(g.scale), scores);
+    A top;
+    const A sum = exp_scores(q + i * depth, k_t, depth, g.keys, seen, A(g.scale), weights, top);
     A* row = out + i * depth;
     std::fill(row, row + depth, A(0));
-    for (int64_t j = 0; j < seen; ++j) multiply_add(row, A(std::exp(scores[j] - log_sum)), v + j * depth, depth);
-    lse[i] = log_sum;
+    for (int64_t j = 0; j < seen; ++j) multiply_add(row, weights[j] / sum, v + j * depth, depth);
+    lse[i] = top + std::log(sum);
   }
 }
 
@@ -105,11 +102,11 @@ template <class A>
       multiply_add(p, qi[d], k_t + d * g.keys, seen);    // q . k_j
       multiply_add(ds, doi[d], v_t + d * g.keys, seen);  // dp_j
     }
+    const A scale = A(g.scale), log_sum = lse[i];
+    map_staged<A>(0, seen, [=](int64_t j) { return scale * p[j] - log_sum; }, [=](int64_t j, A e) { p[j] = e; },
+                  [](A shift) { return std::exp(shift); });
     A delta = 0;
-    for (int64_t j = 0; j < seen; ++j) {
-      p[j] = std::exp(A(g.scale) * p[j] - lse[i]);
-      delta += p[j] * ds[j];
-    }
+    for (int64_t j = 0; j < seen; ++j) delta += p[j] * ds[j];
     A* dqi = dq + i * depth;
     std::fill(dqi, dqi + depth, A(0));
     for (int64_t j = 0; j < seen; ++j) {

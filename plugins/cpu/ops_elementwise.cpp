@@ -60,6 +60,7 @@ void run_unary(kestrel_unary_fn fn, double alpha_in, double beta_in, const kestr
   const C alpha = static_cast<C>(alpha_in), beta = static_cast<C>(beta_in);
   const char* label = "kestrel::unary";
   auto run = [&](auto f) { map_unary<E>(in, out, f, label); };
+  auto run_staged = [&](auto f) { map_unary_staged<E>(in, out, f, label); };
   switch (fn) {
     case KESTREL_UNARY_NEG: return run([](C x) { return C(-x); });
     case KESTREL_UNARY_ABS: return run([](C x) { return C(x < 0 ? -x : x); });
@@ -71,16 +72,16 @@ void run_unary(kestrel_unary_fn fn, double alpha_in, double beta_in, const kestr
   }
   if constexpr (E::is_float) {
     switch (fn) {
-      case KESTREL_UNARY_EXP: return run([](C x) { return std::exp(x); });
-      case KESTREL_UNARY_LOG: return run([](C x) { return std::log(x); });
+      case KESTREL_UNARY_EXP: return run_staged([](C x) { return std::exp(x); });
+      case KESTREL_UNARY_LOG: return run_staged([](C x) { return std::log(x); });
       case KESTREL_UNARY_SQRT: return run([](C x) { return std::sqrt(x); });
       case KESTREL_UNARY_RSQRT: return run([](C x) { return C(1) / std::sqrt(x); });
-      case KESTREL_UNARY_TANH: return run([](C x) { return std::tanh(x); });
-      case KESTREL_UNARY_SIGMOID: return run([](C x) { return C(1) / (C(1) + std::exp(-x)); });
+      case KESTREL_UNARY_TANH: return run_staged([](C x) { return std::tanh(x); });
+      case KESTREL_UNARY_SIGMOID: return run_staged([](C x) { return C(1) / (C(1) + std::exp(-x)); });
       case KESTREL_UNARY_GELU:
-        return run([](C x) { return C(0.5) * x * (C(1) + std::erf(x * C(M_SQRT1_2))); });
+        return run_staged([](C x) { return C(0.5) * x * (C(1) + std::erf(x * C(M_SQRT1_2))); });
       case KESTREL_UNARY_GELU_GRAD:
-        return run([](C x) {
+        return run_staged([](C x) {
           C cdf = C(0.5) * (C(1) + std::erf(x * C(M_SQRT1_2)));
           C pdf = std::exp(C(-0.5) * x * x) * C(0.3989422804014327);  // 1/sqrt(2*pi)
           return cdf + x * pdf;

@@ -12,6 +12,60 @@
 
 namespace kestrel_cpu {
 
+namespace {
+
+// Below this shift exp() adds nothing a double sum of at least 1 can hold and gives an output that rounds
+// to 0 in f32 and 16-bit storage (and to within 1e-307 of it in f64). Shifts are clamped to it before exp:
+// a causal mask's large negative scores, half of every row, would otherwise take the vector exp's slow
+// path for underflow (a scalar call per lane). exp(-708) is still a normal double.
+template <class S>
+constexpr double kNegligibleShift = std::is_same_v<S, double> ? -708.0 : -105.0;
+
+// exp(x[j] - top) for one row into exps (double), each computed once for the sum and the outputs; returns
+// top, the row's maximum (NaN if any element is). Inlined into the vector-width clones below.
+template <class E>
+[[gnu::always_inline]] inline double shifted_exps(const typename E::storage* x, int64_t cols, double* exps) {
+  double top = E::load(x[0]);
+  for (int64_t j = 1; j < cols; ++j) top = nan_max(top, double(E::load(x[j])));
+  constexpr double negligible = kNegligibleShift<typename E::storage>;
+  map_staged<double>(0, cols, [=](int64_t j) { return std::max(double(E::load(x[j])) - top, negligible); },
+                     [=](int64_t j, double e) { exps[j] = e; }, [](double shift) { return std::exp(shift); });
+  return top;
+}
+
+// One row of softmax (or log-softmax), built per vector width; exps: cols scratch.
+template <class E, class S = typename E::storage>
+KESTREL_VECTOR_CLONES void softmax_row(const S* x, S* y, int64_t cols, bool log, double* exps) {
+  const double top = shifted_exps<E>(x, cols, exps);
+  double sum = 0;
+  for (int64_t j = 0; j < cols; ++j) sum += exps[j];
+  const double log_sum = std::log(sum);
+  for (int64_t j = 0; j < cols; ++j)
+    y[j] = E::store(typename E::compute(log ? double(E::load(x[j])) - top - log_sum : exps[j] / sum));
+}
+
+// One row's loss (and gradient, softmax - onehot, if grad is given), built per vector width.
+template <class E, class S = typename E::storage>
+KESTREL_VECTOR_CLONES void cross_entropy_row(const S* x, int64_t cols, int64_t label, S* loss, S* grad,
+                                             double* exps) {
+  using C = typename E::compute;
+  const double top = shifted_exps<E>(x, cols, exps);
+  double sum = 0;
+  for (int64_t j = 0; j < cols; ++j) sum += exps[j];
+  *loss = E::store(C(std::log(sum) + top - double(E::load(x[label]))));
+  if (grad)
+    for (int64_t j = 0; j < cols; ++j) grad[j] = E::store(C(exps[j] / sum - (j == label ? 1.0 : 0.0)));
+}
+
+// A row's thread-local scratch of doubles.
+double* row_scratch(int64_t cols) {
+  thread_local std::vector<double> scratch;
+  scratch.resize(size_t(cols));
+  return scratch.data();
+}
+
+}  // namespace
+
 // in0 (..., C) -> out (..., C), softmax or log-softmax over the last axis; rows are contiguous.
 bool supports_softmax(const kestrel_op& op) {
   return kestrel::plugin_shapes::softmax_fits(op) && all_contiguous(op);
@@ -26,28 +80,10 @@ void launch_softmax(const kestrel_op& op) {
   dispatch_float(in.dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
-    const S* x = static_cast<const S*>(in.buffer->data) + in.offset;
-    S* y = static_cast<S*>(out.buffer->data) + out.offset;
-    // Below this shift exp() adds nothing a double sum of at least 1 can hold and gives an output that
-    // rounds to 0 in storage; skipping it avoids libm's slow underflow path, which a causal mask's large
-    // negative scores would take for half of every row.
-    constexpr double negligible = std::is_same_v<S, double> ? -746.0 : -105.0;
-    Kokkos::parallel_for("kestrel::softmax", Range(0, rows), [=](int64_t r) {
-      const S* xr = x + r * cols;
-      S* yr = y + r * cols;
-      thread_local std::vector<double> exps;  // each exp computed once, for the sum and the output
-      exps.resize(size_t(cols));
-      double top = E::load(xr[0]);
-      for (int64_t j = 1; j < cols; ++j) top = nan_max(top, double(E::load(xr[j])));
-      double sum = 0;
-      for (int64_t j = 0; j < cols; ++j) {
-        const double shifted = double(E::load(xr[j])) - top;
-        exps[j] = shifted < negligible ? 0.0 : std::exp(shifted);
-        sum += exps[j];
-      }
-      const double log_sum = std::log(sum);
-      for (int64_t j = 0; j < cols; ++j)
-        yr[j] = E::store(typename E::compute(log ? double(E::load(xr[j])) - top - log_sum : exps[j] / sum));
+    const S* x = data_of<S>(in);
+    S* y = mutable_data_of<S>(out);
+    parallel_for_split("kestrel::softmax", rows, rows * cols, [=](int64_t r) {
+      softmax_row<E>(x + r * cols, y + r * cols, cols, log, row_scratch(cols));
     });
   });
 }
@@ -74,21 +110,12 @@ void launch_softmax_cross_entropy(const kestrel_op& op) {
   dispatch_float(logits.dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
-    using C = typename E::compute;
-    const S* x = static_cast<const S*>(logits.buffer->data) + logits.offset;
-    S* loss = static_cast<S*>(op.outputs[0].buffer->data) + op.outputs[0].offset;
-    S* grad = op.num_outputs == 2 ? static_cast<S*>(op.outputs[1].buffer->data) + op.outputs[1].offset : nullptr;
-    Kokkos::parallel_for("kestrel::softmax_cross_entropy", Range(0, rows), [=](int64_t r) {
-      const S* xr = x + r * cols;
-      double top = E::load(xr[0]);
-      for (int64_t j = 1; j < cols; ++j) top = nan_max(top, double(E::load(xr[j])));
-      double sum = 0;
-      for (int64_t j = 0; j < cols; ++j) sum += std::exp(double(E::load(xr[j])) - top);
-      double log_sum = std::log(sum) + top;
-      loss[r] = E::store(C(log_sum - double(E::load(xr[label[r]]))));
-      if (grad)
-        for (int64_t j = 0; j < cols; ++j)
-          grad[r * cols + j] = E::store(C(std::exp(double(E::load(xr[j])) - log_sum) - (j == label[r] ? 1.0 : 0.0)));
+    const S* x = data_of<S>(logits);
+    S* loss = mutable_data_of<S>(op.outputs[0]);
+    S* grad = op.num_outputs == 2 ? mutable_data_of<S>(op.outputs[1]) : nullptr;
+    parallel_for_split("kestrel::softmax_cross_entropy", rows, rows * cols, [=](int64_t r) {
+      cross_entropy_row<E>(x + r * cols, cols, label[r], loss + r, grad ? grad + r * cols : nullptr,
+                           row_scratch(cols));
     });
   });
 }
@@ -149,11 +176,6 @@ KESTREL_VECTOR_CLONES void adam_block_f64(double* param, double* grad, double* m
   adam_block(param, grad, m, v, n, c);
 }
 
-template <class T>
-T* data_of(const kestrel_op& op, int input) {
-  return static_cast<T*>(op.inputs[input].buffer->data) + op.inputs[input].offset;
-}
-
 // What loss scaling's state on the device (plugin.h, 1.5) asks of this update: read when the op runs.
 struct Scaling {
   bool skip = false;         // the gradients overflowed: change nothing
@@ -163,13 +185,13 @@ struct Scaling {
 
 Scaling scaling_of(const kestrel_op& op, bool scaled, double grad_scale) {
   if (!scaled) return {false, grad_scale, 0};
-  const float* state = data_of<float>(op, op.num_inputs - 1);  // [scale, clean_steps, skipped_steps, found_inf]
+  const float* state = data_of<float>(op.inputs[op.num_inputs - 1]);  // [scale, clean_steps, skipped_steps, found_inf]
   return {state[3] != 0.0f, 1.0 / double(state[0]), int64_t(state[2])};
 }
 
 template <class T>
 void zero_gradient(const kestrel_op& op) {
-  T* grad = data_of<T>(op, 1);
+  T* grad = mutable_data_of<T>(op.inputs[1]);
   std::fill(grad, grad + numel(op.inputs[1]), T(0));
 }
 
@@ -180,7 +202,8 @@ void adam(const kestrel_op& op, const kestrel_adam_params& p) {
     if (p.zero_grad) zero_gradient<T>(op);
     return;
   }
-  T *param = data_of<T>(op, 0), *grad = data_of<T>(op, 1), *m = data_of<T>(op, 2), *v = data_of<T>(op, 3);
+  T *param = mutable_data_of<T>(op.inputs[0]), *grad = mutable_data_of<T>(op.inputs[1]);
+  T *m = mutable_data_of<T>(op.inputs[2]), *v = mutable_data_of<T>(op.inputs[3]);
   const int64_t step = p.step - scaling.skipped;
   if (step < 1) fail("adam_update: step " + std::to_string(p.step) + " with " + std::to_string(scaling.skipped) +
                      " skipped before it: the updates made count from 1");
@@ -206,8 +229,8 @@ void sgd(const kestrel_op& op, const kestrel_sgd_params& p) {
     if (p.zero_grad) zero_gradient<T>(op);
     return;
   }
-  T *param_base = data_of<T>(op, 0), *grad_base = data_of<T>(op, 1);
-  T* buf_base = op.num_inputs - (p.scaler != 0) == 3 ? data_of<T>(op, 2) : nullptr;
+  T *param_base = mutable_data_of<T>(op.inputs[0]), *grad_base = mutable_data_of<T>(op.inputs[1]);
+  T* buf_base = op.num_inputs - (p.scaler != 0) == 3 ? mutable_data_of<T>(op.inputs[2]) : nullptr;
   const T lr = T(p.lr), momentum = T(p.momentum), dampening = T(p.dampening), wd = T(p.weight_decay);
   const T scale = T(scaling.grad_scale);
   const bool first = p.scaler ? p.step - scaling.skipped == 1 : p.first_step != 0;

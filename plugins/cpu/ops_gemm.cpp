@@ -227,6 +227,13 @@ bool supports_linear(const kestrel_op& op) {
 
 namespace {
 
+// A thread's piece of GELU, through the vector erf (cpu_vector_math.hpp), built per vector width.
+template <class T>
+KESTREL_VECTOR_CLONES void gelu_piece(const T* pre, T* y, int64_t begin, int64_t end) {
+  map_staged<T>(begin, end, [pre](int64_t i) { return pre[i]; }, [y](int64_t i, T v) { y[i] = v; },
+                [](T x) { return activate(KESTREL_ACTIVATION_GELU, x); });
+}
+
 // y = act(pre) over contiguous memory; the activation is chosen outside the loop so the loop vectorises.
 template <class T>
 void activate_all(kestrel_activation act, const T* pre, T* y, int64_t count) {
@@ -237,7 +244,9 @@ void activate_all(kestrel_activation act, const T* pre, T* y, int64_t count) {
   };
   switch (act) {
     case KESTREL_ACTIVATION_RELU: return map([](T x) { return activate(KESTREL_ACTIVATION_RELU, x); });
-    case KESTREL_ACTIVATION_GELU: return map([](T x) { return activate(KESTREL_ACTIVATION_GELU, x); });
+    case KESTREL_ACTIVATION_GELU:
+      return parallel_chunks("kestrel::linear_activation", count, count,
+                             [=](int64_t begin, int64_t end) { gelu_piece(pre, y, begin, end); });
     default:
       if (y != pre) map([](T x) { return x; });
   }

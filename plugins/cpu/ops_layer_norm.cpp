@@ -12,15 +12,6 @@ namespace kestrel_cpu {
 
 namespace {
 
-template <class S>
-const S* data_of(const kestrel_tensor& t) { return static_cast<const S*>(t.buffer->data) + t.offset; }
-template <class S>
-S* mutable_data_of(const kestrel_tensor& t) { return static_cast<S*>(t.buffer->data) + t.offset; }
-
-// The statistics' type (plugin_shapes::statistics_dtype): double for f64, else float.
-template <class E>
-using Stat = std::conditional_t<std::is_same_v<typename E::storage, double>, double, float>;
-
 // Columns per task of the weight and bias gradients: long enough rows of work, few enough tasks.
 constexpr int64_t kColumnBlock = 64;
 
@@ -36,7 +27,7 @@ void layer_norm_forward(const kestrel_op& op) {
     const S* weight = op.num_inputs > 1 ? data_of<S>(op.inputs[1]) : nullptr;  // (C)
     const S* bias = op.num_inputs > 2 ? data_of<S>(op.inputs[2]) : nullptr;    // (C)
     S* y = mutable_data_of<S>(op.outputs[0]);
-    Stat<E> *mean = mutable_data_of<Stat<E>>(op.outputs[1]), *rstd = mutable_data_of<Stat<E>>(op.outputs[2]);
+    Acc<E> *mean = mutable_data_of<Acc<E>>(op.outputs[1]), *rstd = mutable_data_of<Acc<E>>(op.outputs[2]);
     parallel_for_split("kestrel::layer_norm", rows, rows * cols, [=](int64_t r) {
       const S* xr = x + r * cols;
       double sum = 0, squares = 0;
@@ -50,8 +41,8 @@ void layer_norm_forward(const kestrel_op& op) {
         if (bias) v += double(E::load(bias[c]));
         y[r * cols + c] = E::store(typename E::compute(v));
       }
-      mean[r] = Stat<E>(mu);
-      rstd[r] = Stat<E>(inv);
+      mean[r] = Acc<E>(mu);
+      rstd[r] = Acc<E>(inv);
     });
   });
 }
@@ -65,7 +56,7 @@ void layer_norm_backward(const kestrel_op& op) {
     using E = decltype(elem);
     using S = typename E::storage;
     const S *dy = data_of<S>(op.inputs[0]), *x = data_of<S>(op.inputs[1]);
-    const Stat<E> *mean = data_of<Stat<E>>(op.inputs[2]), *rstd = data_of<Stat<E>>(op.inputs[3]);
+    const Acc<E> *mean = data_of<Acc<E>>(op.inputs[2]), *rstd = data_of<Acc<E>>(op.inputs[3]);
     const S* weight = op.num_inputs > 4 ? data_of<S>(op.inputs[4]) : nullptr;
     S* dx = mutable_data_of<S>(op.outputs[0]);
     S* dweight = op.num_outputs > 1 ? mutable_data_of<S>(op.outputs[1]) : nullptr;

@@ -28,19 +28,37 @@ Rows<S> mutable_rows_of(const kestrel_tensor& t) {
   return {static_cast<S*>(t.buffer->data) + t.offset, t.strides[0]};
 }
 
-template <class E>
-using Acc = std::conditional_t<std::is_same_v<typename E::storage, double>, double, float>;
-
-template <class A>
-A sigmoid(A x) { return A(1) / (A(1) + std::exp(-x)); }
-
 // The pool splits loops by elements touched; a gate element costs a transcendental function or two,
 // several times a plain element, so the rows count this many times over.
 constexpr int64_t kTranscendentalWeight = 8;
 
-// in0, in1 (N,4H) the products, in2 c (N,H) -> out0 h', out1 c' (N,H), out2 the gates (N,4H). Each row
-// runs as a few contiguous loops over H (the sum, each gate's nonlinearity, the cell), which the compiler
-// keeps tight, rather than one loop doing everything per element.
+// One row's gates, cell and output from its two products: a few contiguous loops over H (the sum, the
+// nonlinearities through the vector math, the cell), built per vector width. a: 5H scratch (the gates, then
+// the cell before it is rounded to storage).
+template <class E, class A = Acc<E>, class S = typename E::storage>
+KESTREL_VECTOR_CLONES void forward_row(const S* xr, const S* hr, const S* cr, S* hn, S* cn, S* gr, int64_t hidden,
+                                       A* a) {
+  auto in_place = [a](int64_t k) { return a[k]; };
+  auto keep = [a](int64_t k, A v) { a[k] = v; };
+  for (int64_t k = 0; k < 4 * hidden; ++k) a[k] = A(E::load(xr[k])) + A(E::load(hr[k]));
+  auto sigmoid = [](A v) { return A(1) / (A(1) + std::exp(-v)); };
+  auto tanh = [](A v) { return std::tanh(v); };
+  map_staged<A>(0, 2 * hidden, in_place, keep, sigmoid);           // i, f
+  map_staged<A>(2 * hidden, 3 * hidden, in_place, keep, tanh);     // g
+  map_staged<A>(3 * hidden, 4 * hidden, in_place, keep, sigmoid);  // o
+  const A *i = a, *f = i + hidden, *g = f + hidden, *o = g + hidden;
+  A* cell = a + 4 * hidden;
+  for (int64_t j = 0; j < hidden; ++j) {
+    cell[j] = f[j] * A(E::load(cr[j])) + i[j] * g[j];
+    cn[j] = E::store(typename E::compute(cell[j]));
+  }
+  map_staged<A>(0, hidden, [cell](int64_t j) { return cell[j]; },
+                [hn, o](int64_t j, A tanh_cell) { hn[j] = E::store(typename E::compute(o[j] * tanh_cell)); },
+                tanh);
+  for (int64_t k = 0; k < 4 * hidden; ++k) gr[k] = E::store(typename E::compute(a[k]));
+}
+
+// in0, in1 (N,4H) the products, in2 c (N,H) -> out0 h', out1 c' (N,H), out2 the gates (N,4H).
 void lstm_cell_forward(const kestrel_op& op) {
   const int64_t batch = op.inputs[2].shape[0], hidden = op.inputs[2].shape[1];
   dispatch_float(op.inputs[2].dtype, [&](auto elem) {
@@ -51,24 +69,30 @@ void lstm_cell_forward(const kestrel_op& op) {
     const auto h_out = mutable_rows_of<S>(op.outputs[0]), c_out = mutable_rows_of<S>(op.outputs[1]),
                gates = mutable_rows_of<S>(op.outputs[2]);
     parallel_for_split("kestrel::lstm_cell", batch, batch * 4 * hidden * kTranscendentalWeight, [=](int64_t r) {
-      thread_local std::vector<A> a;  // the row's gates: pre-activation, then activated
-      a.resize(size_t(4 * hidden));
-      const S *xr = x[r], *hr = h[r];
-      for (int64_t k = 0; k < 4 * hidden; ++k) a[k] = A(E::load(xr[k])) + A(E::load(hr[k]));
-      for (int64_t k = 0; k < 2 * hidden; ++k) a[k] = sigmoid(a[k]);                       // i, f
-      for (int64_t k = 2 * hidden; k < 3 * hidden; ++k) a[k] = std::tanh(a[k]);           // g
-      for (int64_t k = 3 * hidden; k < 4 * hidden; ++k) a[k] = sigmoid(a[k]);             // o
-      const A *i = a.data(), *f = i + hidden, *g = f + hidden, *o = g + hidden;
-      const S* cr = c[r];
-      S *hn = h_out[r], *cn = c_out[r], *gr = gates[r];
-      for (int64_t j = 0; j < hidden; ++j) {
-        const A cell = f[j] * A(E::load(cr[j])) + i[j] * g[j];
-        cn[j] = E::store(typename E::compute(cell));
-        hn[j] = E::store(typename E::compute(o[j] * std::tanh(cell)));
-      }
-      for (int64_t k = 0; k < 4 * hidden; ++k) gr[k] = E::store(typename E::compute(a[k]));
+      thread_local std::vector<A> a;
+      a.resize(size_t(5 * hidden));
+      forward_row<E>(x[r], h[r], c[r], h_out[r], c_out[r], gates[r], hidden, a.data());
     });
   });
+}
+
+// One row of the backward below, built per vector width; tanh_c: H scratch for tanh(c').
+template <class E, class A = Acc<E>, class S = typename E::storage>
+KESTREL_VECTOR_CLONES void backward_row(const S* dh, const S* dc_next, const S* gates, const S* c, const S* c_next,
+                                        S* dgates, S* dc, int64_t hidden, A* tanh_c) {
+  auto store = [](A v) { return E::store(typename E::compute(v)); };
+  map_staged<A>(0, hidden, [c_next](int64_t j) { return A(E::load(c_next[j])); },
+                [tanh_c](int64_t j, A v) { tanh_c[j] = v; }, [](A v) { return std::tanh(v); });
+  for (int64_t j = 0; j < hidden; ++j) {
+    auto gate = [&](int k) { return A(E::load(gates[k * hidden + j])); };
+    const A i = gate(0), f = gate(1), g = gate(2), o = gate(3), grad_h = A(E::load(dh[j]));
+    const A total = A(E::load(dc_next[j])) + grad_h * o * (A(1) - tanh_c[j] * tanh_c[j]);
+    dgates[j] = store(total * g * i * (A(1) - i));
+    dgates[hidden + j] = store(total * A(E::load(c[j])) * f * (A(1) - f));
+    dgates[2 * hidden + j] = store(total * i * (A(1) - g * g));
+    dgates[3 * hidden + j] = store(grad_h * tanh_c[j] * o * (A(1) - o));
+    dc[j] = store(total * f);
+  }
 }
 
 // With dc_total = dc' + dh' * o * (1 - tanh(c')^2): the gates' pre-activation gradients
@@ -83,19 +107,10 @@ void lstm_cell_backward(const kestrel_op& op) {
     const auto dh = rows_of<S>(op.inputs[0]), dc_next = rows_of<S>(op.inputs[1]), gates = rows_of<S>(op.inputs[2]),
                c = rows_of<S>(op.inputs[3]), c_next = rows_of<S>(op.inputs[4]);
     const auto dgates = mutable_rows_of<S>(op.outputs[0]), dc = mutable_rows_of<S>(op.outputs[1]);
-    auto store = [](A v) { return E::store(typename E::compute(v)); };
     parallel_for_split("kestrel::lstm_cell_backward", batch, batch * 4 * hidden * kTranscendentalWeight, [=](int64_t r) {
-      for (int64_t j = 0; j < hidden; ++j) {
-        auto gate = [&](int k) { return A(E::load(gates[r][k * hidden + j])); };
-        const A i = gate(0), f = gate(1), g = gate(2), o = gate(3);
-        const A tanh_c = std::tanh(A(E::load(c_next[r][j]))), grad_h = A(E::load(dh[r][j]));
-        const A total = A(E::load(dc_next[r][j])) + grad_h * o * (A(1) - tanh_c * tanh_c);
-        dgates[r][j] = store(total * g * i * (A(1) - i));
-        dgates[r][hidden + j] = store(total * A(E::load(c[r][j])) * f * (A(1) - f));
-        dgates[r][2 * hidden + j] = store(total * i * (A(1) - g * g));
-        dgates[r][3 * hidden + j] = store(grad_h * tanh_c * o * (A(1) - o));
-        dc[r][j] = store(total * f);
-      }
+      thread_local std::vector<A> tanh_c;
+      tanh_c.resize(size_t(hidden));
+      backward_row<E>(dh[r], dc_next[r], gates[r], c[r], c_next[r], dgates[r], dc[r], hidden, tanh_c.data());
     });
   });
 }
