@@ -2,14 +2,15 @@
 // one task: its tensors are staged in the arithmetic type (keys and values also transposed), so every
 // inner loop is a contiguous multiply-add over keys or over features, vectorised for the CPU's widest
 // units (KESTREL_VECTOR_CLONES); one query row's scores at a time live in a row-sized buffer, never a
-// (Tq x Tk) matrix. Backward recomputes the weights from the log-sum-exp forward left. f32 arithmetic
-// for f32 and 16-bit storage, double for f64.
+// (Tq x Tk) matrix. Backward recomputes the weights from the log-sum-exp forward left, and the dropout
+// mask (1.8) from Philox, row by row. f32 arithmetic for f32 and 16-bit storage, double for f64.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
 #include "cpu_ops.hpp"
+#include "cpu_philox.hpp"
 
 namespace kestrel_cpu {
 
@@ -20,13 +21,32 @@ struct Geometry {
   int64_t batch, queries, keys, depth;
   double scale;
   bool causal;
+  double keep;            // 1 - dropout: the Bernoulli draw's a (plugin.h 1.8)
+  uint64_t seed, offset;  // offset: the params' plus the counter base
   // Keys [0, visible(i)) are seen by query i.
   int64_t visible(int64_t i) const { return causal ? i + keys - queries + 1 : keys; }
+  bool dropout() const { return keep < 1; }
 };
 
 Geometry geometry_of(const kestrel_op& op, const kestrel_tensor& q, const kestrel_tensor& k) {
   const auto& p = params_of<kestrel_attention_params>(op, "attention");
-  return {q.shape[0], q.shape[1], k.shape[1], q.shape[2], p.scale, p.causal != 0};
+  Geometry g{q.shape[0], q.shape[1], k.shape[1], q.shape[2], p.scale, p.causal != 0, 1.0 - p.dropout, p.seed, p.offset};
+  if (p.dropout > 0) g.offset += uint64_t(*data_of<int64_t>(op.inputs[op.num_inputs - 1]));
+  return g;
+}
+
+// The dropout factor of each weight of row `row` (batch entry * Tq + query) for keys [0, seen): 1 / keep
+// where RANDOM's Bernoulli draw keeps element row * Tk + j of the (B,Tq,Tk) weights, else 0.
+template <class A>
+[[gnu::always_inline]] inline void dropout_factors(const Geometry& g, int64_t row, int64_t seen, A* factor) {
+  alignas(64) uint32_t words[4 * kPhiloxLanes];
+  const A kept = A(1.0 / g.keep);
+  const int64_t first = row * g.keys, last = first + seen;
+  for (int64_t e = first; e < last;) {
+    const int64_t block = e / 4, end = std::min(last, (block + kPhiloxLanes) * 4);
+    philox_lanes(g.seed, g.offset + uint64_t(block), words);
+    for (; e < end; ++e) factor[e - first] = kestrel_philox_bernoulli(words[e - block * 4], g.keep) ? kept : A(0);
+  }
 }
 
 // One batch entry's (rows, depth) matrix in the arithmetic type, row-major...
@@ -66,16 +86,20 @@ template <class A>
   return sum;
 }
 
-// One batch entry's forward on staged arrays: q (Tq, D), k_t (D, Tk), v (Tk, D) -> out (Tq, D),
-// lse (Tq); weights: Tk scratch.
+// Batch entry b's forward on staged arrays: q (Tq, D), k_t (D, Tk), v (Tk, D) -> out (Tq, D),
+// lse (Tq); weights, factors: Tk scratch.
 template <class A>
-[[gnu::always_inline]] inline void entry_forward(const Geometry& g, const A* q, const A* k_t, const A* v, A* out, A* lse,
-                                                 A* weights) {
+[[gnu::always_inline]] inline void entry_forward(const Geometry& g, int64_t b, const A* q, const A* k_t, const A* v,
+                                                 A* out, A* lse, A* weights, A* factors) {
   const int64_t depth = g.depth;
   for (int64_t i = 0; i < g.queries; ++i) {
     const int64_t seen = g.visible(i);
     A top;
     const A sum = exp_scores(q + i * depth, k_t, depth, g.keys, seen, A(g.scale), weights, top);
+    if (g.dropout()) {
+      dropout_factors(g, b * g.queries + i, seen, factors);
+      for (int64_t j = 0; j < seen; ++j) weights[j] *= factors[j];
+    }
     A* row = out + i * depth;
     std::fill(row, row + depth, A(0));
     for (int64_t j = 0; j < seen; ++j) multiply_add(row, weights[j] / sum, v + j * depth, depth);
@@ -83,13 +107,15 @@ template <class A>
   }
 }
 
-// With p = softmax(s) recomputed from the log-sum-exp and dp_j = dout . v_j:
-// ds_j = scale * p_j (dp_j - sum_l p_l dp_l); dq = sum_j ds_j k_j; dk_j += ds_j q; dv_j += p_j dout.
-// One batch entry on staged arrays: q, dout (Tq, D); k (Tk, D), k_t and v_t (D, Tk); lse (Tq) -> dq
-// (Tq, D), dk and dv (Tk, D), summed over the entry's queries; p, ds: Tk scratch.
+// With p = softmax(s) recomputed from the log-sum-exp, m_j each weight's dropout factor (1 without
+// dropout) and dp_j = m_j dout . v_j: ds_j = scale * p_j (dp_j - sum_l p_l dp_l); dq = sum_j ds_j k_j;
+// dk_j += ds_j q; dv_j += m_j p_j dout. Batch entry b on staged arrays: q, dout (Tq, D); k (Tk, D), k_t
+// and v_t (D, Tk); lse (Tq) -> dq (Tq, D), dk and dv (Tk, D), summed over the entry's queries; p, ds,
+// factors: Tk scratch.
 template <class A>
-[[gnu::always_inline]] inline void entry_backward(const Geometry& g, const A* q, const A* dout, const A* k, const A* k_t,
-                                                  const A* v_t, const A* lse, A* dq, A* dk, A* dv, A* p, A* ds) {
+[[gnu::always_inline]] inline void entry_backward(const Geometry& g, int64_t b, const A* q, const A* dout, const A* k,
+                                                  const A* k_t, const A* v_t, const A* lse, A* dq, A* dk, A* dv, A* p,
+                                                  A* ds, A* factors) {
   const int64_t depth = g.depth;
   std::fill(dk, dk + g.keys * depth, A(0));
   std::fill(dv, dv + g.keys * depth, A(0));
@@ -105,6 +131,10 @@ template <class A>
     const A scale = A(g.scale), log_sum = lse[i];
     map_staged<A>(0, seen, [=](int64_t j) { return scale * p[j] - log_sum; }, [=](int64_t j, A e) { p[j] = e; },
                   [](A shift) { return std::exp(shift); });
+    if (g.dropout()) {
+      dropout_factors(g, b * g.queries + i, seen, factors);
+      for (int64_t j = 0; j < seen; ++j) ds[j] *= factors[j];
+    }
     A delta = 0;
     for (int64_t j = 0; j < seen; ++j) delta += p[j] * ds[j];
     A* dqi = dq + i * depth;
@@ -113,28 +143,22 @@ template <class A>
       const A dsj = p[j] * (ds[j] - delta) * A(g.scale);
       multiply_add(dqi, dsj, k + j * depth, depth);
       multiply_add(dk + j * depth, dsj, qi, depth);
-      multiply_add(dv + j * depth, p[j], doi, depth);
+      multiply_add(dv + j * depth, g.dropout() ? p[j] * factors[j] : p[j], doi, depth);
     }
   }
 }
 
-KESTREL_VECTOR_CLONES void entry_forward_f32(const Geometry& g, const float* q, const float* k_t, const float* v,
-                                             float* out, float* lse, float* scores) {
-  entry_forward(g, q, k_t, v, out, lse, scores);
+// Per vector width (KESTREL_VECTOR_CLONES), for the two arithmetic types.
+template <class A>
+KESTREL_VECTOR_CLONES void entry_forward_cloned(const Geometry& g, int64_t b, const A* q, const A* k_t, const A* v,
+                                                A* out, A* lse, A* weights, A* factors) {
+  entry_forward(g, b, q, k_t, v, out, lse, weights, factors);
 }
-KESTREL_VECTOR_CLONES void entry_forward_f64(const Geometry& g, const double* q, const double* k_t, const double* v,
-                                             double* out, double* lse, double* scores) {
-  entry_forward(g, q, k_t, v, out, lse, scores);
-}
-KESTREL_VECTOR_CLONES void entry_backward_f32(const Geometry& g, const float* q, const float* dout, const float* k,
-                                              const float* k_t, const float* v_t, const float* lse, float* dq, float* dk,
-                                              float* dv, float* p, float* ds) {
-  entry_backward(g, q, dout, k, k_t, v_t, lse, dq, dk, dv, p, ds);
-}
-KESTREL_VECTOR_CLONES void entry_backward_f64(const Geometry& g, const double* q, const double* dout, const double* k,
-                                              const double* k_t, const double* v_t, const double* lse, double* dq,
-                                              double* dk, double* dv, double* p, double* ds) {
-  entry_backward(g, q, dout, k, k_t, v_t, lse, dq, dk, dv, p, ds);
+template <class A>
+KESTREL_VECTOR_CLONES void entry_backward_cloned(const Geometry& g, int64_t b, const A* q, const A* dout, const A* k,
+                                                 const A* k_t, const A* v_t, const A* lse, A* dq, A* dk, A* dv, A* p,
+                                                 A* ds, A* factors) {
+  entry_backward(g, b, q, dout, k, k_t, v_t, lse, dq, dk, dv, p, ds, factors);
 }
 
 // A staged (rows, depth) block back into storage.
@@ -154,16 +178,15 @@ void attention_forward(const kestrel_op& op) {
     A* lse = mutable_data_of<A>(op.outputs[1]);  // (B, Tq), statistics_dtype
     const int64_t q_width = g.queries * g.depth, k_width = g.keys * g.depth;
     parallel_for_split("kestrel::attention", g.batch, g.batch * g.queries * k_width, [=](int64_t b) {
-      thread_local std::vector<A> queries, keys_t, values, sum, scores;
+      thread_local std::vector<A> queries, keys_t, values, sum, scores, factors;
       stage_rows<E>(q + b * q_width, g.queries, g.depth, queries);
       stage_columns<E>(k + b * k_width, g.keys, g.depth, keys_t);
       stage_rows<E>(v + b * k_width, g.keys, g.depth, values);
       sum.resize(size_t(q_width));
       scores.resize(size_t(g.keys));
-      if constexpr (std::is_same_v<A, float>)
-        entry_forward_f32(g, queries.data(), keys_t.data(), values.data(), sum.data(), lse + b * g.queries, scores.data());
-      else
-        entry_forward_f64(g, queries.data(), keys_t.data(), values.data(), sum.data(), lse + b * g.queries, scores.data());
+      factors.resize(size_t(g.keys));
+      entry_forward_cloned<A>(g, b, queries.data(), keys_t.data(), values.data(), sum.data(), lse + b * g.queries,
+                              scores.data(), factors.data());
       store_rows<E>(sum, out + b * q_width);
     });
   });
@@ -182,7 +205,7 @@ void attention_backward(const kestrel_op& op) {
     S *dq = mutable_data_of<S>(op.outputs[0]), *dk = mutable_data_of<S>(op.outputs[1]), *dv = mutable_data_of<S>(op.outputs[2]);
     const int64_t q_width = g.queries * g.depth, k_width = g.keys * g.depth;
     parallel_for_split("kestrel::attention_backward", g.batch, g.batch * g.queries * k_width, [=](int64_t b) {
-      thread_local std::vector<A> queries, grads, keys, keys_t, values_t, dq_sum, dk_sum, dv_sum, p, ds;
+      thread_local std::vector<A> queries, grads, keys, keys_t, values_t, dq_sum, dk_sum, dv_sum, p, ds, factors;
       stage_rows<E>(q + b * q_width, g.queries, g.depth, queries);
       stage_rows<E>(dout + b * q_width, g.queries, g.depth, grads);
       stage_rows<E>(k + b * k_width, g.keys, g.depth, keys);
@@ -193,13 +216,10 @@ void attention_backward(const kestrel_op& op) {
       dv_sum.resize(size_t(k_width));
       p.resize(size_t(g.keys));
       ds.resize(size_t(g.keys));
-      const A* entry_lse = lse + b * g.queries;
-      if constexpr (std::is_same_v<A, float>)
-        entry_backward_f32(g, queries.data(), grads.data(), keys.data(), keys_t.data(), values_t.data(), entry_lse,
-                           dq_sum.data(), dk_sum.data(), dv_sum.data(), p.data(), ds.data());
-      else
-        entry_backward_f64(g, queries.data(), grads.data(), keys.data(), keys_t.data(), values_t.data(), entry_lse,
-                           dq_sum.data(), dk_sum.data(), dv_sum.data(), p.data(), ds.data());
+      factors.resize(size_t(g.keys));
+      entry_backward_cloned<A>(g, b, queries.data(), grads.data(), keys.data(), keys_t.data(), values_t.data(),
+                               lse + b * g.queries, dq_sum.data(), dk_sum.data(), dv_sum.data(), p.data(), ds.data(),
+                               factors.data());
       store_rows<E>(dq_sum, dq + b * q_width);
       store_rows<E>(dk_sum, dk + b * k_width);
       store_rows<E>(dv_sum, dv + b * k_width);

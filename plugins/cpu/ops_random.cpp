@@ -1,55 +1,30 @@
 // Counter-based random draws (Philox4x32-10): element i depends only on (seed, offset, i), so the
 // result is the same in any order, on any thread count and on every backend (see plugin.h).
 // A block of Philox gives the four 32-bit words of four consecutive uniform or Bernoulli elements (or
-// two normal ones). Blocks are computed kLanes at a time, lane by lane with the same integer arithmetic as
-// kestrel_philox4x32_10, so the compiler runs the ten rounds in vector registers (a dropout mask is drawn
-// for every activation it falls on, every step), and pieces of blocks are spread over the host threads.
+// two normal ones). Blocks are computed 16 at a time in vector registers (cpu_philox.hpp: a dropout mask
+// is drawn for every activation it falls on, every step), and pieces of blocks are spread over the host
+// threads.
 #include <algorithm>
 #include <cmath>
 
 #include "cpu_ops.hpp"
+#include "cpu_philox.hpp"
 #include "kestrel/plugin_shapes.hpp"
-#include "kestrel/philox.h"
 
 namespace kestrel_cpu {
 
 namespace {
 
-constexpr int64_t kLanes = 16;
-
-// words[4 l + w] = word w of Philox block (first + l), for l < kLanes: the words in the order of the
-// elements they make.
-[[gnu::always_inline]] inline void philox_lanes(uint64_t seed, uint64_t first, uint32_t* words) {
-  uint32_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
-  for (int64_t l = 0; l < kLanes; ++l) {
-    const uint64_t block = first + uint64_t(l);
-    c0[l] = uint32_t(block), c1[l] = uint32_t(block >> 32), c2[l] = 0, c3[l] = 0;
-  }
-  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-#pragma omp simd
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const uint64_t p0 = uint64_t(0xD2511F53u) * c0[l], p1 = uint64_t(0xCD9E8D57u) * c2[l];
-      const uint32_t n0 = uint32_t(p1 >> 32) ^ c1[l] ^ k0, n2 = uint32_t(p0 >> 32) ^ c3[l] ^ k1;
-      c1[l] = uint32_t(p1), c3[l] = uint32_t(p0), c0[l] = n0, c2[l] = n2;
-    }
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  for (int64_t l = 0; l < kLanes; ++l)
-    words[4 * l] = c0[l], words[4 * l + 1] = c1[l], words[4 * l + 2] = c2[l], words[4 * l + 3] = c3[l];
-}
-
-// The elements of blocks [begin, end) (from the start of a group of kLanes blocks), `per` elements a
+// The elements of blocks [begin, end) (from the start of a group of kPhiloxLanes blocks), `per` elements a
 // block: element i is draw(its 4 / per words). Built per vector width.
 template <class S, class Draw>
 KESTREL_VECTOR_CLONES void draw_blocks(const View<S>& y, uint64_t seed, uint64_t offset, int64_t per, int64_t begin,
                                        int64_t end, const Draw& draw) {
-  alignas(64) uint32_t words[4 * kLanes];
+  alignas(64) uint32_t words[4 * kPhiloxLanes];
   const int64_t words_each = 4 / per;
-  for (int64_t first = begin; first < end; first += kLanes) {
+  for (int64_t first = begin; first < end; first += kPhiloxLanes) {
     philox_lanes(seed, offset + uint64_t(first), words);
-    const int64_t from = first * per, count = std::min(std::min(end, first + kLanes) * per, y.numel) - from;
+    const int64_t from = first * per, count = std::min(std::min(end, first + kPhiloxLanes) * per, y.numel) - from;
     if (y.contiguous)
       for (int64_t e = 0; e < count; ++e) y.base[from + e] = draw(words + e * words_each);
     else
@@ -71,11 +46,11 @@ void launch_random(const kestrel_op& op) {
     const uint64_t seed = p.seed;
     const uint64_t offset = p.offset + (op.num_inputs ? uint64_t(view_of<int64_t>(op.inputs[0]).base[0]) : 0);
     const double a = p.a, b = p.b;
-    // Pieces are whole groups of kLanes blocks; each group's words are computed once.
+    // Pieces are whole groups of kPhiloxLanes blocks; each group's words are computed once.
     auto per_block = [&](const char* label, int64_t per, auto draw) {
-      const int64_t blocks = (y.numel + per - 1) / per, groups = (blocks + kLanes - 1) / kLanes;
+      const int64_t blocks = (y.numel + per - 1) / per, groups = (blocks + kPhiloxLanes - 1) / kPhiloxLanes;
       parallel_chunks(label, groups, y.numel, [=](int64_t begin, int64_t end) {
-        draw_blocks(y, seed, offset, per, begin * kLanes, std::min(blocks, end * kLanes), draw);
+        draw_blocks(y, seed, offset, per, begin * kPhiloxLanes, std::min(blocks, end * kPhiloxLanes), draw);
       });
     };
     switch (p.distribution) {

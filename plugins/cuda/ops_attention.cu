@@ -196,9 +196,11 @@ void attention_backward(kestrel_stream& s, const kestrel_op& op) {
 
 }  // namespace
 
-// f32, f16 and bf16 (f64 is composed); the products as cuBLAS takes them (int extents).
+// f32, f16 and bf16 (f64 is composed); the products as cuBLAS takes them (int extents). Dropout on the
+// weights (1.8) is not implemented here: the engine composes those.
 bool supports_attention(const kestrel_op& op) {
   if (!kestrel::plugin_shapes::attention_fits(op)) return false;
+  if (static_cast<const kestrel_attention_params*>(op.params)->dropout > 0) return false;
   const kestrel_tensor& q = op.inputs[op.kind == KESTREL_OP_ATTENTION_BACKWARD ? 1 : 0];
   const kestrel_tensor& k = op.inputs[op.kind == KESTREL_OP_ATTENTION_BACKWARD ? 2 : 1];
   const bool dtype_ok = q.dtype == KESTREL_DTYPE_F32 || q.dtype == KESTREL_DTYPE_F16 || q.dtype == KESTREL_DTYPE_BF16;

@@ -1,10 +1,12 @@
 // The fused attention ops (plugin ABI 1.7), optional: forward (output and each query's log-sum-exp) and
-// backward (dq, dk, dv), against softmax(scale q k^T [causal]) v and its gradients in double.
+// backward (dq, dk, dv), against softmax(scale q k^T [causal]) v and its gradients in double; with
+// dropout on the weights (1.8), the mask of RANDOM's Bernoulli draw (kestrel/philox.h) in the reference.
 #include <fmt/format.h>
 
 #include <cmath>
 
 #include "harness.hpp"
+#include "kestrel/philox.h"
 
 namespace kestrel::conformance {
 
@@ -15,12 +17,25 @@ struct Case {
   bool causal;
 };
 
+// Dropout on the weights: the params' offset and the counter base the op reads from its last input.
+struct Dropout {
+  double p = 0;
+  uint64_t seed = 0, offset = 0, base = 0;
+  // The factor of weight (row, j): 1 / (1 - p) where the Bernoulli draw keeps element row * keys + j, else 0.
+  double factor(int64_t row, int64_t keys, int64_t j) const {
+    if (p == 0) return 1;
+    const uint64_t element = uint64_t(row * keys + j);
+    const kestrel_philox_block block = kestrel_philox4x32_10(seed, offset + base + element / 4);
+    return kestrel_philox_bernoulli(block.v[element % 4], 1.0 - p) ? 1.0 / (1.0 - p) : 0.0;
+  }
+};
+
 // Double-precision attention of one batch entry's rows, and its gradients for a given dout.
 struct Reference {
   std::vector<double> out, lse, dq, dk, dv;
 };
 
-Reference reference(const Case& c, const std::vector<double>& q, const std::vector<double>& k,
+Reference reference(const Case& c, const Dropout& drop, const std::vector<double>& q, const std::vector<double>& k,
                     const std::vector<double>& v, const std::vector<double>& dout) {
   const int64_t tq = c.queries, tk = c.keys, d = c.depth;
   const double scale = 1.0 / std::sqrt(double(d));
@@ -44,19 +59,20 @@ Reference reference(const Case& c, const std::vector<double>& q, const std::vect
       double delta = 0;
       for (int64_t j = 0; j < seen; ++j) {
         p[j] = std::exp(p[j] - r.lse[row]);
+        const double m = drop.factor(row, tk, j);  // the weight is p m; its gradient dp, p's m dp
         dp[j] = 0;
         for (int64_t e = 0; e < d; ++e) {
-          r.out[row * d + e] += p[j] * v[size_t((b * tk + j) * d + e)];
-          dp[j] += dout[size_t(row * d + e)] * v[size_t((b * tk + j) * d + e)];
+          r.out[row * d + e] += p[j] * m * v[size_t((b * tk + j) * d + e)];
+          dp[j] += m * dout[size_t(row * d + e)] * v[size_t((b * tk + j) * d + e)];
         }
         delta += p[j] * dp[j];
       }
       for (int64_t j = 0; j < seen; ++j) {
-        const double ds = p[j] * (dp[j] - delta) * scale;
+        const double ds = p[j] * (dp[j] - delta) * scale, m = drop.factor(row, tk, j);
         for (int64_t e = 0; e < d; ++e) {
           r.dq[row * d + e] += ds * k[size_t((b * tk + j) * d + e)];
           r.dk[(b * tk + j) * d + e] += ds * qi[e];
-          r.dv[(b * tk + j) * d + e] += p[j] * dout[size_t(row * d + e)];
+          r.dv[(b * tk + j) * d + e] += p[j] * m * dout[size_t(row * d + e)];
         }
       }
     }
@@ -72,40 +88,55 @@ void attention_cases(Runner& r) {
   const Case cases[] = {{2, 5, 5, 4, false}, {2, 5, 5, 4, true},    {3, 3, 7, 6, false}, {3, 3, 7, 6, true},
                         {1, 40, 40, 16, true}, {2, 1, 9, 8, true},  {0, 3, 3, 4, true},  {2, 0, 5, 4, true},
                         {2, 3, 0, 4, false}};
+  // Dropout (1.8) on a few of them: a quarter of the weights, a seed, an offset and a counter base.
+  const Dropout none, quarter{0.25, 7, 5, 3};
   for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
     for (const Case& c : cases)
-      for (bool backward : {false, true}) {
-        const std::string shape = fmt::format("({}, {}, {}, {})", c.batch, c.queries, c.keys, c.depth);
-        r.run(case_name({backward ? "backward" : "forward", std::string(dtype_name(dtype)), shape,
-                         c.causal ? "causal" : "full"}),
-              false, [&] {
-                const int64_t qn = c.batch * c.queries * c.depth, kn = c.batch * c.keys * c.depth;
-                auto q = r.values(qn, -1, 1, dtype), k = r.values(kn, -1, 1, dtype), v = r.values(kn, -1, 1, dtype);
-                auto dout = r.values(qn, -1, 1, dtype);
-                const Shape q_shape{c.batch, c.queries, c.depth}, k_shape{c.batch, c.keys, c.depth};
-                kestrel_attention_params p{abi_size<kestrel_attention_params>, 1.0 / std::sqrt(double(c.depth)),
-                                           c.causal ? 1 : 0};
-                const Tensor tq = r.upload(q_shape, q, dtype), tk = r.upload(k_shape, k, dtype),
-                             tv = r.upload(k_shape, v, dtype);
-                Tensor out = Tensor::empty(q_shape, dtype, r.device());
-                Tensor lse = Tensor::empty({c.batch, c.queries}, statistics_of(dtype), r.device());
-                ops::launch(r.device(), op_of(KESTREL_OP_ATTENTION, &p, {tq, tk, tv}, {out, lse}));
-                const Reference want = reference(c, q, k, v, dout);
-                const Tolerance tol = tolerance_for(dtype, 8);
-                if (!backward) {
-                  r.expect_close(out, want.out, tol, "output");
-                  r.expect_close(lse, want.lse, tolerance_for(statistics_of(dtype), 16), "log-sum-exp");
-                  return;
-                }
-                Tensor dq = Tensor::empty(q_shape, dtype, r.device()), dk = Tensor::empty(k_shape, dtype, r.device()),
-                       dv = Tensor::empty(k_shape, dtype, r.device());
-                ops::launch(r.device(), op_of(KESTREL_OP_ATTENTION_BACKWARD, &p,
-                                              {r.upload(q_shape, dout, dtype), tq, tk, tv, out, lse}, {dq, dk, dv}));
-                r.expect_close(dq, want.dq, tol, "dq");
-                r.expect_close(dk, want.dk, tol, "dk");
-                r.expect_close(dv, want.dv, tol, "dv");
-              });
-      }
+      for (const Dropout* drop : {&none, &quarter})
+        for (bool backward : {false, true}) {
+          if (drop->p > 0 && (c.batch == 0 || c.queries == 0 || c.keys == 0 || c.depth == 16)) continue;
+          const std::string shape = fmt::format("({}, {}, {}, {})", c.batch, c.queries, c.keys, c.depth);
+          r.run(case_name({backward ? "backward" : "forward", std::string(dtype_name(dtype)), shape,
+                           c.causal ? "causal" : "full", drop->p > 0 ? "dropout" : "all weights"}),
+                false, [&] {
+                  const int64_t qn = c.batch * c.queries * c.depth, kn = c.batch * c.keys * c.depth;
+                  auto q = r.values(qn, -1, 1, dtype), k = r.values(kn, -1, 1, dtype), v = r.values(kn, -1, 1, dtype);
+                  auto dout = r.values(qn, -1, 1, dtype);
+                  const Shape q_shape{c.batch, c.queries, c.depth}, k_shape{c.batch, c.keys, c.depth};
+                  auto p = abi_init<kestrel_attention_params>();
+                  p.scale = 1.0 / std::sqrt(double(c.depth));
+                  p.causal = c.causal ? 1 : 0;
+                  p.dropout = drop->p;
+                  p.seed = drop->seed;
+                  p.offset = drop->offset;
+                  const Tensor tq = r.upload(q_shape, q, dtype), tk = r.upload(k_shape, k, dtype),
+                               tv = r.upload(k_shape, v, dtype);
+                  std::vector<Tensor> extra;  // the counter base
+                  if (drop->p > 0) extra.push_back(Tensor::full({}, double(drop->base), DType::i64, r.device()));
+                  auto with_extra = [&](std::vector<Tensor> inputs) {
+                    inputs.insert(inputs.end(), extra.begin(), extra.end());
+                    return inputs;
+                  };
+                  Tensor out = Tensor::empty(q_shape, dtype, r.device());
+                  Tensor lse = Tensor::empty({c.batch, c.queries}, statistics_of(dtype), r.device());
+                  ops::launch(r.device(), op_of(KESTREL_OP_ATTENTION, &p, with_extra({tq, tk, tv}), {out, lse}));
+                  const Reference want = reference(c, *drop, q, k, v, dout);
+                  const Tolerance tol = tolerance_for(dtype, 8);
+                  if (!backward) {
+                    r.expect_close(out, want.out, tol, "output");
+                    r.expect_close(lse, want.lse, tolerance_for(statistics_of(dtype), 16), "log-sum-exp");
+                    return;
+                  }
+                  Tensor dq = Tensor::empty(q_shape, dtype, r.device()), dk = Tensor::empty(k_shape, dtype, r.device()),
+                         dv = Tensor::empty(k_shape, dtype, r.device());
+                  ops::launch(r.device(), op_of(KESTREL_OP_ATTENTION_BACKWARD, &p,
+                                                with_extra({r.upload(q_shape, dout, dtype), tq, tk, tv, out, lse}),
+                                                {dq, dk, dv}));
+                  r.expect_close(dq, want.dq, tol, "dq");
+                  r.expect_close(dk, want.dk, tol, "dk");
+                  r.expect_close(dv, want.dv, tol, "dv");
+                });
+        }
 }
 
 }  // namespace kestrel::conformance

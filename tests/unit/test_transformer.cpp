@@ -4,13 +4,16 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "kestrel/engine.h"
 #include "kestrel/functional.h"
 #include "kestrel/generate.h"
 #include "kestrel/model.h"
+#include "kestrel/ops.h"
 
 namespace {
 
@@ -59,6 +62,65 @@ TEST(Attention, MatchesItsDefinitionWithAndWithoutTheCausalMask) {
           EXPECT_NEAR(got[(b * queries + i) * depth + d], want, 1e-12) << "causal " << causal;
         }
       }
+  }
+}
+
+// Dropout on the attention weights (plugin ABI 1.8): the CPU's fused op draws the composed path's mask
+// (RANDOM's Bernoulli over the (B, Tq, Tk) weights at the same seed and offset), so both give the same
+// output and gradients, and a captured step's counter base (CounterBaseScope) draws the same bits too.
+TEST(Attention, DropoutDropsTheSameWeightsFusedAndComposed) {
+  const int64_t batch = 3, queries = 6, keys = 6, depth = 8;
+  const auto q = random_values(batch * queries * depth, 4), k = random_values(batch * keys * depth, 5),
+             v = random_values(batch * keys * depth, 6), w = random_values(batch * queries * depth, 7);
+  struct Result {
+    std::vector<double> out, dq, dk, dv;
+  };
+  auto run = [&](bool fused, bool causal, double dropout, bool scoped) {
+    kestrel::ops::set_fused_ops_enabled(fused);
+    Var tq(Tensor::from_vector(q, {batch, queries, depth}, cpu()).to(kestrel::DType::f32), true),
+        tk(Tensor::from_vector(k, {batch, keys, depth}, cpu()).to(kestrel::DType::f32), true),
+        tv(Tensor::from_vector(v, {batch, keys, depth}, cpu()).to(kestrel::DType::f32), true);
+    fn::AttentionOptions o;
+    o.causal = causal;
+    o.dropout = dropout;
+    o.training = true;
+    o.seed = 11;
+    o.offset = 40;
+    Tensor base = Tensor::full({}, 25.0, kestrel::DType::i64, cpu());
+    std::optional<kestrel::ops::CounterBaseScope> scope;
+    if (scoped) scope.emplace(base, 25);
+    Var out = fn::scaled_dot_product_attention(tq, tk, tv, o);
+    kestrel::backward(fn::sum(fn::mul(out, Var(Tensor::from_vector(w, {batch, queries, depth}, cpu())
+                                                     .to(kestrel::DType::f32)))));
+    kestrel::ops::set_fused_ops_enabled(true);
+    return Result{out.value().to_doubles(), tq.grad().to_doubles(), tk.grad().to_doubles(), tv.grad().to_doubles()};
+  };
+  auto expect_near = [](const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-5) << what << " " << i;
+  };
+  {  // the CPU plugin takes the fused op with dropout, so the comparison below is of two paths
+    Tensor t = Tensor::zeros({batch, queries, depth}, kestrel::DType::f32, cpu());
+    Tensor lse = Tensor::zeros({batch, queries}, kestrel::DType::f32, cpu());
+    auto p = kestrel::abi_init<kestrel_attention_params>();
+    p.scale = 1.0, p.dropout = 0.3;
+    EXPECT_TRUE(kestrel::ops::supports(
+        cpu(), kestrel::ops::make_op(KESTREL_OP_ATTENTION, &p, {t, t, t, Tensor::zeros({}, kestrel::DType::i64, cpu())},
+                                     {t, lse})));
+  }
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(fmt::format("causal {}", causal));
+    const Result composed = run(false, causal, 0.3, false), fused = run(true, causal, 0.3, false);
+    expect_near(fused.out, composed.out, "output");
+    expect_near(fused.dq, composed.dq, "dq");
+    expect_near(fused.dk, composed.dk, "dk");
+    expect_near(fused.dv, composed.dv, "dv");
+    expect_near(run(true, causal, 0.3, true).out, fused.out, "output with the counter base");
+    // The mask matters: without dropout the output is another.
+    const Result all = run(true, causal, 0.0, false);
+    double moved = 0;
+    for (size_t i = 0; i < all.out.size(); ++i) moved = std::max(moved, std::abs(all.out[i] - fused.out[i]));
+    EXPECT_GT(moved, 1e-2);
   }
 }
 

@@ -63,8 +63,13 @@ class CounterBaseScope {
   const CounterBaseScope* previous_;
   const Tensor& base_;
   uint64_t host_base_;
-  friend void random_(Tensor&, kestrel_distribution, uint64_t, uint64_t, double, double);
+  friend Tensor counter_base(const Device&, uint64_t&);
 };
+
+// The counter base for a draw at `offset` on `device` by an op that takes one as an input (RANDOM's
+// in0, attention's with dropout): inside a CounterBaseScope on that device its tensor, with `offset`
+// made relative to it; else undefined, and `offset` unchanged.
+Tensor counter_base(const Device& device, uint64_t& offset);
 
 struct Window {
   int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
@@ -90,8 +95,8 @@ Tensor pool2d_backward(const Tensor& dy, const Tensor& indices, const Window& wi
                        const Shape& input_shape);
 
 // Builds an op descriptor from tensors (for fused ops and tools); `params` is borrowed.
-kestrel_op make_op(kestrel_op_kind kind, const void* params, std::initializer_list<Tensor> inputs,
-                   std::initializer_list<Tensor> outputs);
+kestrel_op make_op(kestrel_op_kind kind, const void* params, const std::vector<Tensor>& inputs,
+                   const std::vector<Tensor>& outputs);
 // Launches `op` when the device's plugin offers it and returns true; false (nothing done) otherwise,
 // so the caller composes it from primitives.
 bool launch_if_supported(const Device& device, const kestrel_op& op);

@@ -59,6 +59,10 @@
  *        row's mean and inverse standard deviation for backward. LSTM_CELL and LSTM_CELL_BACKWARD: an
  *        LSTM step's gate math after its products, in one pass each way. Device properties say which row
  *        alignment GEMMs prefer (gemm_row_alignment), so the engine can pad rows that would miss it.
+ *   1.8  ATTENTION and ATTENTION_BACKWARD may drop out attention weights (kestrel_attention_params grew
+ *        dropout, seed and offset): the mask is RANDOM's Bernoulli draw over the (B,Tq,Tk) weights, so
+ *        fused and composed training agree, and such ops take the counter base as one more input; a
+ *        plugin that does not drop out answers 0 for them, and the engine composes.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -71,7 +75,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 7
+#define KESTREL_PLUGIN_ABI_MINOR 8
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -200,12 +204,14 @@ typedef enum kestrel_op_kind {
                                           [, out1 dlogits (N,C) = softmax - onehot] */
   KESTREL_OP_ADAM_UPDATE = 35,   /* in-place on in0 param, in1 grad (read, zeroed if asked), in2 m, in3 v */
   KESTREL_OP_SGD_UPDATE = 36,    /* in-place on in0 param, in1 grad (likewise) [, in2 momentum buffer] */
-  /* Since 1.7. in0 q (B,Tq,D), in1 k (B,Tk,D), in2 v (B,Tk,D), one float dtype, contiguous ->
-   * out0 (B,Tq,D) = softmax(scale * q @ k^T [masked]) @ v, out1 (B,Tq) = log(sum(exp(...))) of each
-   * query's scaled, masked scores, f32 (f64 for f64).            params: kestrel_attention_params */
+  /* Since 1.7. in0 q (B,Tq,D), in1 k (B,Tk,D), in2 v (B,Tk,D), one float dtype, contiguous
+   * [, in3 the counter base (1.8: with dropout, see kestrel_attention_params)] -> out0 (B,Tq,D) =
+   * dropout(softmax(scale * q @ k^T [masked])) @ v, out1 (B,Tq) = log(sum(exp(...))) of each query's
+   * scaled, masked scores (before dropout), f32 (f64 for f64).   params: kestrel_attention_params */
   KESTREL_OP_ATTENTION = 37,
   /* Since 1.7. in0 dout (B,Tq,D), in1 q, in2 k, in3 v, in4 out, in5 log-sum-exp (B,Tq), as forward
-   * gave them -> out0 dq (B,Tq,D), out1 dk (B,Tk,D), out2 dv (B,Tk,D), written (not accumulated). */
+   * gave them [, in6 the counter base (1.8: with dropout)] -> out0 dq (B,Tq,D), out1 dk (B,Tk,D),
+   * out2 dv (B,Tk,D), written (not accumulated). */
   KESTREL_OP_ATTENTION_BACKWARD = 38,
   /* Since 1.7. in0 x (R,C) [, in1 weight (C) [, in2 bias (C)]], one float dtype, contiguous -> out0 y (R,C)
    * = (x - mean) * rstd [* weight [+ bias]], out1 mean (R), out2 rstd (R), both f32 (f64 for f64),
@@ -291,9 +297,14 @@ typedef struct kestrel_window_params {
   kestrel_pool_mode mode; /* POOL2D and POOL2D_BACKWARD; avg counts padding like torch's default */
 } kestrel_window_params;
 /* Attention (1.7). causal: query i sees keys j <= i + Tk - Tq (the mask aligned to the last key, so a
- * query continuing a cached prefix sees all of it); Tk >= Tq then. Masked weights are exactly 0. */
+ * query continuing a cached prefix sees all of it); Tk >= Tq then. Masked weights are exactly 0.
+ * Since 1.8, dropout in [0, 1): with dropout > 0, weight (b, i, j) is kept, and scaled by
+ * 1 / (1 - dropout), exactly where RANDOM's Bernoulli draw with a = 1 - dropout, this seed and offset
+ * plus the counter base (a one-element i64 tensor, the op's last input, as RANDOM's in0) keeps element
+ * (b * Tq + i) * Tk + j of a contiguous (B,Tq,Tk) tensor; backward draws the same mask again. */
 typedef struct kestrel_attention_params {
   size_t struct_size; double scale; int32_t causal;
+  double dropout; uint64_t seed; uint64_t offset; /* 1.8 */
 } kestrel_attention_params;
 typedef struct kestrel_layer_norm_params { size_t struct_size; double eps; } kestrel_layer_norm_params;
 typedef struct kestrel_linear_params {

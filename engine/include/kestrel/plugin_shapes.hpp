@@ -318,11 +318,18 @@ inline kestrel_dtype statistics_dtype(kestrel_dtype d) { return d == KESTREL_DTY
 
 // ATTENTION: in0 q (B,Tq,D), in1 k (B,Tk,D), in2 v (B,Tk,D) -> out0 (B,Tq,D), out1 (B,Tq) f32.
 // ATTENTION_BACKWARD: in0 dout, in1 q, in2 k, in3 v, in4 out, in5 lse -> out0 dq, out1 dk, out2 dv.
+// With dropout (1.8) both take the counter base, a one-element i64 tensor, as their last input.
 // One float dtype for all but the log-sum-exp (statistics_dtype); every tensor contiguous; causal needs Tk >= Tq.
 inline bool attention_fits(const kestrel_op& op) {
   const auto* p = params<kestrel_attention_params>(op);
   const bool backward = op.kind == KESTREL_OP_ATTENTION_BACKWARD;
-  if (!p || !(backward ? arity(op, 6, 3) : arity(op, 3, 2)) || !all_contiguous(op)) return false;
+  if (!p || !(p->dropout >= 0 && p->dropout < 1)) return false;
+  const int counter = p->dropout > 0 ? 1 : 0;  // 1.8: the counter base, the last input
+  if (!(backward ? arity(op, 6 + counter, 3) : arity(op, 3 + counter, 2)) || !all_contiguous(op)) return false;
+  if (counter) {
+    const kestrel_tensor& base = op.inputs[op.num_inputs - 1];
+    if (base.dtype != KESTREL_DTYPE_I64 || numel(base) != 1) return false;
+  }
   const kestrel_tensor &q = op.inputs[backward ? 1 : 0], &k = op.inputs[backward ? 2 : 1], &v = op.inputs[backward ? 3 : 2];
   const kestrel_tensor& lse = backward ? op.inputs[5] : op.outputs[1];
   auto like = [](const kestrel_tensor& t, const kestrel_tensor& model) { return same_shape(t, model) && t.dtype == model.dtype; };

@@ -3,16 +3,14 @@
 
 #include "../runtime/device_runtime.h"
 #include "autocast.h"
+#include "weight_grad.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
 
 namespace kestrel::fn {
 
-namespace {
-
-// dW += a @ b, a: (M, K), b: (K, N), straight into the weight's gradient buffer when it has one (one
-// GEMM instead of a product, a temporary and an addition). Under autocast a and b are 16-bit and the
-// weight f32: the product lands in f32 unrounded where the device can (ops::gemm_).
+// Under autocast a and b are 16-bit and the weight f32: the product lands in f32 unrounded where the
+// device can (ops::gemm_).
 void accumulate_product(VarNode& weight, const Tensor& a, const Tensor& b) {
   if (!weight.requires_grad) return;
   if (weight.grad_buffer)
@@ -20,6 +18,8 @@ void accumulate_product(VarNode& weight, const Tensor& a, const Tensor& b) {
   else
     accumulate_grad(weight, ops::matmul(a, b, weight.value.dtype()).view(weight.value.shape()));
 }
+
+namespace {
 
 Tensor activation_grad(kestrel_activation activation, const Tensor& dy, const Tensor& y, const Tensor& pre) {
   switch (activation) {

@@ -99,8 +99,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
 
 bool supports(const Device& device, const kestrel_op& op) { return device.runtime().supports(op); }
 
-kestrel_op make_op(kestrel_op_kind kind, const void* params, std::initializer_list<Tensor> inputs,
-                   std::initializer_list<Tensor> outputs) {
+kestrel_op make_op(kestrel_op_kind kind, const void* params, const std::vector<Tensor>& inputs,
+                   const std::vector<Tensor>& outputs) {
   OpBuilder builder(kind, params);
   for (const Tensor& t : inputs) builder.in(t);
   for (const Tensor& t : outputs) builder.out(t);
@@ -295,32 +295,35 @@ void scatter_add_(Tensor& out, int axis, const Tensor& index, const Tensor& src)
 }
 
 namespace {
-thread_local const CounterBaseScope* counter_base = nullptr;
+thread_local const CounterBaseScope* active_counter_base = nullptr;
 }
 
 CounterBaseScope::CounterBaseScope(const Tensor& base, uint64_t host_base)
-    : previous_(counter_base), base_(base), host_base_(host_base) {
+    : previous_(active_counter_base), base_(base), host_base_(host_base) {
   if (base.dtype() != DType::i64 || base.numel() != 1)
     throw InvalidArgument("CounterBaseScope: the counter base must be a one-element i64 tensor, got " + base.describe());
-  counter_base = this;
+  active_counter_base = this;
 }
-CounterBaseScope::~CounterBaseScope() { counter_base = previous_; }
+CounterBaseScope::~CounterBaseScope() { active_counter_base = previous_; }
+
+Tensor counter_base(const Device& device, uint64_t& offset) {
+  if (!active_counter_base || !(active_counter_base->base_.device() == device)) return Tensor();
+  if (offset < active_counter_base->host_base_)
+    throw InvalidArgument(fmt::format("random: offset {} lies before the counter base {}", offset,
+                                      active_counter_base->host_base_));
+  offset -= active_counter_base->host_base_;
+  return active_counter_base->base_;
+}
 
 void random_(Tensor& out, kestrel_distribution distribution, uint64_t seed, uint64_t offset, double a, double b) {
   auto params = make_params<kestrel_random_params>();
   params.distribution = distribution;
   params.seed = seed;
-  params.offset = offset;
   params.a = a;
   params.b = b;
   OpBuilder builder(KESTREL_OP_RANDOM, &params);
-  if (counter_base && counter_base->base_.device() == out.device()) {
-    if (offset < counter_base->host_base_)
-      throw InvalidArgument(fmt::format("random: offset {} lies before the counter base {}", offset,
-                                        counter_base->host_base_));
-    params.offset = offset - counter_base->host_base_;
-    builder.in(counter_base->base_);
-  }
+  if (Tensor base = counter_base(out.device(), offset); base.defined()) builder.in(base);
+  params.offset = offset;
   run("random", out.device(), builder.out(out).op);
 }
 

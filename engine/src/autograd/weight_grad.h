@@ -1,0 +1,11 @@
+// Weight gradients shared by the layers' backward functions.
+#pragma once
+#include "kestrel/autograd.h"
+
+namespace kestrel::fn {
+
+// dW += a @ b, a: (M, K), b: (K, N), straight into the weight's gradient buffer when it has one (one
+// GEMM instead of a product, a temporary and an addition); nothing if the weight needs no gradient.
+void accumulate_product(VarNode& weight, const Tensor& a, const Tensor& b);
+
+}  // namespace kestrel::fn
