@@ -78,8 +78,7 @@ template <class A>
   for (int64_t d = 0; d < depth; ++d) multiply_add(out, row[d], m_t + d * keys, seen);
   top = -INFINITY;
   for (int64_t j = 0; j < seen; ++j) top = std::max(top, out[j] *= scale);
-  const A shift_by = top;
-  map_staged<A>(0, seen, [=](int64_t j) { return out[j] - shift_by; }, [=](int64_t j, A e) { out[j] = e; },
+  map_staged<A>(0, seen, [=](int64_t j) { return out[j] - top; }, [=](int64_t j, A e) { out[j] = e; },
                 [](A shift) { return std::exp(shift); });
   A sum = 0;
   for (int64_t j = 0; j < seen; ++j) sum += out[j];

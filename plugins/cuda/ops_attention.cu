@@ -196,8 +196,10 @@ void attention_backward(kestrel_stream& s, const kestrel_op& op) {
 
 }  // namespace
 
-// f32, f16 and bf16 (f64 is composed); the products as cuBLAS takes them (int extents). Dropout on the
-// weights (1.8) is not implemented here: the engine composes those.
+// f32, f16 and bf16 (f64 is composed); the products as cuBLAS takes them (int extents). Declines
+// dropout on the weights (1.8): the softmax kernels would have to draw RANDOM's Philox mask per weight,
+// in forward and again in backward's recomputation, which they do not, so the engine composes attention
+// with dropout on CUDA (open on issue 15).
 bool supports_attention(const kestrel_op& op) {
   if (!kestrel::plugin_shapes::attention_fits(op)) return false;
   if (static_cast<const kestrel_attention_params*>(op.params)->dropout > 0) return false;

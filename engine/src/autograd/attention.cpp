@@ -51,6 +51,12 @@ Var project(const Var& x, const Var& weight, const Var& bias) {
 
 namespace {
 
+// An attention op's inputs, followed by the counter base where dropout needs one (defined).
+std::vector<Tensor> with_counter(std::vector<Tensor> inputs, const Tensor& counter) {
+  if (counter.defined()) inputs.push_back(counter);
+  return inputs;
+}
+
 // The fused op on q (B, Tq, D), k and v (B, Tk, D), or nothing when the device lacks it (forward or
 // backward) or the options need the composed path (an explicit mask). Dropout on the weights goes into
 // the op (plugin ABI 1.8) with the composed path's seed and offset, so both drop the same weights; a
@@ -68,35 +74,33 @@ std::optional<Var> fused_attention(const Var& q, const Var& k, const Var& v, con
   auto params = abi_init<kestrel_attention_params>();
   params.scale = 1.0 / std::sqrt(double(q_in.size(2)));
   params.causal = o.causal ? 1 : 0;
-  std::vector<Tensor> extra;  // with dropout: the counter base (a captured step's, else zero)
+  Tensor counter;  // with dropout: the counter base (a captured step's, else zero), both ops' last input
   if (o.training && o.dropout > 0) {
     params.dropout = o.dropout;
     params.seed = o.seed;
     params.offset = o.offset;
-    Tensor base = ops::counter_base(device, params.offset);
-    extra.push_back(base.defined() ? base : Tensor::zeros({}, DType::i64, device));
+    counter = ops::counter_base(device, params.offset);
+    if (!counter.defined()) counter = Tensor::zeros({}, DType::i64, device);
   }
-  auto with_extra = [&extra](std::vector<Tensor> inputs) {
-    inputs.insert(inputs.end(), extra.begin(), extra.end());
-    return inputs;
-  };
   const kestrel_op forward =
-      ops::make_op(KESTREL_OP_ATTENTION, &params, with_extra({q_in, k_in, v_in}), {out, log_sum_exp});
+      ops::make_op(KESTREL_OP_ATTENTION, &params, with_counter({q_in, k_in, v_in}, counter), {out, log_sum_exp});
   // Backward's descriptor with forward's tensors standing in for the gradients (same shapes and dtypes).
   const kestrel_op backward = ops::make_op(KESTREL_OP_ATTENTION_BACKWARD, &params,
-                                           with_extra({out, q_in, k_in, v_in, out, log_sum_exp}), {q_in, k_in, v_in});
+                                           with_counter({out, q_in, k_in, v_in, out, log_sum_exp}, counter),
+                                           {q_in, k_in, v_in});
   if (!ops::supports(device, backward) || !ops::launch_if_supported(device, forward)) return std::nullopt;
   const DType result = q.value().dtype();
   return make_var(out.to(result), {q, k, v}, "attention",
                   [q = q.node(), k = k.node(), v = v.node(), q_in, k_in, v_in, out, log_sum_exp, params,
-                   extra](const Tensor& dy) {
+                   counter](const Tensor& dy) {
                     const Tensor dout = dy.to(out.dtype()).contiguous();  // (B, Tq, D)
                     Tensor dq = Tensor::empty(q_in.shape(), q_in.dtype(), q_in.device());
                     Tensor dk = Tensor::empty(k_in.shape(), k_in.dtype(), k_in.device());
                     Tensor dv = Tensor::empty(v_in.shape(), v_in.dtype(), v_in.device());
-                    std::vector<Tensor> inputs{dout, q_in, k_in, v_in, out, log_sum_exp};
-                    inputs.insert(inputs.end(), extra.begin(), extra.end());
-                    ops::launch(q_in.device(), ops::make_op(KESTREL_OP_ATTENTION_BACKWARD, &params, inputs, {dq, dk, dv}));
+                    ops::launch(q_in.device(),
+                                ops::make_op(KESTREL_OP_ATTENTION_BACKWARD, &params,
+                                             with_counter({dout, q_in, k_in, v_in, out, log_sum_exp}, counter),
+                                             {dq, dk, dv}));
                     if (q->requires_grad) accumulate_grad(*q, dq.to(q->value.dtype()));
                     if (k->requires_grad) accumulate_grad(*k, dk.to(k->value.dtype()));
                     if (v->requires_grad) accumulate_grad(*v, dv.to(v->value.dtype()));

@@ -309,7 +309,7 @@ CounterBaseScope::~CounterBaseScope() { active_counter_base = previous_; }
 Tensor counter_base(const Device& device, uint64_t& offset) {
   if (!active_counter_base || !(active_counter_base->base_.device() == device)) return Tensor();
   if (offset < active_counter_base->host_base_)
-    throw InvalidArgument(fmt::format("random: offset {} lies before the counter base {}", offset,
+    throw InvalidArgument(fmt::format("counter-based draw: offset {} lies before the counter base {}", offset,
                                       active_counter_base->host_base_));
   offset -= active_counter_base->host_base_;
   return active_counter_base->base_;
