@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--iterations") == 0) iterations = std::max(1, std::atoi(argv[i + 1]));
   }
   kestrel::World& world = kestrel::World::get();
-  world.require_mpi();
+  world.require_mpi("cpu");
   kestrel::Device cpu = kestrel::Engine::global().device("cpu");
   kestrel::ProcessGroup group(cpu, world, 60);
   const double ranks = world.size(), bus = ranks > 1 ? 2 * (ranks - 1) / ranks : 1;

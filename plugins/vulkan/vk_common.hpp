@@ -222,6 +222,10 @@ struct kestrel_stream {
   kestrel_graph* recording = nullptr;
   // The flag words of graphs replayed since the last sync, checked like `flags` at the next one.
   std::vector<std::shared_ptr<kestrel_buffer>> replayed_flags;
+  // The submissions of other streams this one was told to wait for (stream_wait_event). The queue runs
+  // them before anything this stream submits later, but a host wait on this stream (synchronize) must
+  // wait for them itself: the stream may have submitted nothing since.
+  std::vector<std::shared_ptr<kestrel_vk::Fence>> awaited;
 };
 
 struct kestrel_event {

@@ -2,10 +2,12 @@
 // Devices, contexts, streams and buffers live in vk_instance/vk_memory/vk_submit.cpp; the ops in
 // ops_*.cpp with their GLSL in shaders/, capture and replay in vk_capture.cpp. Launches are
 // asynchronous: see the execution model in vk_common.hpp.
+#include <algorithm>
 #include <cstring>
 #include <iterator>
 
 #include "vk_capture.hpp"
+#include "vk_comm.hpp"
 #include "kestrel/plugin_table.hpp"
 #include "vk_ops.hpp"
 
@@ -194,7 +196,13 @@ kestrel_status stream_wait_event(kestrel_stream* stream, kestrel_event* event) {
            "for an event of another device with event_synchronize",
            KESTREL_STATUS_UNSUPPORTED);
     // Nothing to record: the event's work was submitted by event_record, and one queue runs its
-    // submissions in order (each batch begins with a full barrier).
+    // submissions in order (each batch begins with a full barrier). Host waits on the stream wait for it.
+    std::vector<std::shared_ptr<Fence>>& awaited = stream->awaited;
+    awaited.erase(std::remove_if(awaited.begin(), awaited.end(),
+                                 [](const auto& f) { return vkGetFenceStatus(f->device, f->handle) == VK_SUCCESS; }),
+                  awaited.end());  // bounded, however rarely the host waits on this stream
+    std::lock_guard<std::mutex> lock(event->mutex);
+    if (event->fence) awaited.push_back(event->fence);
   });
 }
 
@@ -307,6 +315,9 @@ KESTREL_PLUGIN_ENTRY {
     KESTREL_SET_EVENT_ENTRIES(api);
     KESTREL_SET_MEMORY_CACHE_ENTRIES(api);
     KESTREL_SET_CAPTURE_ENTRIES(api);
+#ifdef KESTREL_VULKAN_MPI
+    KESTREL_SET_COLLECTIVE_ENTRIES(api);
+#endif
     api.probe = probe;
     api.shutdown = shutdown;
   });

@@ -340,6 +340,8 @@ void synchronize(kestrel_stream* stream) {
   // Oldest first: the slot after `current` was submitted earliest.
   for (uint32_t i = 0; i < kSubmissionsInFlight; ++i)
     retire(stream, stream->ring[(stream->current + i) % kSubmissionsInFlight]);
+  for (const std::shared_ptr<Fence>& fence : stream->awaited) wait_fence(*fence);
+  stream->awaited.clear();
   report_deferred_errors(stream);
 }
 

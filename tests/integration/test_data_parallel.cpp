@@ -1,4 +1,4 @@
-// Data-parallel training on the CPU backend with real ranks under mpirun: the same global batch trains
+// Data-parallel training on the CPU backend (and Vulkan's, on lavapipe) with real ranks under mpirun: the same global batch trains
 // the same model at any world size, every rank ends with the same parameters, a resumed run may change
 // its world size, mismatched ranks are refused by name, and a killed or stalled rank ends the whole run
 // within its deadline, naming the rank, with no process left behind.
@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_run.h"
+#include "kestrel/engine.h"
 
 namespace {
 
@@ -33,7 +34,7 @@ struct RunFiles {
   std::string out;
 };
 
-RunFiles make_run(const std::string& name, const std::string& extra_settings = "") {
+RunFiles make_run(const std::string& name, const std::string& extra_settings = "", const std::string& backend = "cpu") {
   RunFiles run;
   run.dir = fs::temp_directory_path() / ("kestrel_dp_" + name);
   fs::remove_all(run.dir);
@@ -43,7 +44,7 @@ RunFiles make_run(const std::string& name, const std::string& extra_settings = "
   std::ofstream(run.dir / "run.json") << R"({"model": "mlp.json",
       "data": {"dataset": "synthetic", "train_samples": 500, "test_samples": 48, "classes": 10, "workers": 1},
       "optimizer": {"type": "adam", "lr": 0.001}, "batch_size": 24, "epochs": 1, "max_steps": 20, "seed": 3,
-      "log_every": 5, "backend": {"preference": ["cpu"]})" +
+      "log_every": 5, "backend": {"preference": [")" + backend + R"("]})" +
                                                  extra_settings + "}";
   run.config = (run.dir / "run.json").string();
   run.out = (run.dir / "out").string();
@@ -161,6 +162,27 @@ TEST(DataParallel, ShardedOptimizerStateTrainsAsUnshardedAndResumesOnOtherRanks)
       << told.output;
 }
 
+// The Vulkan plugin's collectives, host-staged over the CPU plugin's MPI transport: two ranks sharing
+// one lavapipe device train as one Vulkan process does, and the deterministic mode is bit-identical to it.
+TEST(DataParallel, VulkanRanksTrainLikeOneVulkanProcess) {
+  const kestrel::Engine engine;
+  if (!engine.is_available("vulkan") || engine.device_count("vulkan") == 0) GTEST_SKIP() << "no Vulkan device (Mesa's lavapipe gives one)";
+  RunFiles run = make_run("vulkan", "", "vulkan");
+  ASSERT_EQ(run_worker(0, run, run.out + "1").status, 0);
+  CliRun two = run_worker(2, run, run.out + "2");
+  ASSERT_EQ(two.status, 0) << two.output;
+  const std::vector<float> reference = read_parameters(run.out + "1", 0), rank0 = read_parameters(run.out + "2", 0);
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(read_parameters(run.out + "2", 1), rank0);
+  EXPECT_LE(relative_difference(rank0, reference), 1e-5);
+
+  RunFiles fixed = make_run("vulkan_deterministic", R"(, "distributed": {"deterministic": true, "shards": 4})", "vulkan");
+  ASSERT_EQ(run_worker(0, fixed, fixed.out + "1").status, 0);
+  CliRun fixed_two = run_worker(2, fixed, fixed.out + "2");
+  ASSERT_EQ(fixed_two.status, 0) << fixed_two.output;
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(read_parameters(fixed.out + "2", r), read_parameters(fixed.out + "1", 0));
+}
+
 TEST(DataParallel, OnlyRankZeroWritesAndSpeaks) {
   RunFiles run = make_run("rank_zero");
   CliRun result = run_command(mpirun + " -np 2 " + KESTREL_CLI + " train " + run.config + " --out " + run.out +
@@ -229,8 +251,8 @@ struct Fault {
 };
 
 // Two ranks training for good; once they are stepping, rank 1 gets `signal`.
-Fault inject(const std::string& name, int signal, double timeout) {
-  RunFiles run = make_run(name, R"(, "distributed": {"timeout_seconds": )" + std::to_string(timeout) + "}");
+Fault inject(const std::string& name, int signal, double timeout, const std::string& backend = "cpu") {
+  RunFiles run = make_run(name, R"(, "distributed": {"timeout_seconds": )" + std::to_string(timeout) + "}", backend);
   const std::string command = mpirun + " -np 2 " + KESTREL_CLI + " train " + run.config + " --out " + run.out +
                               " --no-progress --max-steps 0 --epochs 1000000";
   auto launched = std::async(std::launch::async, [&] { return run_command(command); });
@@ -275,16 +297,29 @@ TEST(DataParallel, AKilledRankEndsEveryRankWithinTheDeadline) {
   EXPECT_TRUE(fault.left.empty()) << fault.left.size() << " processes left behind";
 }
 
-TEST(DataParallel, AStalledRankIsNamedAndEveryRankEnds) {
-  const double timeout = 3;
-  Fault fault = inject("stalled", SIGSTOP, timeout);
+void expect_stall_reported(const Fault& fault, double timeout) {
   EXPECT_EQ(fault.result.status, 4) << fault.result.output;
   EXPECT_NE(fault.result.output.find("rank 1 did not join it"), std::string::npos) << fault.result.output;
-  EXPECT_NE(fault.result.output.find("step "), std::string::npos) << fault.result.output;
   // The deadline, the other ranks' half-second answer window, and MPI ending the job; slack for CI.
   EXPECT_LE(fault.seconds, timeout + 2) << fault.result.output;
   EXPECT_TRUE(fault.left.empty()) << fault.left.size() << " processes left behind";
+}
+
+TEST(DataParallel, AStalledRankIsNamedAndEveryRankEnds) {
+  const double timeout = 3;
+  Fault fault = inject("stalled", SIGSTOP, timeout);
+  expect_stall_reported(fault, timeout);
+  EXPECT_NE(fault.result.output.find("step "), std::string::npos) << fault.result.output;
   std::cout << "stalled rank: the run ended " << fault.seconds << " s after the stall (timeout " << timeout << " s)\n";
+}
+
+// The Vulkan plugin blocks in its host-staged collective: the transport's timeout still ends it (where:
+// a gradient bucket or the evaluation's sums, whichever rank 1 stalled before).
+TEST(DataParallel, AStalledVulkanRankIsNamedAndEveryRankEnds) {
+  const kestrel::Engine engine;
+  if (!engine.is_available("vulkan") || engine.device_count("vulkan") == 0) GTEST_SKIP() << "no Vulkan device";
+  const double timeout = 3;
+  expect_stall_reported(inject("stalled_vulkan", SIGSTOP, timeout, "vulkan"), timeout);
 }
 
 }  // namespace

@@ -38,8 +38,8 @@ class World {
   const std::string& launcher() const { return launcher_; }
 
   // Makes sure MPI is initialised, also in a world of one (MPI's singleton), as backends' collectives
-  // over MPI need. Throws Unsupported when this build has no MPI.
-  void require_mpi();
+  // over MPI need. Throws Unsupported, naming `backend`, when this build has no MPI.
+  void require_mpi(const std::string& backend);
   // Small host exchanges for setting a run up (configurations, parameter signatures): every rank's text,
   // in rank order.
   std::vector<std::string> all_gather(const std::string& mine);

@@ -432,7 +432,8 @@ typedef struct kestrel_plugin_api {
    * comm_create takes an opaque unique id (id_size bytes, at most 128) produced by comm_unique_id on rank 0
    * and shared by the host with every rank (over MPI, say); the communicator belongs to the context and
    * is destroyed before it. A plugin whose transport is itself the launcher's (MPI) may ignore the id but
-   * checks that rank and world_size are the launcher's.
+   * checks that rank and world_size are the launcher's; it makes the id the string "mpi", and the host
+   * then initialises MPI (with MPI_THREAD_MULTIPLE) before comm_create where no launcher did.
    * Collectives are ordered on `stream` like launches: work enqueued on the stream after a collective
    * waits for it, and stream_synchronize returns once it is done, or returns PEER_FAILED (with a message
    * naming the ranks missing, where the plugin can tell) when a rank failed or the communicator's timeout

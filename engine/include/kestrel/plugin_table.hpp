@@ -39,6 +39,24 @@
    (api).comm_destroy = comm_destroy, (api).all_reduce_sum = all_reduce_sum, (api).broadcast = broadcast,   \
    (api).reduce_scatter_sum = reduce_scatter_sum, (api).all_gather = all_gather,                          \
    (api).comm_set_timeout = comm_set_timeout, (api).comm_query = comm_query, (api).comm_abort = comm_abort)
+// Declares the ten collective entries in the enclosing namespace, as KESTREL_SET_COLLECTIVE_ENTRIES
+// names them (their contracts: plugin.h). all_reduce_sum and broadcast take a contiguous tensor of any
+// shape; reduce_scatter_sum's input is (world_size * n) and its output (n), all_gather's the reverse.
+#define KESTREL_DECLARE_COLLECTIVE_ENTRIES                                                                   \
+  kestrel_status comm_unique_id(char* id, size_t id_size);                                                   \
+  kestrel_status comm_create(kestrel_context* context, const char* id, int32_t rank, int32_t world_size,     \
+                             kestrel_comm** comm);                                                           \
+  void comm_destroy(kestrel_comm* comm);                                                                     \
+  kestrel_status all_reduce_sum(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* tensor);   \
+  kestrel_status broadcast(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* tensor,         \
+                           int32_t root);                                                                    \
+  kestrel_status reduce_scatter_sum(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* input,  \
+                                    const kestrel_tensor* output);                                           \
+  kestrel_status all_gather(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* input,          \
+                            const kestrel_tensor* output);                                                   \
+  kestrel_status comm_set_timeout(kestrel_comm* comm, double seconds);                                       \
+  kestrel_status comm_query(kestrel_comm* comm);                                                             \
+  void comm_abort(kestrel_comm* comm, int32_t exit_code)
 #define KESTREL_SET_GROUP_ENTRIES(api) ((api).group_start = group_start, (api).group_end = group_end)
 #define KESTREL_SET_HOST_ADDRESS_ENTRY(api) ((api).buffer_host_address = buffer_host_address)
 

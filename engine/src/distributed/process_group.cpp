@@ -17,11 +17,13 @@ ProcessGroup::ProcessGroup(const Device& device, World& world, double timeout_se
     throw Unsupported(fmt::format("{}: the {} backend offers no collectives, so it cannot train with several processes; "
                                   "pick a backend that does (kestrel devices lists them)",
                                   device_.str(), device_.backend()));
-  if (device_.backend() == "cpu") world.require_mpi();  // the CPU backend's collectives are MPI's
   // Every rank needs the same id: rank 0's, handed round by the launcher's channel.
   char id[128] = {};
   if (world.is_root()) runtime.check(api.comm_unique_id(id, sizeof id), "making a communicator id");
   std::vector<std::string> ids = world.all_gather(std::string(id, sizeof id));
+  // The id "mpi": the plugin's collectives run over MPI itself (the CPU and Vulkan plugins), which a
+  // process no launcher started has not initialised yet.
+  if (std::string(ids.front().c_str()) == "mpi") world.require_mpi(device_.backend());
   runtime.check(api.comm_create(runtime.context(), ids.front().data(), rank_, size_, &comm_),
                 fmt::format("joining the communicator as rank {} of {}", rank_, size_));
   try {

@@ -21,11 +21,12 @@ std::string environment(const char* name) {
 }
 
 // Which launcher started this process, from the variables it sets; "" when none did.
+// srun's tasks carry a step id (a batch script's own process has SLURM_PROCID but no step); they also
+// carry PMIX_RANK, which alone means some other PMI launcher.
 std::string detect_launcher() {
-  if (!environment("OMPI_COMM_WORLD_SIZE").empty() || !environment("PMIX_RANK").empty() ||
-      !environment("PMI_RANK").empty())
-    return "mpirun";
-  if (!environment("SLURM_PROCID").empty() && !environment("SLURM_NTASKS").empty()) return "srun";
+  if (!environment("OMPI_COMM_WORLD_SIZE").empty()) return "mpirun";
+  if (!environment("SLURM_PROCID").empty() && !environment("SLURM_STEP_ID").empty()) return "srun";
+  if (!environment("PMIX_RANK").empty() || !environment("PMI_RANK").empty()) return "mpirun";
   return "";
 }
 
@@ -91,13 +92,15 @@ World::World() {
 #endif
 }
 
-void World::require_mpi() {
+void World::require_mpi(const std::string& backend) {
 #ifdef KESTREL_WITH_MPI
+  (void)backend;
   initialise_mpi();
   mpi_ = true;
 #else
-  throw Unsupported("Kestrel was built without MPI, which the CPU backend's collectives need: install libopenmpi-dev "
-                    "and rebuild");
+  throw Unsupported(fmt::format("Kestrel was built without MPI, which the {} backend's collectives need: install "
+                                "libopenmpi-dev and rebuild",
+                                backend));
 #endif
 }
 

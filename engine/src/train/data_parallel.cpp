@@ -38,7 +38,9 @@ std::string first_difference(const std::vector<std::string>& ranks_text) {
 }  // namespace
 
 Device rank_device(Engine& engine, const Device& selected, World& world, const RunConfig& config) {
-  if (!world.distributed() || selected.backend() == "cpu") return selected;
+  // The host's processor, and a GPU API emulated on it (lavapipe), are shared by every rank on a machine.
+  const std::string kind = engine.properties(selected).kind;
+  if (!world.distributed() || kind == "cpu" || kind == "software") return selected;
   const int available = engine.device_count(selected.backend());
   if (world.local_rank() >= available)
     throw ConfigError(fmt::format("{}: rank {} is number {} of {} ranks on {}, which has {} {} device(s): one device "

@@ -28,7 +28,8 @@ GradientBuckets::GradientBuckets(Model& model, ProcessGroup& group, double cap_b
     }
 }
 
-void GradientBuckets::arm() {
+void GradientBuckets::arm(int64_t step) {
+  step_ = step;
   for (Bucket& bucket : buckets_) bucket.waiting = bucket.parameters.size();
   next_ = 0;
   armed_ = true;
@@ -49,7 +50,7 @@ void GradientBuckets::send_ready() {
   while (next_ < buckets_.size() && buckets_[next_].waiting == 0) {
     if (next_ == 0) first_sent_.restart();
     group_.all_reduce_sum(flat.slice(0, buckets_[next_].begin, buckets_[next_].end),
-                          fmt::format("gradient bucket {} of {}", next_ + 1, buckets_.size()));
+                          fmt::format("step {}: gradient bucket {} of {}", step_, next_ + 1, buckets_.size()));
     ++next_;
   }
 }
@@ -57,6 +58,7 @@ void GradientBuckets::send_ready() {
 void GradientBuckets::finish(int64_t step) {
   if (!armed_) next_ = 0;  // no pass this step (a rank without samples): every bucket is still to go
   armed_ = false;
+  step_ = step;
   // Parameters this pass did not reach have settled to zero by now.
   for (size_t b = next_; b < buckets_.size(); ++b) buckets_[b].waiting = 0;
   send_ready();

@@ -22,8 +22,9 @@ class GradientBuckets final : public LeafGradientObserver {
  public:
   GradientBuckets(Model& model, ProcessGroup& group, double cap_bytes);
 
-  // Watch the next backward pass (the last micro-batch's): call before it, within `scope`.
-  void arm();
+  // Watch the next backward pass (the last micro-batch's) of step `step` (named in a failure's message):
+  // call before it, within `scope`.
+  void arm(int64_t step);
   // After that pass and Model::settle_gradients: sends the buckets not yet sent and waits for all.
   // `step` names the step in a failure's message.
   void finish(int64_t step);
@@ -51,6 +52,7 @@ class GradientBuckets final : public LeafGradientObserver {
   std::unordered_map<const VarNode*, size_t> parameter_of_;
   size_t next_ = 0;                                        // the first bucket not sent in this pass
   bool armed_ = false;
+  int64_t step_ = 0;  // the step whose gradients go out, for messages
   double waited_seconds_ = 0, span_seconds_ = 0;
   Stopwatch first_sent_;  // restarted when a step's first bucket goes
 };

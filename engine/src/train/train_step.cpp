@@ -125,7 +125,7 @@ void TrainStep::body(const Tensor& inputs, const Tensor& targets, int64_t global
     const Tensor x = whole ? inputs : inputs.slice(0, start, end), y = whole ? targets : targets.slice(0, start, end);
     Var out = model_.forward(x, true, dropout_seed_, rng_offset);
     Var loss = batch_loss(config_.loss, out, y);
-    if (buckets_ && end == samples) buckets_->arm();  // the last pass completes each gradient
+    if (buckets_ && end == samples) buckets_->arm(step_);  // the last pass completes each gradient
     if (whole) {
       scaler_ ? backward(loss, backward_seed(loss, 1.0)) : backward(loss);
       metrics_.add(loss.value(), out.value(), y);

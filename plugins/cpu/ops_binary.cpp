@@ -1,0 +1,49 @@
+// Binary element-wise ops, every function for every dtype.
+#include <cmath>
+
+#include "cpu_ops.hpp"
+
+namespace kestrel_cpu {
+
+namespace {
+
+template <class E>
+void run_binary(kestrel_binary_fn fn, const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& out) {
+  using C = typename E::compute;
+  const char* label = "kestrel::binary";
+  auto run = [&](auto f) { map_binary<E>(a, b, out, f, label); };
+  switch (fn) {
+    case KESTREL_BINARY_ADD: return run([](C x, C y) { return C(x + y); });
+    case KESTREL_BINARY_SUB: return run([](C x, C y) { return C(x - y); });
+    case KESTREL_BINARY_MUL: return run([](C x, C y) { return C(x * y); });
+    case KESTREL_BINARY_MAX: return run([](C x, C y) { return nan_max(x, y); });
+    case KESTREL_BINARY_MIN: return run([](C x, C y) { return nan_min(x, y); });
+    case KESTREL_BINARY_EQ: return run([](C x, C y) { return C(x == y); });
+    case KESTREL_BINARY_NE: return run([](C x, C y) { return C(x != y); });
+    case KESTREL_BINARY_LT: return run([](C x, C y) { return C(x < y); });
+    case KESTREL_BINARY_LE: return run([](C x, C y) { return C(x <= y); });
+    case KESTREL_BINARY_GT: return run([](C x, C y) { return C(x > y); });
+    case KESTREL_BINARY_GE: return run([](C x, C y) { return C(x >= y); });
+    default: break;
+  }
+  if constexpr (E::is_float) {
+    switch (fn) {
+      case KESTREL_BINARY_DIV: return run([](C x, C y) { return x / y; });
+      case KESTREL_BINARY_POW: return run([](C x, C y) { return std::pow(x, y); });
+      default: break;
+    }
+  }
+  fail("binary function not available for this dtype", KESTREL_STATUS_UNSUPPORTED);
+}
+
+}  // namespace
+
+bool supports_binary(const kestrel_op& op) { return kestrel::plugin_shapes::binary_fits(op); }
+
+void launch_binary(const kestrel_op& op) {
+  auto fn = params_of<kestrel_binary_params>(op, "binary").fn;
+  dispatch(op.outputs[0].dtype,
+           [&](auto elem) { run_binary<decltype(elem)>(fn, op.inputs[0], op.inputs[1], op.outputs[0]); });
+}
+
+}  // namespace kestrel_cpu
