@@ -66,6 +66,9 @@ void train_step(benchmark::State& state, kestrel::Device device, Workload worklo
       draws = offset - rng_offset;
     });
   }
+  // The warm-up's work may still be running on an asynchronous backend; the timed steps start after it,
+  // or the first (for slow steps the only) timed iteration pays for two steps.
+  kestrel::Engine::global().synchronize(device);
   for (auto _ : state) {
     if (graph.valid()) {
       kestrel::ops::fill_(counter_base, double(rng_offset));

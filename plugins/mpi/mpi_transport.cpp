@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "kestrel/plugin_errors.hpp"
 
@@ -97,14 +98,16 @@ struct Transport::State {
   Clock::time_point started;
   kestrel_status failed = KESTREL_STATUS_OK;
   std::string failure;
+  uint64_t failed_ticket = 0;  // the collective that failed: it and every later one fail their waits
   bool stopping = false;
   std::thread worker, watchdog;
 
   // Called with the mutex held.
-  void fail_with(kestrel_status status, const std::string& message) {
+  void fail_with(kestrel_status status, const std::string& message, uint64_t ticket) {
     if (failed != KESTREL_STATUS_OK) return;
     failed = status;
     failure = message;
+    failed_ticket = ticket;
     changed.notify_all();
   }
   void work();
@@ -128,7 +131,8 @@ void Transport::State::work() {
     running = false;
     if (code != MPI_SUCCESS)
       fail_with(KESTREL_STATUS_PEER_FAILED,
-                "rank " + std::to_string(rank) + ": " + current.what + " failed in MPI: " + mpi_error_text(code));
+                "rank " + std::to_string(rank) + ": " + current.what + " failed in MPI: " + mpi_error_text(code),
+                current.ticket);
     completed = current.ticket;
     changed.notify_all();
   }
@@ -196,7 +200,8 @@ void Transport::State::watch() {
     fail_with(KESTREL_STATUS_PEER_FAILED,
               "collective #" + std::to_string(ticket) + " (" + what + ") on rank " + std::to_string(rank) + " of " +
                   std::to_string(size) + " did not complete within " + seconds_text(limit) +
-                  " (the communicator's timeout)" + where);
+                  " (the communicator's timeout)" + where,
+              ticket);
   }
 }
 
@@ -262,7 +267,8 @@ uint64_t Transport::issue(std::string what, std::function<int()> run) {
 }
 
 uint64_t Transport::all_reduce_sum(void* data, int64_t count, kestrel_dtype dtype) {
-  const auto [type, bytes] = mpi_type(dtype, true);
+  const MPI_Datatype type = mpi_type(dtype, true).first;
+  const size_t bytes = mpi_type(dtype, true).second;
   MPI_Comm group = state_->data;
   return issue(describe("all-reduce", count, dtype), [=] {
     for (int64_t done = 0; done < count;) {
@@ -278,8 +284,9 @@ uint64_t Transport::all_reduce_sum(void* data, int64_t count, kestrel_dtype dtyp
 
 uint64_t Transport::broadcast(void* data, int64_t count, kestrel_dtype dtype, int32_t root) {
   if (root < 0 || root >= state_->size)
-    fail("broadcast: root " + std::to_string(root) + " is not a rank of the " + std::to_string(state_->size));
-  const auto [type, bytes] = mpi_type(dtype, false);
+    fail("broadcast: root " + std::to_string(root) + " is not one of the " + std::to_string(state_->size) + " ranks");
+  const MPI_Datatype type = mpi_type(dtype, false).first;
+  const size_t bytes = mpi_type(dtype, false).second;
   MPI_Comm group = state_->data;
   return issue(describe("broadcast", count, dtype), [=] {
     for (int64_t done = 0; done < count;) {
@@ -312,7 +319,12 @@ void Transport::wait(uint64_t ticket) {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
   s.changed.wait(lock, [&] { return s.completed >= ticket || s.failed != KESTREL_STATUS_OK; });
-  if (s.completed < ticket) fail(s.failure, s.failed);
+  if (s.failed != KESTREL_STATUS_OK && ticket >= s.failed_ticket) fail(s.failure, s.failed);
+}
+
+void Transport::check() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (state_->failed != KESTREL_STATUS_OK) fail(state_->failure, state_->failed);
 }
 
 void Transport::set_timeout(double seconds) {

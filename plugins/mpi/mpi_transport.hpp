@@ -43,6 +43,9 @@ class Transport {
   // Blocks until collective `ticket` has completed; throws Failure (PEER_FAILED) when the transport
   // failed first.
   void wait(uint64_t ticket);
+  // Throws the failure (PEER_FAILED) once the transport has failed: a failed transport runs nothing more,
+  // and its worker may still be inside MPI with the memory of the collective that failed.
+  void check();
   void set_timeout(double seconds);
   // OK while it works, else the status it failed with and the message in `message`. Non-blocking.
   kestrel_status query(std::string& message);

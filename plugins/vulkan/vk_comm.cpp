@@ -5,6 +5,8 @@
 // the calling thread for the transfer: correct and simple, but without the overlap of the CPU plugin's
 // collectives, which run on the transport's thread while the host goes on. Nothing better is measured
 // yet (a device-side path needs a transport that reads GPU memory, as NCCL does on CUDA).
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "../mpi/mpi_entries.hpp"
@@ -13,7 +15,12 @@
 
 struct kestrel_comm {
   kestrel::mpi_transport::Transport transport;
-  std::vector<char> input, output;  // host copies of tensors in device-only memory
+  // Host copies of tensors in device-only memory. Held apart: a failed transport's worker may still be
+  // inside MPI with them, so then they outlive the communicator (see comm_destroy).
+  struct Staging {
+    std::vector<char> input, output;
+  };
+  std::unique_ptr<Staging> staging = std::make_unique<Staging>();
   kestrel_comm(int32_t rank, int32_t world_size) : transport("vulkan", rank, world_size) {}
 };
 
@@ -53,9 +60,11 @@ void run(kestrel_comm* comm, kestrel_stream* stream, const HostSide& result, Que
   if (result.staged) copy_to_device(stream, result.tensor->buffer, result.offset, result.data, result.bytes);
 }
 
-// Collectives run now, so the stream must have finished what came before: nothing is captured.
-void begin(kestrel_stream* stream) {
+// Collectives run now, so the stream must have finished what came before: nothing is captured. A failed
+// transport refuses at once, before the staging memory its worker may still use is touched.
+void begin(kestrel_comm* comm, kestrel_stream* stream) {
   if (stream->recording) refuse_while_capturing("a collective");
+  comm->transport.check();
   synchronize(stream);
 }
 
@@ -67,20 +76,26 @@ kestrel_status comm_create(kestrel_context*, const char*, int32_t rank, int32_t 
   return Entries::create(rank, world_size, out);
 }
 
-void comm_destroy(kestrel_comm* comm) { delete comm; }
+void comm_destroy(kestrel_comm* comm) {
+  if (!comm) return;
+  std::string failure;
+  if (comm->transport.query(failure) != KESTREL_STATUS_OK) (void)comm->staging.release();  // see Staging
+  delete comm;
+}
 
 kestrel_status all_reduce_sum(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* tensor) {
   return Boundary::guarded([&] {
-    begin(stream);
-    const HostSide data = host_side(stream, tensor, "all-reduce", comm->input, true);
+    begin(comm, stream);
+    const HostSide data = host_side(stream, tensor, "all-reduce", comm->staging->input, true);
     run(comm, stream, data, [&](Transport& t) { return t.all_reduce_sum(data.data, numel(*tensor), tensor->dtype); });
   });
 }
 
 kestrel_status broadcast(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* tensor, int32_t root) {
   return Boundary::guarded([&] {
-    begin(stream);
-    const HostSide data = host_side(stream, tensor, "broadcast", comm->input, comm->transport.rank() == root);
+    begin(comm, stream);
+    const HostSide data =
+        host_side(stream, tensor, "broadcast", comm->staging->input, comm->transport.rank() == root);
     run(comm, stream, data, [&](Transport& t) { return t.broadcast(data.data, numel(*tensor), tensor->dtype, root); });
   });
 }
@@ -88,10 +103,12 @@ kestrel_status broadcast(kestrel_comm* comm, kestrel_stream* stream, const kestr
 kestrel_status reduce_scatter_sum(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* input,
                                   const kestrel_tensor* output) {
   return Boundary::guarded([&] {
+    collective_offset(input, "reduce-scatter input");  // both well-formed before they are compared
+    collective_offset(output, "reduce-scatter output");
     check_blocks(input, output, comm->transport.size(), "reduce-scatter", "input", "output");
-    begin(stream);
-    const HostSide in = host_side(stream, input, "reduce-scatter input", comm->input, true);
-    const HostSide out = host_side(stream, output, "reduce-scatter output", comm->output, false);
+    begin(comm, stream);
+    const HostSide in = host_side(stream, input, "reduce-scatter input", comm->staging->input, true);
+    const HostSide out = host_side(stream, output, "reduce-scatter output", comm->staging->output, false);
     run(comm, stream, out,
         [&](Transport& t) { return t.reduce_scatter_sum(in.data, out.data, numel(*output), input->dtype); });
   });
@@ -100,10 +117,12 @@ kestrel_status reduce_scatter_sum(kestrel_comm* comm, kestrel_stream* stream, co
 kestrel_status all_gather(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* input,
                           const kestrel_tensor* output) {
   return Boundary::guarded([&] {
+    collective_offset(input, "all-gather input");
+    collective_offset(output, "all-gather output");
     check_blocks(output, input, comm->transport.size(), "all-gather", "output", "input");
-    begin(stream);
-    const HostSide in = host_side(stream, input, "all-gather input", comm->input, true);
-    const HostSide out = host_side(stream, output, "all-gather output", comm->output, false);
+    begin(comm, stream);
+    const HostSide in = host_side(stream, input, "all-gather input", comm->staging->input, true);
+    const HostSide out = host_side(stream, output, "all-gather output", comm->staging->output, false);
     run(comm, stream, out, [&](Transport& t) { return t.all_gather(in.data, out.data, numel(*input), input->dtype); });
   });
 }

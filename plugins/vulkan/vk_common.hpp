@@ -231,7 +231,9 @@ struct kestrel_stream {
 struct kestrel_event {
   kestrel_context* context = nullptr;
   std::mutex mutex;
-  std::shared_ptr<kestrel_vk::Fence> fence;  // the submission it marks; null: nothing to wait for
+  // The submissions it marks: the recording stream's latest, and those that stream was told to wait for
+  // (stream_wait_event) and may have submitted nothing after. Empty: nothing to wait for.
+  std::vector<std::shared_ptr<kestrel_vk::Fence>> fences;
 };
 
 namespace kestrel_vk {

@@ -177,15 +177,28 @@ kestrel_status event_create(kestrel_context* context, kestrel_event** event) {
 
 void event_destroy(kestrel_event* event) { delete event; }
 
+namespace {
+
+// Drops the fences that have signalled: what waits for them has nothing left to wait for.
+void prune_signalled(std::vector<std::shared_ptr<Fence>>& fences) {
+  fences.erase(std::remove_if(fences.begin(), fences.end(),
+                              [](const auto& f) { return vkGetFenceStatus(f->device, f->handle) == VK_SUCCESS; }),
+               fences.end());
+}
+
+}  // namespace
+
 kestrel_status event_record(kestrel_event* event, kestrel_stream* stream) {
   return Boundary::guarded([&] {
     if (!event || !stream || event->context != stream->context)
       fail("event_record: the event and the stream must exist and belong to the same context");
     if (stream->recording) refuse_while_capturing("event_record");
     flush(stream);  // submitted now, so whatever any stream submits later runs after it
-    std::shared_ptr<Fence> fence = latest_fence(stream);
+    prune_signalled(stream->awaited);
+    std::vector<std::shared_ptr<Fence>> fences = stream->awaited;
+    if (std::shared_ptr<Fence> latest = latest_fence(stream)) fences.push_back(std::move(latest));
     std::lock_guard<std::mutex> lock(event->mutex);
-    event->fence = std::move(fence);
+    event->fences = std::move(fences);
   });
 }
 
@@ -198,23 +211,22 @@ kestrel_status stream_wait_event(kestrel_stream* stream, kestrel_event* event) {
     // Nothing to record: the event's work was submitted by event_record, and one queue runs its
     // submissions in order (each batch begins with a full barrier). Host waits on the stream wait for it.
     std::vector<std::shared_ptr<Fence>>& awaited = stream->awaited;
-    awaited.erase(std::remove_if(awaited.begin(), awaited.end(),
-                                 [](const auto& f) { return vkGetFenceStatus(f->device, f->handle) == VK_SUCCESS; }),
-                  awaited.end());  // bounded, however rarely the host waits on this stream
+    prune_signalled(awaited);  // bounded, however rarely the host waits on this stream
     std::lock_guard<std::mutex> lock(event->mutex);
-    if (event->fence) awaited.push_back(event->fence);
+    for (const std::shared_ptr<Fence>& fence : event->fences)
+      if (std::find(awaited.begin(), awaited.end(), fence) == awaited.end()) awaited.push_back(fence);
   });
 }
 
 kestrel_status event_synchronize(kestrel_event* event) {
   return Boundary::guarded([&] {
     if (!event) fail("event_synchronize: null event");
-    std::shared_ptr<Fence> fence;
+    std::vector<std::shared_ptr<Fence>> fences;
     {
       std::lock_guard<std::mutex> lock(event->mutex);
-      fence = event->fence;
+      fences = event->fences;
     }
-    if (fence) wait_fence(*fence);
+    for (const std::shared_ptr<Fence>& fence : fences) wait_fence(*fence);
   });
 }
 

@@ -11,12 +11,18 @@ for tool in munged slurmctld slurmd srun scontrol sinfo; do
 done
 [ "$(id -u)" -eq 0 ] || { echo "skipped: starting Slurm's daemons needs root"; exit 77; }
 
+# Run inside a Slurm job (CI on a cluster), the job's own variables would steer this cluster's srun.
+while read -r name; do unset "$name"; done < <(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p')
 dir=$(mktemp -d /tmp/kestrel_srun.XXXXXX)
 export SLURM_CONF=$dir/slurm.conf
 host=$(hostname -s)
 mkdir -p "$dir"/{state,spool,log}
 daemons=()
 stop() {
+  # The job's ranks first (slurmstepd outlives the daemons otherwise), then the daemons.
+  local jobs
+  jobs=$(squeue -h -o %i 2>/dev/null || true)
+  [ -z "$jobs" ] || scancel --quiet --full $jobs >/dev/null 2>&1 || true
   scontrol shutdown >/dev/null 2>&1 || true
   sleep 0.5
   for pid in "${daemons[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -24,6 +30,7 @@ stop() {
   rm -rf "$dir"
 }
 trap stop EXIT
+trap 'exit 1' INT TERM  # ctest's timeout: stop the cluster on the way out
 
 # munge authenticates Slurm's messages: a key and a socket of this cluster's own.
 dd if=/dev/urandom of="$dir/munge.key" bs=1024 count=1 status=none
@@ -83,7 +90,7 @@ cat > "$dir/run.json" <<'EOF'
  "optimizer": {"type": "adam", "lr": 0.001}, "batch_size": 24, "epochs": 1, "max_steps": 20, "seed": 3,
  "log_every": 5, "backend": {"preference": ["cpu"]}}
 EOF
-output=$(timeout 300 srun -n 2 --immediate=30 "$cli" train "$dir/run.json" --out "$dir/both" --no-progress 2>&1) || {
+output=$(timeout 180 srun -n 2 --immediate=30 "$cli" train "$dir/run.json" --out "$dir/both" --no-progress 2>&1) || {
   echo "FAIL: srun -n 2 kestrel train ended with status $?"; echo "$output"; exit 1; }
 echo "$output"
 "$cli" train "$dir/run.json" --out "$dir/alone" --quiet
