@@ -39,7 +39,7 @@ struct HostSide {
   const kestrel_tensor* tensor;
   uint64_t offset, bytes;  // in its buffer
   char* data;
-  bool staged;  // `data` is a copy, written back by finish()
+  bool staged;  // `data` is a copy, written back by run()
 };
 
 // The tensor's host memory once the stream is idle: its buffer's mapping, or `staging` holding a copy
