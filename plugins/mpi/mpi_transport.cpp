@@ -67,6 +67,19 @@ std::pair<MPI_Datatype, size_t> mpi_type(kestrel_dtype dtype, bool summed) {
   }
 }
 
+// Runs `call(first element, count)` over `count` elements of `width` bytes at `data`, in pieces MPI's int
+// counts can hold; returns the first error code, or MPI_SUCCESS.
+template <class Call>
+int in_pieces(void* data, int64_t count, size_t width, Call call) {
+  for (int64_t done = 0; done < count;) {
+    const int piece = static_cast<int>(std::min(count - done, kPiece));
+    const int code = call(static_cast<char*>(data) + done * width, piece);
+    if (code != MPI_SUCCESS) return code;
+    done += piece;
+  }
+  return MPI_SUCCESS;
+}
+
 int checked_count(int64_t n, const char* what) {
   if (n > INT_MAX) fail(std::string(what) + ": more than 2^31-1 elements per rank; split the tensor",
                         KESTREL_STATUS_UNSUPPORTED);
@@ -267,35 +280,23 @@ uint64_t Transport::issue(std::string what, std::function<int()> run) {
 }
 
 uint64_t Transport::all_reduce_sum(void* data, int64_t count, kestrel_dtype dtype) {
-  const MPI_Datatype type = mpi_type(dtype, true).first;
-  const size_t bytes = mpi_type(dtype, true).second;
+  const auto type = mpi_type(dtype, true);
   MPI_Comm group = state_->data;
   return issue(describe("all-reduce", count, dtype), [=] {
-    for (int64_t done = 0; done < count;) {
-      const int piece = static_cast<int>(std::min(count - done, kPiece));
-      const int code =
-          MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + done * bytes, piece, type, MPI_SUM, group);
-      if (code != MPI_SUCCESS) return code;
-      done += piece;
-    }
-    return MPI_SUCCESS;
+    return in_pieces(data, count, type.second, [&](char* piece, int n) {
+      return MPI_Allreduce(MPI_IN_PLACE, piece, n, type.first, MPI_SUM, group);
+    });
   });
 }
 
 uint64_t Transport::broadcast(void* data, int64_t count, kestrel_dtype dtype, int32_t root) {
   if (root < 0 || root >= state_->size)
     fail("broadcast: root " + std::to_string(root) + " is not one of the " + std::to_string(state_->size) + " ranks");
-  const MPI_Datatype type = mpi_type(dtype, false).first;
-  const size_t bytes = mpi_type(dtype, false).second;
+  const auto type = mpi_type(dtype, false);
   MPI_Comm group = state_->data;
   return issue(describe("broadcast", count, dtype), [=] {
-    for (int64_t done = 0; done < count;) {
-      const int piece = static_cast<int>(std::min(count - done, kPiece));
-      const int code = MPI_Bcast(static_cast<char*>(data) + done * bytes, piece, type, root, group);
-      if (code != MPI_SUCCESS) return code;
-      done += piece;
-    }
-    return MPI_SUCCESS;
+    return in_pieces(data, count, type.second,
+                     [&](char* piece, int n) { return MPI_Bcast(piece, n, type.first, root, group); });
   });
 }
 

@@ -11,8 +11,8 @@
 namespace kestrel {
 
 // `selected` for this rank: a GPU backend's device `local_rank` (one device per rank); the CPU, and a
-// GPU API emulated on it (lavapipe), is shared by the ranks on a machine. Throws ConfigError when the machine has fewer devices than ranks on it, or
-// when two ranks on one machine ended up on one GPU.
+// GPU API emulated on it (lavapipe), is shared by the ranks on a machine. Throws ConfigError when the
+// machine has fewer devices than ranks on it, or when two ranks on one machine ended up on one GPU.
 Device rank_device(Engine& engine, const Device& selected, World& world, const RunConfig& config);
 
 // Throws ConfigError when the global batch does not divide among the ranks (and their micro-batches, or
