@@ -36,7 +36,7 @@ def main():
         f"Command: `python3 bench/abi_overhead.py`, which ran `{shown}`.",
         "",
         "Both sides call the same library (libblas.so.3 from OpenBLAS 0.3.21); the plugin side goes through",
-        "kestrel::ops::gemm_, the plugin ABI (supports_op + launch), KokkosBlas::gemm and a stream synchronise.",
+        "kestrel::ops::gemm_, the plugin ABI (supports_op + launch), the BLAS call and a stream synchronise.",
         "",
         "| shape (m x k x n) | Kestrel cpu plugin (us) | OpenBLAS direct (us) | ratio (direct / plugin) |",
         "| --- | --- | --- | --- |",

@@ -1,10 +1,10 @@
-// Matrix products through KokkosBlas::gemm, which hands row-major float/double views to the BLAS
-// library (OpenBLAS on Debian), plus the fused linear op (GEMM, bias and activation in one call).
+// Matrix products through the BLAS library (OpenBLAS on Debian), plus the fused linear op (GEMM, bias
+// and activation in one call).
 #include <dlfcn.h>
 
-#include <KokkosBlas3_gemm.hpp>
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_ops.hpp"
@@ -13,40 +13,63 @@ namespace kestrel_cpu {
 
 namespace {
 
-template <class T>
-using MatrixView = Kokkos::View<T**, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+// The BLAS library's Fortran entries (OpenBLAS on Debian): column-major, with leading dimensions, so
+// operands whose rows are padded (a time step's slice of a whole sequence) need no packing.
+extern "C" {
+void sgemm_(const char* trans_a, const char* trans_b, const int* m, const int* n, const int* k, const float* alpha,
+            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
+            const int* ldc);
+void dgemm_(const char* trans_a, const char* trans_b, const int* m, const int* n, const int* k, const double* alpha,
+            const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
+            const int* ldc);
+}
 
 // One logical (rows x cols) matrix of a possibly batched operand, as BLAS wants it: a row-major block
-// and a transpose flag. Operands that are neither row- nor column-major get packed first.
+// with leading dimension `ld` (its row stride) and a transpose flag. Operands with neither unit row nor
+// unit column stride get packed first.
 template <class T>
 struct BlasOperand {
   const T* data = nullptr;
   char trans = 'N';
-  int64_t stored_rows = 0, stored_cols = 0;
+  int64_t ld = 1;
   std::vector<T> packed;
 
   BlasOperand(const T* base, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-    if ((col_stride == 1 || cols == 1) && (row_stride == cols || rows == 1)) {
-      set(base, 'N', rows, cols);
-    } else if ((row_stride == 1 || rows == 1) && (col_stride == rows || cols == 1)) {
-      set(base, 'T', cols, rows);
+    if ((col_stride == 1 || cols == 1) && row_stride >= std::max<int64_t>(cols, 1)) {
+      set(base, 'N', row_stride);
+    } else if ((row_stride == 1 || rows == 1) && col_stride >= std::max<int64_t>(rows, 1)) {
+      set(base, 'T', col_stride);
     } else {
       packed.resize(rows * cols);
       T* dst = packed.data();
       Kokkos::parallel_for("kestrel::gemm_pack", Range(0, rows * cols), [=](int64_t i) {
         dst[i] = base[(i / cols) * row_stride + (i % cols) * col_stride];
       });
-      set(packed.data(), 'N', rows, cols);
+      set(packed.data(), 'N', std::max<int64_t>(cols, 1));
     }
   }
-  void set(const T* d, char t, int64_t r, int64_t c) {
+  void set(const T* d, char t, int64_t leading) {
     data = d;
     trans = t;
-    stored_rows = r;
-    stored_cols = c;
+    ld = leading;
   }
-  MatrixView<const T> view() const { return MatrixView<const T>(data, stored_rows, stored_cols); }
+  // The operand from column `col` on: its first `col` columns dropped.
+  const T* from_column(int64_t col) const { return trans == 'N' ? data + col : data + col * ld; }
 };
+
+// Row-major C (m, n, row stride ldc) = alpha * A (m, k) @ B (k, n) + beta * C, as the column-major
+// C^T = B^T A^T that BLAS computes.
+template <class T>
+void blas_gemm(const BlasOperand<T>& a, const BlasOperand<T>& b, int64_t m, int64_t n, int64_t k, T alpha, T beta,
+               T* c, int64_t ldc, int64_t b_column = 0) {
+  const int rows = int(n), cols = int(m), depth = int(k), lda = int(a.ld), ldb = int(b.ld), ld_c = int(ldc);
+  if constexpr (std::is_same_v<T, float>)
+    sgemm_(&b.trans, &a.trans, &rows, &cols, &depth, &alpha, b.from_column(b_column), &ldb, a.data, &lda, &beta, c,
+           &ld_c);
+  else
+    dgemm_(&b.trans, &a.trans, &rows, &cols, &depth, &alpha, b.from_column(b_column), &ldb, a.data, &lda, &beta, c,
+           &ld_c);
+}
 
 // OpenBLAS splits every product past a small size across its threads, and between calls its idle
 // workers spin in sched_yield. For the thousands of small products of a recurrent step (an LSTM's
@@ -55,6 +78,13 @@ struct BlasOperand {
 // slower. So a product below kSmallProduct multiply-adds runs on one OpenBLAS thread, larger ones on all
 // of OpenBLAS's (its own count: OPENBLAS_NUM_THREADS, else the cores).
 constexpr int64_t kSmallProduct = int64_t(1) << 24;
+// A small product of at least kSplitProduct multiply-adds and kSplitColumns columns is split into two
+// column halves on the plugin's pool instead, each on one OpenBLAS thread: the LSTM's per-step
+// (32, 256) x (256, 1024) product took 168-220 us so on the VM's 2 cores against 260 us on one
+// (quarters were slower). Always halves, whatever the thread count: OpenBLAS's result for a block of
+// columns may differ in the last bit from the whole product's, and results must not depend on threads.
+constexpr int64_t kSplitProduct = int64_t(1) << 20;
+constexpr int64_t kSplitColumns = 128;
 
 void use_blas_threads_for(int64_t multiply_adds) {
   using SetThreads = void (*)(int);
@@ -68,6 +98,24 @@ void use_blas_threads_for(int64_t multiply_adds) {
   if (!set || all <= 1) return;  // not OpenBLAS, or one thread anyway
   const int wanted = multiply_adds < kSmallProduct ? 1 : all;
   if (current.exchange(wanted) != wanted) set(wanted);
+}
+
+// C (m, n, row stride ldc) = alpha * A @ B + beta * C on all of OpenBLAS's threads, on one, or in
+// halves on the pool (see above); the first half is a multiple of 16 columns wide, whole vector registers.
+template <class T>
+void multiply(const BlasOperand<T>& a, const BlasOperand<T>& b, int64_t m, int64_t n, int64_t k, T alpha, T beta, T* c,
+              int64_t ldc) {
+  const int64_t work = m * n * k;
+  use_blas_threads_for(work);
+  if (work >= kSmallProduct || work < kSplitProduct || n < kSplitColumns)
+    return blas_gemm(a, b, m, n, k, alpha, beta, c, ldc);
+  const int64_t half = (n / 2 + 15) / 16 * 16;
+  parallel_chunks("kestrel::gemm_halves", 2, work, [&](int64_t begin, int64_t end) {
+    for (int64_t piece = begin; piece < end; ++piece) {
+      const int64_t first = piece == 0 ? 0 : half, width = piece == 0 ? half : n - half;
+      blas_gemm(a, b, m, width, k, alpha, beta, c + first, ldc, first);
+    }
+  });
 }
 
 struct GemmShape {
@@ -94,7 +142,8 @@ GemmShape gemm_shape(const kestrel_tensor& a, const kestrel_tensor& b, const kes
   return s;
 }
 
-// C = alpha * A @ B + beta * C for every batch entry, C written in place (any strides).
+// C = alpha * A @ B + beta * C for every batch entry, C written in place (any strides; rows may be
+// padded, other layouts go through a row-major scratch block).
 template <class T>
 void gemm_batched(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, const kestrel_tensor& c_desc, T alpha,
                   T beta) {
@@ -102,27 +151,27 @@ void gemm_batched(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, co
   const T* a_base = static_cast<const T*>(a_desc.buffer->data) + a_desc.offset;
   const T* b_base = static_cast<const T*>(b_desc.buffer->data) + b_desc.offset;
   T* c_base = static_cast<T*>(c_desc.buffer->data) + c_desc.offset;
-  const bool c_row_major = (s.c_strides[1] == 1 || s.n == 1) && (s.c_strides[0] == s.n || s.m == 1);
-  std::vector<T> c_scratch(c_row_major ? 0 : s.m * s.n);
+  const bool c_rows = (s.c_strides[1] == 1 || s.n == 1) && (s.c_strides[0] >= s.n || s.m == 1);
+  const int64_t ldc = c_rows ? std::max<int64_t>({s.c_strides[0], s.n, 1}) : std::max<int64_t>(s.n, 1);
+  std::vector<T> c_scratch(c_rows ? 0 : s.m * s.n);
   for (int64_t batch = 0; batch < s.batch; ++batch) {
     T* c = c_base + batch * s.c_batch_stride;
-    T* target = c_row_major ? c : c_scratch.data();
+    T* target = c_rows ? c : c_scratch.data();
     const int64_t n = s.n, rs = s.c_strides[0], cs = s.c_strides[1];
-    if (!c_row_major && beta != T(0))
+    if (!c_rows && beta != T(0))
       Kokkos::parallel_for("kestrel::gemm_gather_c", Range(0, s.m * n),
                            [=](int64_t i) { target[i] = c[(i / n) * rs + (i % n) * cs]; });
     if (s.k == 0) {  // BLAS rejects empty operands; the product is zero
-      Kokkos::parallel_for("kestrel::gemm_scale", Range(0, s.m * n),
-                           [=](int64_t i) { target[i] = beta == T(0) ? T(0) : beta * target[i]; });
-    } else {
+      Kokkos::parallel_for("kestrel::gemm_scale", Range(0, s.m * n), [=](int64_t i) {
+        T& out = target[(i / n) * ldc + i % n];
+        out = beta == T(0) ? T(0) : beta * out;
+      });
+    } else if (s.m > 0 && n > 0) {
       BlasOperand<T> a(a_base + batch * s.a_batch_stride, s.m, s.k, s.a_strides[0], s.a_strides[1]);
       BlasOperand<T> b(b_base + batch * s.b_batch_stride, s.k, s.n, s.b_strides[0], s.b_strides[1]);
-      MatrixView<T> c_view(target, s.m, s.n);
-      use_blas_threads_for(s.m * s.n * s.k);
-      const char ta[2] = {a.trans, 0}, tb[2] = {b.trans, 0};
-      KokkosBlas::gemm(ta, tb, alpha, a.view(), b.view(), beta, c_view);
+      multiply(a, b, s.m, n, s.k, alpha, beta, target, ldc);
     }
-    if (!c_row_major)
+    if (!c_rows)
       Kokkos::parallel_for("kestrel::gemm_scatter_c", Range(0, s.m * n),
                            [=](int64_t i) { c[(i / n) * rs + (i % n) * cs] = target[i]; });
   }
@@ -152,9 +201,8 @@ void multiply_widened(const typename E::storage* a, const int64_t a_strides[2], 
   b_scratch.resize(k * n);
   widen<E>(a, m, k, a_strides[0], a_strides[1], a_scratch.data());
   widen<E>(b, k, n, b_strides[0], b_strides[1], b_scratch.data());
-  use_blas_threads_for(m * n * k);
-  KokkosBlas::gemm("N", "N", alpha, MatrixView<const float>(a_scratch.data(), m, k),
-                   MatrixView<const float>(b_scratch.data(), k, n), beta, MatrixView<float>(c, m, n));
+  const BlasOperand<float> a_rows(a_scratch.data(), m, k, k, 1), b_rows(b_scratch.data(), k, n, n, 1);
+  multiply(a_rows, b_rows, m, n, k, alpha, beta, c, n);
 }
 
 // E: the operands' 16-bit element type; O: the result's, E itself or (ABI 1.6) F32, stored unrounded.

@@ -63,6 +63,7 @@ struct PhysicalDevice {
   uint32_t compute_queue_family = 0;
   bool has_compute_queue = false;
   bool has_int64 = false;          // shaderInt64: needed for i64 tensors
+  bool has_float64 = false;        // shaderFloat64: the loss-scaled Adam update (shaders/optimizer.comp)
   // storageBuffer16BitAccess (VK_KHR_16bit_storage, core in 1.1): f16 tensors as float16_t buffers.
   // False also when KESTREL_VULKAN_DISABLE_F16=1, which tests the path of devices without it.
   bool has_16bit_storage = false;
@@ -108,7 +109,9 @@ struct Params {
 };
 static_assert(sizeof(Params) == 448, "Params must match the std140 layout in shaders/common.glsl");
 
-constexpr int kMaxBindings = 4;     // tensor buffers per dispatch (bindings 1..4)
+// Tensor buffers per dispatch (bindings 1..8): the LSTM cell's backward reads five tensors and writes
+// two. Vulkan guarantees only 4 storage buffers per stage; devices with fewer than 8 are not listed.
+constexpr int kMaxBindings = 8;
 constexpr uint32_t kLocalSize = 256;  // KESTREL_LOCAL_SIZE in common.glsl
 
 }  // namespace kestrel_vk

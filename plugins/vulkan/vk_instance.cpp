@@ -46,6 +46,7 @@ PhysicalDevice describe(VkPhysicalDevice handle, uint32_t instance_version) {
   VkPhysicalDeviceFeatures features{};
   vkGetPhysicalDeviceFeatures(handle, &features);
   d.has_int64 = features.shaderInt64 == VK_TRUE;
+  d.has_float64 = features.shaderFloat64 == VK_TRUE;
 
   // Subgroup size and driver name through the 1.1/1.2 property chains, where the device has them.
   const uint32_t device_version = std::min(d.properties.apiVersion, instance_version);
@@ -129,7 +130,9 @@ std::unique_ptr<Instance> create_instance() {
   vkEnumeratePhysicalDevices(result->handle, &count, handles.data());
   for (VkPhysicalDevice handle : handles) {
     PhysicalDevice d = describe(handle, result->api_version);
-    if (d.has_compute_queue && d.properties.apiVersion >= VK_API_VERSION_1_1) result->devices.push_back(d);
+    if (d.has_compute_queue && d.properties.apiVersion >= VK_API_VERSION_1_1 &&
+        d.properties.limits.maxPerStageDescriptorStorageBuffers >= uint32_t(kMaxBindings))
+      result->devices.push_back(d);
   }
   return result;
 }

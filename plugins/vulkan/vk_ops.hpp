@@ -35,6 +35,8 @@ bool supports_softmax_cross_entropy(const kestrel_op& op, uint32_t dtypes);
 void launch_softmax_cross_entropy(kestrel_stream* stream, const kestrel_op& op);
 bool supports_optimizer(const kestrel_op& op, uint32_t dtypes);  // adam_update, sgd_update
 void launch_optimizer(kestrel_stream* stream, const kestrel_op& op);
+bool supports_lstm_cell(const kestrel_op& op, uint32_t dtypes);  // lstm_cell, lstm_cell_backward
+void launch_lstm_cell(kestrel_stream* stream, const kestrel_op& op);
 
 // ---- index checks (ops_index.cpp) ----
 
@@ -60,6 +62,9 @@ const char* dtype_suffix(kestrel_dtype d);
 inline bool float_dtype(kestrel_dtype d) {
   return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16;
 }
+// Set in the mask the families' supports_* get when the device computes in double (shaderFloat64): not a
+// tensor dtype (Vulkan tensors are never f64), the loss-scaled Adam update's bias corrections.
+constexpr uint32_t kFloat64Arithmetic = 1u << 31;
 inline bool in_mask(uint32_t dtypes, kestrel_dtype d) { return d >= 0 && d < KESTREL_DTYPE_COUNT && (dtypes >> d) & 1u; }
 
 // Whether every extent, stride and reachable element of the op's (valid) descriptors fits the shaders'

@@ -120,6 +120,7 @@ kestrel_status context_create(int32_t device, kestrel_context** out) {
     queue.pQueuePriorities = &priority;
     VkPhysicalDeviceFeatures features{};
     features.shaderInt64 = physical.has_int64 ? VK_TRUE : VK_FALSE;
+    features.shaderFloat64 = physical.has_float64 ? VK_TRUE : VK_FALSE;
     VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     // The f16 shader variants declare float16_t storage buffers (see describe() in vk_instance.cpp).
     VkPhysicalDevice16BitStorageFeatures storage16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
@@ -293,10 +294,12 @@ struct Family {
 // Every family, required and fused.
 const kestrel::plugin_sdk::FamilyTable<Family> families{KESTREL_REQUIRED_FAMILIES, KESTREL_FAMILY(linear),
                                                         KESTREL_FAMILY(softmax), KESTREL_FAMILY(softmax_cross_entropy),
-                                                        KESTREL_FAMILY(optimizer)};
+                                                        KESTREL_FAMILY(optimizer), KESTREL_FAMILY(lstm_cell)};
 
+// The dtypes the families' supports_* check, and kFloat64Arithmetic where the device has it.
 uint32_t context_dtypes(const kestrel_context* context) {
-  if (context && context->physical) return dtype_mask(*context->physical);
+  if (context && context->physical)
+    return dtype_mask(*context->physical) | (context->physical->has_float64 ? kFloat64Arithmetic : 0u);
   return (1u << KESTREL_DTYPE_F32) | (1u << KESTREL_DTYPE_I32) | (1u << KESTREL_DTYPE_I64);
 }
 

@@ -1,6 +1,6 @@
 // The fused LSTM cell (plugin ABI 1.7), optional: forward (h', c' and the gates kept for backward) and
 // backward (the products' and c's gradients), with rows contiguous and with strided rows (a step's slice
-// of a sequence), against torch.nn.LSTM's equations in double.
+// of a sequence) in and out, against torch.nn.LSTM's equations in double.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -40,13 +40,10 @@ Reference reference(int64_t n, int64_t hidden, const std::vector<double>& x, con
   return r;
 }
 
-// `values` as an (n, width) tensor whose rows are `width + 3` apart when strided.
-Tensor rows(Runner& r, int64_t n, int64_t width, const std::vector<double>& values, DType dtype, bool strided) {
-  if (!strided) return r.upload({n, width}, values, dtype);
-  std::vector<double> wide(static_cast<size_t>(n * (width + 3)), 0.0);
-  for (int64_t b = 0; b < n; ++b)
-    for (int64_t j = 0; j < width; ++j) wide[b * (width + 3) + j] = values[b * width + j];
-  return r.upload({n, width + 3}, wide, dtype).slice(1, 0, width);
+// An (n, width) result whose rows are `width + 3` apart when strided, as a step's slice of a sequence.
+Tensor result_rows(Runner& r, int64_t n, int64_t width, DType dtype, bool strided) {
+  if (!strided) return Tensor::empty({n, width}, dtype, r.device());
+  return Tensor::empty({n, width + 3}, dtype, r.device()).slice(1, 0, width);
 }
 
 }  // namespace
@@ -64,13 +61,14 @@ void lstm_cell_cases(Runner& r) {
                   auto x = r.values(n * 4 * hidden, -2, 2, dtype), hh = r.values(n * 4 * hidden, -2, 2, dtype);
                   auto c = r.values(n * hidden, -1, 1, dtype), dh = r.values(n * hidden, -1, 1, dtype),
                        dc_next = r.values(n * hidden, -1, 1, dtype);
-                  const Tensor tc = rows(r, n, hidden, c, dtype, strided);
-                  Tensor h_out = Tensor::empty({n, hidden}, dtype, r.device()),
-                         c_out = Tensor::empty({n, hidden}, dtype, r.device()),
-                         gates = Tensor::empty({n, 4 * hidden}, dtype, r.device());
+                  const Layout layout = strided ? Layout::padded : Layout::contiguous;
+                  const Tensor tc = r.upload({n, hidden}, c, dtype, layout);
+                  Tensor h_out = result_rows(r, n, hidden, dtype, strided),
+                         c_out = result_rows(r, n, hidden, dtype, strided),
+                         gates = result_rows(r, n, 4 * hidden, dtype, strided);
                   ops::launch(r.device(), op_of(KESTREL_OP_LSTM_CELL, nullptr,
-                                                {rows(r, n, 4 * hidden, x, dtype, strided),
-                                                 rows(r, n, 4 * hidden, hh, dtype, strided), tc},
+                                                {r.upload({n, 4 * hidden}, x, dtype, layout),
+                                                 r.upload({n, 4 * hidden}, hh, dtype, layout), tc},
                                                 {h_out, c_out, gates}));
                   const Reference want = reference(n, hidden, x, hh, c, dh, dc_next);
                   const Tolerance tol = tolerance_for(dtype, 4);
@@ -80,11 +78,11 @@ void lstm_cell_cases(Runner& r) {
                     r.expect_close(gates, want.gates, tol, "gates");
                     return;
                   }
-                  Tensor dgates = Tensor::empty({n, 4 * hidden}, dtype, r.device()),
-                         dc = Tensor::empty({n, hidden}, dtype, r.device());
+                  Tensor dgates = result_rows(r, n, 4 * hidden, dtype, strided),
+                         dc = result_rows(r, n, hidden, dtype, strided);
                   ops::launch(r.device(), op_of(KESTREL_OP_LSTM_CELL_BACKWARD, nullptr,
-                                                {rows(r, n, hidden, dh, dtype, strided),
-                                                 rows(r, n, hidden, dc_next, dtype, strided), gates, tc, c_out},
+                                                {r.upload({n, hidden}, dh, dtype, layout),
+                                                 r.upload({n, hidden}, dc_next, dtype, layout), gates, tc, c_out},
                                                 {dgates, dc}));
                   r.expect_close(dgates, want.dgates, tol, "gate gradients");
                   r.expect_close(dc, want.dc, tol, "dc");

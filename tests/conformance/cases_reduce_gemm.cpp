@@ -114,14 +114,24 @@ void reduce_cases(Runner& r) {
 void gemm_cases(Runner& r) {
   struct Setup {
     int64_t m, k, n;
-    Layout a, b;
+    Layout a, b, c = Layout::contiguous;
   };
   const std::vector<Setup> setups = {
       {1, 1, 1, Layout::contiguous, Layout::contiguous},   {7, 5, 3, Layout::contiguous, Layout::contiguous},
       {33, 17, 64, Layout::contiguous, Layout::contiguous}, {33, 17, 64, Layout::transposed, Layout::contiguous},
       {33, 17, 64, Layout::contiguous, Layout::transposed}, {33, 17, 64, Layout::transposed, Layout::transposed},
       {9, 6, 5, Layout::strided, Layout::strided},         {0, 4, 5, Layout::contiguous, Layout::contiguous},
-      {4, 0, 5, Layout::contiguous, Layout::contiguous},   {4, 5, 0, Layout::contiguous, Layout::contiguous}};
+      {4, 0, 5, Layout::contiguous, Layout::contiguous},   {4, 5, 0, Layout::contiguous, Layout::contiguous},
+      // Rows padded, as a recurrent step's slices of a sequence; products large enough for a device to
+      // split them (the CPU's pool takes column pieces), widths that do not divide evenly.
+      {5, 7, 6, Layout::padded, Layout::padded, Layout::padded},
+      {32, 256, 160, Layout::padded, Layout::transposed, Layout::padded},
+      {24, 300, 200, Layout::transposed, Layout::padded},
+      {32, 256, 160, Layout::contiguous, Layout::contiguous, Layout::padded}};
+  auto layouts = [](const Setup& s) {  // a-b, and -c where the result is not contiguous
+    std::string name = std::string(layout_name(s.a)) + "-" + layout_name(s.b);
+    return s.c == Layout::contiguous ? name : name + "-" + layout_name(s.c);
+  };
   auto reference = [](const std::vector<double>& a, const std::vector<double>& b, std::vector<double> c, int64_t m,
                       int64_t k, int64_t n, double alpha, double beta) {
     for (int64_t i = 0; i < m; ++i)
@@ -138,11 +148,12 @@ void gemm_cases(Runner& r) {
     for (const auto& s : setups)
       for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 0.25}})
         r.run(case_name({std::string(dtype_name(dtype)), fmt::format("{}x{}x{}", s.m, s.k, s.n),
-                         std::string(layout_name(s.a)) + "-" + layout_name(s.b), fmt::format("a{}b{}", alpha, beta)}),
+                         layouts(s),
+                         fmt::format("a{}b{}", alpha, beta)}),
               required, [&] {
                 auto a = r.values(s.m * s.k, -1, 1, dtype), b = r.values(s.k * s.n, -1, 1, dtype);
                 auto c = r.values(s.m * s.n, -1, 1, dtype);
-                Tensor out = r.upload({s.m, s.n}, c, dtype);
+                Tensor out = r.upload({s.m, s.n}, c, dtype, s.c);
                 ops::gemm_(out, r.upload({s.m, s.k}, a, dtype, s.a), r.upload({s.k, s.n}, b, dtype, s.b), alpha, beta);
                 r.expect_close(out, reference(a, b, c, s.m, s.k, s.n, alpha, beta),
                                tolerance_for(dtype, 4 * std::sqrt(s.k + 1.0)));
@@ -173,11 +184,11 @@ void gemm_cases(Runner& r) {
   for (DType dtype : {DType::f16, DType::bf16})
     for (const auto& s : setups)
       r.run(case_name({std::string(dtype_name(dtype)), "into-f32", fmt::format("{}x{}x{}", s.m, s.k, s.n),
-                       std::string(layout_name(s.a)) + "-" + layout_name(s.b)}),
+                       layouts(s)}),
             false, [&] {
               auto a = r.values(s.m * s.k, -1, 1, dtype), b = r.values(s.k * s.n, -1, 1, dtype);
               auto c = r.values(s.m * s.n, -1, 1, DType::f32);
-              Tensor out = r.upload({s.m, s.n}, c, DType::f32);
+              Tensor out = r.upload({s.m, s.n}, c, DType::f32, s.c);
               kestrel_gemm_params params{};
               params.struct_size = kestrel::abi_size<kestrel_gemm_params>;
               params.alpha = 0.5;

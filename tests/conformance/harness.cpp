@@ -18,6 +18,7 @@ const char* layout_name(Layout layout) {
     case Layout::contiguous: return "contiguous";
     case Layout::strided: return "strided";
     case Layout::transposed: return "transposed";
+    case Layout::padded: return "padded";
   }
   return "?";
 }
@@ -152,6 +153,14 @@ Tensor Runner::upload(const Shape& shape, const std::vector<double>& values, DTy
       host[ravel(index, wide)] = values[i];
     }
     return store(wide, host).slice(-1, 0, wide.back(), 2);
+  }
+  if (layout == Layout::padded && shape.size() >= 2) {
+    // Rows 3 elements longer than they are used; the gaps hold the sentinel.
+    Shape wide = shape;
+    wide.back() = shape.back() + 3;
+    std::vector<double> host(shape_numel(wide), round_to(dtype, 77));
+    for (int64_t i = 0; i < static_cast<int64_t>(values.size()); ++i) host[ravel(unravel(i, shape), wide)] = values[i];
+    return store(wide, host).slice(-1, 0, shape.back());
   }
   return store(shape, values);
 }

@@ -14,8 +14,9 @@
 
 namespace kestrel::conformance {
 
-// How an input tensor is laid out on the device: the same logical values, different strides.
-enum class Layout { contiguous, strided, transposed };
+// How an input tensor is laid out on the device: the same logical values, different strides. padded:
+// each row a prefix of a longer one (a time step's slice of a batch-first sequence).
+enum class Layout { contiguous, strided, transposed, padded };
 const char* layout_name(Layout layout);
 
 struct CaseFailure : std::runtime_error {

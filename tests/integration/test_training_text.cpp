@@ -25,6 +25,8 @@ fs::path fresh_dir(const std::string& name) {
 
 // A model file and a run config in `dir`, training a small GRU language model on `path`.
 const std::string gru = R"({"type": "gru", "hidden_size": 64})";
+// Two LSTM layers: one sequence node each where the device has the fused cell, composed steps elsewhere.
+const std::string lstm = R"({"type": "lstm", "hidden_size": 32, "num_layers": 2})";
 // A decoder-only Transformer block with learned positions and dropout (so masks are drawn too).
 const std::string gpt_block = R"({"type": "positional_embedding", "max_len": 32, "embedding_dim": 24},
     {"type": "transformer_encoder_layer", "d_model": 24, "nhead": 2, "dim_feedforward": 48, "dropout": 0.1,
@@ -137,10 +139,11 @@ TEST(TextTraining, GenerationDecodesStepByStepAsTheWholeSequenceDoes) {
   }
 }
 
-// The composed recurrent and attention layers need nothing of a backend but its primitives: every loaded backend
-// (Vulkan on lavapipe in CI, CUDA where there is a GPU) trains the same steps as the CPU.
+// The recurrent and attention layers need nothing of a backend but its primitives, and take its fused
+// ops where it has them: every loaded backend (Vulkan on lavapipe in CI, CUDA where there is a GPU)
+// trains the same steps as the CPU.
 TEST(TextTraining, EveryBackendTrainsTheSequenceModelsAsTheCpuDoes) {
-  for (const std::string& body : {gru, gpt_block}) {
+  for (const std::string& body : {gru, lstm, gpt_block}) {
   SCOPED_TRACE(body);
   fs::path dir = fresh_dir("backends");
   kestrel::RunConfig config = char_lm(dir, corpus, 128, R"({"type": "linear", "out_features": 128})", body);

@@ -1,8 +1,9 @@
 // Recurrent layers (torch.nn.RNN, LSTM, GRU) composed from primitives: one GEMM projects every step's
 // input at once, then each step adds the hidden state's GEMM and runs the gate math elementwise, so
-// backward is the autograd of those ops and every backend trains them with nothing of its own. The
-// LSTM's gate math runs as one fused op (plugin ABI 1.7) where the device offers it both ways, and the
-// hidden weights' gradients of RNN and LSTM layers come out of one GEMM for the whole sequence.
+// backward is the autograd of those ops and every backend trains them with nothing of its own. Where
+// the device offers the LSTM's fused cell (plugin ABI 1.7) both ways, an LSTM layer's steps run as one
+// node (lstm_sequence.cpp), or under autocast the cell alone replaces the gate math. The hidden
+// weights' gradients of RNN and LSTM layers come out of one GEMM for the whole sequence.
 #include <fmt/format.h>
 
 #include <optional>
@@ -10,6 +11,7 @@
 #include <utility>
 
 #include "kestrel/functional.h"
+#include "recurrent_steps.h"
 #include "tensor_math.h"
 #include "weight_grad.h"
 
@@ -57,28 +59,23 @@ struct StartStates {
   Tensor value;
 };
 
-// The identity on the steps' input projections (N, T, G*H) whose backward also gives weight_hh and
-// bias_hh their gradients for the whole sequence: in RNN and LSTM cells a step's hidden product
-// h W_hh^T + b_hh is added to its projection before anything else, so both get the same gradient, and
-// this node's backward runs after every step's. dW_hh = dP^T H_start and db_hh = the sum of dP over all
-// N*T rows: one GEMM with K = N*T instead of T products with K = N, and no per-step bias sums. The steps
-// then use W_hh and b_hh as constants.
-Var with_hidden_weight_grads(const Var& projected, const RecurrentWeights& w, std::shared_ptr<StartStates> starts) {
-  std::vector<Var> parents{projected, w.weight_hh};
-  if (w.bias_hh.defined()) parents.push_back(w.bias_hh);
-  return make_var(projected.value(), parents, "recurrent_hidden_weights",
-                  [projected = projected.node(), weight = w.weight_hh.node(), bias = w.bias_hh.node(),
-                   starts](const Tensor& dp) {  // (N, T, G*H)
+// The identity on the steps' input projections (N, T, G*H) whose backward also gives weight_hh its
+// gradient for the whole sequence: in RNN and LSTM cells a step's hidden product h W_hh^T is added to
+// its projection before anything else, so both get the same gradient, and this node's backward runs
+// after every step's. dW_hh = dP^T H_start: one GEMM with K = N*T instead of T products with K = N.
+// The steps then use W_hh as a constant.
+Var with_hidden_weight_grad(const Var& projected, const Var& weight_hh, std::shared_ptr<StartStates> starts) {
+  return make_var(projected.value(), {projected, weight_hh}, "recurrent_hidden_weights",
+                  [projected = projected.node(), weight = weight_hh.node(), starts](const Tensor& dp) {  // (N, T, G*H)
                     if (projected->requires_grad) accumulate_grad(*projected, dp);
-                    const Tensor rows = dp.reshape({-1, dp.size(2)});                          // (N*T, G*H)
-                    const Tensor h = starts->value.reshape({-1, starts->value.size(2)});       // (N*T, H)
-                    accumulate_product(*weight, rows.transpose(0, 1), h);                    // (G*H, H)
-                    if (bias && bias->requires_grad) accumulate_grad(*bias, math::sum(rows, {0}, false));
+                    const Tensor rows = dp.reshape({-1, dp.size(2)});                     // (N*T, G*H)
+                    const Tensor h = starts->value.reshape({-1, starts->value.size(2)});  // (N*T, H)
+                    accumulate_product(*weight, rows.transpose(0, 1), h);               // (G*H, H)
                   });
 }
 
-// Every step's starting state from the layer's outputs (N, T, H) and its initial state h0 (N, H):
-// step t starts from output t - 1 (t + 1 when reversed), the first step from h0.
+}  // namespace
+
 Tensor start_states(const Tensor& outputs, const Tensor& h0, bool reverse) {
   const int64_t steps = outputs.size(1);
   Tensor starts = Tensor::empty(outputs.shape(), outputs.dtype(), outputs.device());
@@ -87,6 +84,8 @@ Tensor start_states(const Tensor& outputs, const Tensor& h0, bool reverse) {
   ops::copy_(rest, outputs.slice(1, reverse ? 1 : 0, reverse ? steps : steps - 1));
   return starts;
 }
+
+namespace {
 
 // One step of the cell. projected: (N, G*H), this step's input through weight_ih and bias_ih;
 // h, c: (N, H), the state before the step (c only for the LSTM), replaced by the state after it.
@@ -136,24 +135,30 @@ Var recurrent_layer(const Var& x, const RecurrentWeights& w, RecurrentCell cell,
     throw InvalidArgument(fmt::format("recurrent layer: input {} with weight_ih {} and weight_hh {} do not fit",
                                       input.describe(), w.weight_ih.value().describe(), w.weight_hh.value().describe()));
   const int64_t batch = input.size(0), steps = input.size(1), hidden = hh[1];
+  // RNN and LSTM cells add bias_hh to the projection before anything else, so it joins bias_ih there
+  // (one bias gradient for both); GRU's reset gate scales it, so it stays in the steps.
+  const bool joined_biases = cell != RecurrentCell::gru && w.bias_hh.defined();
+  const Var bias = !joined_biases ? w.bias_ih : w.bias_ih.defined() ? add(w.bias_ih, w.bias_hh) : w.bias_hh;
   // Every step's input projection in one GEMM: (N*T, F) -> (N, T, G*H), then a view per step.
-  Var projected = reshape(linear(reshape(x, {batch * steps, ih[1]}), w.weight_ih, w.bias_ih), {batch, steps, ih[0]});
-  const bool hidden_grads = w.weight_hh.requires_grad() || (w.bias_hh.defined() && w.bias_hh.requires_grad());
+  Var projected = reshape(linear(reshape(x, {batch * steps, ih[1]}), w.weight_ih, bias), {batch, steps, ih[0]});
+  auto initial = [&](const Tensor& carried) {  // torch's default initial state is zeros
+    return carried.defined() ? carried : Tensor::zeros({batch, hidden}, input.dtype(), input.device());
+  };
+  const Tensor h0 = initial(state ? state->h : Tensor());
+  const Tensor c0 = cell == RecurrentCell::lstm ? initial(state ? state->c : Tensor()) : Tensor();
+  if (cell == RecurrentCell::lstm)
+    if (auto fused = fused_lstm_sequence(projected, w.weight_hh, h0, c0, reverse, state)) return *fused;
+
   std::shared_ptr<StartStates> starts;
   RecurrentWeights per_step_weights = w;
-  if (cell != RecurrentCell::gru && hidden_grads && steps > 0) {
+  if (joined_biases) per_step_weights.bias_hh = Var();
+  if (cell != RecurrentCell::gru && w.weight_hh.requires_grad() && steps > 0) {
     starts = std::make_shared<StartStates>();
-    projected = with_hidden_weight_grads(projected, w, starts);
+    projected = with_hidden_weight_grad(projected, w.weight_hh, starts);
     per_step_weights.weight_hh = Var(w.weight_hh.value());
-    if (w.bias_hh.defined()) per_step_weights.bias_hh = Var(w.bias_hh.value());
   }
   const std::vector<Var> per_step = unbind(projected, 1);
-  auto initial = [&](const Tensor& carried) {  // torch's default initial state is zeros
-    return Var(carried.defined() ? carried : Tensor::zeros({batch, hidden}, input.dtype(), input.device()));
-  };
-  Var h = initial(state ? state->h : Tensor());
-  const Tensor h0 = h.value();
-  Var c = cell == RecurrentCell::lstm ? initial(state ? state->c : Tensor()) : Var();
+  Var h(h0), c = c0.defined() ? Var(c0) : Var();
   std::vector<Var> outputs(static_cast<size_t>(steps));
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t t = reverse ? steps - 1 - k : k;

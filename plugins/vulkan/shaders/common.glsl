@@ -3,7 +3,7 @@
 //
 // Binding layout (one descriptor set layout for every pipeline, see vk_pipelines.cpp):
 //   binding 0        Params, read-only: up to four tensor descriptors and scalar arguments
-//   bindings 1..4    the buffers of the op's tensors, in the order the host lists them
+//   bindings 1..8    the buffers of the op's tensors, in the order the host lists them
 //
 // Shapes, strides and offsets count elements and fit in 31 bits: the host declines larger tensors
 // (supports_op) so 32-bit index arithmetic is exact here.

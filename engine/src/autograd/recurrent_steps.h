@@ -1,0 +1,22 @@
+// Pieces of the recurrent layers shared by the composed steps (recurrent.cpp) and the LSTM's fused
+// sequence (lstm_sequence.cpp). Engine-internal.
+#pragma once
+#include <optional>
+
+#include "kestrel/functional.h"
+
+namespace kestrel::fn {
+
+// Every step's starting state from the layer's outputs (N, T, H) and its initial state h0 (N, H):
+// step t starts from output t - 1 (t + 1 when reversed), the first step from h0.
+Tensor start_states(const Tensor& outputs, const Tensor& h0, bool reverse);
+
+// A whole LSTM layer's steps as one autograd node. projected: (N, T, 4H), every step's input product
+// with both biases added; weight_hh: (4H, H); h0, c0: (N, H), the state before the first step. Returns
+// the outputs (N, T, H) and, with `state`, leaves the final (h, c) in it; nothing when the device lacks
+// the fused cell either way or an autocast scope would lower the hidden product (the composed steps
+// then run). weight_hh gets its gradient for the whole sequence from one GEMM.
+std::optional<Var> fused_lstm_sequence(const Var& projected, const Var& weight_hh, const Tensor& h0, const Tensor& c0,
+                                       bool reverse, RecurrentState* state);
+
+}  // namespace kestrel::fn
