@@ -40,6 +40,9 @@ KESTREL_VECTOR_CLONES void forward_row(const S* xr, const S* hr, const S* cr, S*
                                        A* a) {
   auto in_place = [a](int64_t k) { return a[k]; };
   auto keep = [a](int64_t k, A v) { a[k] = v; };
+  // `omp simd` on the plain loops: each element is computed alone (no loop-carried dependence), but
+  // without it GCC leaves them scalar, unsure whether the rows overlap the scratch.
+#pragma omp simd
   for (int64_t k = 0; k < 4 * hidden; ++k) a[k] = A(E::load(xr[k])) + A(E::load(hr[k]));
   auto sigmoid = [](A v) { return A(1) / (A(1) + std::exp(-v)); };
   auto tanh = [](A v) { return std::tanh(v); };
@@ -48,6 +51,7 @@ KESTREL_VECTOR_CLONES void forward_row(const S* xr, const S* hr, const S* cr, S*
   map_staged<A>(3 * hidden, 4 * hidden, in_place, keep, sigmoid);  // o
   const A *i = a, *f = i + hidden, *g = f + hidden, *o = g + hidden;
   A* cell = a + 4 * hidden;
+#pragma omp simd
   for (int64_t j = 0; j < hidden; ++j) {
     cell[j] = f[j] * A(E::load(cr[j])) + i[j] * g[j];
     cn[j] = E::store(typename E::compute(cell[j]));
@@ -55,6 +59,7 @@ KESTREL_VECTOR_CLONES void forward_row(const S* xr, const S* hr, const S* cr, S*
   map_staged<A>(0, hidden, [cell](int64_t j) { return cell[j]; },
                 [hn, o](int64_t j, A tanh_cell) { hn[j] = E::store(typename E::compute(o[j] * tanh_cell)); },
                 tanh);
+#pragma omp simd
   for (int64_t k = 0; k < 4 * hidden; ++k) gr[k] = E::store(typename E::compute(a[k]));
 }
 
@@ -83,6 +88,7 @@ KESTREL_VECTOR_CLONES void backward_row(const S* dh, const S* dc_next, const S* 
   auto store = [](A v) { return E::store(typename E::compute(v)); };
   map_staged<A>(0, hidden, [c_next](int64_t j) { return A(E::load(c_next[j])); },
                 [tanh_c](int64_t j, A v) { tanh_c[j] = v; }, [](A v) { return std::tanh(v); });
+#pragma omp simd  // as in forward_row
   for (int64_t j = 0; j < hidden; ++j) {
     auto gate = [&](int k) { return A(E::load(gates[k * hidden + j])); };
     const A i = gate(0), f = gate(1), g = gate(2), o = gate(3), grad_h = A(E::load(dh[j]));
