@@ -8,4 +8,6 @@ KESTREL_PACKAGES+=(slurmd slurmctld slurm-client munge)
 kestrel_install_packages
 kestrel_build
 cd "$KESTREL_BUILD"
+# The packages above bring lavapipe: the Vulkan conformance runs must find a device, not pass vacuously.
+export KESTREL_EXPECT_DEVICES=${KESTREL_EXPECT_DEVICES-cpu,vulkan}
 ctest --output-on-failure -j "$KESTREL_JOBS" "$@"

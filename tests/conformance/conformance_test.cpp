@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
+#include <sstream>
 
 #include "conformance.hpp"
 #include "kestrel/engine.h"
@@ -81,6 +83,24 @@ int main(int argc, char** argv) {
   if (devices == 0) {
     fmt::print(stderr, "no plugin loaded: run `kestrel devices` to see why\n");
     return 1;
+  }
+  // KESTREL_EXPECT_DEVICES=cpu,vulkan (scripts/test.sh sets it): each plugin named must offer a device
+  // here, or the run fails instead of passing with that backend untested (a filter such as
+  // *vulkan*collective* matches nothing then).
+  if (const char* expected = std::getenv("KESTREL_EXPECT_DEVICES")) {
+    std::istringstream names(expected);
+    for (std::string name; std::getline(names, name, ',');) {
+      bool found = false;
+      for (const auto& plugin : engine.plugins())
+        found = found || (plugin.loaded && plugin.name == name && !plugin.devices.empty());
+      if (!found && !name.empty()) {
+        fmt::print(stderr,
+                   "KESTREL_EXPECT_DEVICES names {}, but no loaded plugin of that name has a device here: run "
+                   "`kestrel devices` to see why\n",
+                   name);
+        return 1;
+      }
+    }
   }
   return RUN_ALL_TESTS();
 }
