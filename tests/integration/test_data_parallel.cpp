@@ -309,7 +309,11 @@ TEST(DataParallel, AStalledRankIsNamedAndEveryRankEnds) {
   const double timeout = 3;
   Fault fault = inject("stalled", SIGSTOP, timeout);
   expect_stall_reported(fault, timeout);
-  EXPECT_NE(fault.result.output.find("step "), std::string::npos) << fault.result.output;
+  // What the report names depends on where rank 1 stopped: a step's gradient bucket (mostly), or the
+  // evaluation's sums at an epoch's end (seen once the steps got faster).
+  const std::string& output = fault.result.output;
+  EXPECT_TRUE(output.find("step ") != std::string::npos || output.find("the evaluation") != std::string::npos)
+      << output;
   std::cout << "stalled rank: the run ended " << fault.seconds << " s after the stall (timeout " << timeout << " s)\n";
 }
 
