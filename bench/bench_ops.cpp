@@ -52,6 +52,45 @@ void gemm_openblas(benchmark::State& state) {
                                                  benchmark::Counter::kIs1000);
 }
 
+// An LSTM step's hidden product at lstm_generator's shape: h (32, 256) @ W_hh^T, W_hh (1024, 256) seen
+// transposed, as the layer's sequence node multiplies it (the CPU plugin splits it into column halves).
+constexpr int kStepBatch = 32, kStepHidden = 256, kStepGates = 1024;
+
+void lstm_step_gemm(benchmark::State& state, kestrel::Device device) {
+  Tensor h = random_tensor({kStepBatch, kStepHidden}, DType::f32, device, 9);
+  Tensor w = random_tensor({kStepGates, kStepHidden}, DType::f32, device, 10);
+  Tensor c = Tensor::empty({kStepBatch, kStepGates}, DType::f32, device);
+  const Tensor w_t = w.transpose(0, 1);
+  kestrel::Engine::global().synchronize(device);  // the inputs' generation is not timed
+  for (auto _ : state) {
+    kestrel::ops::gemm_(c, h, w_t);
+    kestrel::Engine::global().synchronize(device);
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kStepBatch * kStepHidden * kStepGates,
+                                                 benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+// Its baseline: the same product straight into the BLAS library on one of its threads, as the plugin ran
+// it before the halves.
+void lstm_step_gemm_openblas_one_thread(benchmark::State& state) {
+  std::vector<float> h(size_t(kStepBatch) * kStepHidden, 0.5f), w(size_t(kStepGates) * kStepHidden, 0.25f),
+      c(size_t(kStepBatch) * kStepGates);
+  const kestrel_bench::SgemmFn sgemm = kestrel_bench::direct_sgemm();
+  // One OpenBLAS thread while it runs; the count the plugin expects afterwards.
+  auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  auto get_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  const int threads = get_threads ? get_threads() : 1;
+  if (set_threads) set_threads(1);
+  for (auto _ : state) {
+    sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kStepBatch, kStepGates, kStepHidden, 1.0f, h.data(), kStepHidden,
+          w.data(), kStepHidden, 0.0f, c.data(), kStepGates);
+    benchmark::DoNotOptimize(c.data());
+  }
+  if (set_threads) set_threads(threads);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kStepBatch * kStepHidden * kStepGates,
+                                                 benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 void elementwise(benchmark::State& state, kestrel::Device device, DType dtype, int64_t n, bool binary) {
   Tensor a = random_tensor({n}, dtype, device, 3), b = random_tensor({n}, dtype, device, 4);
   Tensor out = Tensor::empty({n}, dtype, device);
@@ -132,6 +171,9 @@ void register_device_benchmarks(const kestrel::Device& device) {
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
   }
+  benchmark::RegisterBenchmark(fmt::format("gemm_lstm_step/{}/f32/32x256x1024", d).c_str(), lstm_step_gemm, device)
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
   for (int64_t n : {1 << 16, 1 << 22}) {
     benchmark::RegisterBenchmark(fmt::format("add/{}/f32/{}", d, n).c_str(), elementwise, device, DType::f32, n, true)
         ->Unit(benchmark::kMicrosecond)
@@ -162,6 +204,10 @@ int main(int argc, char** argv) {
   for (int64_t n : {256, 1024})
     benchmark::RegisterBenchmark("gemm/openblas-direct/f32", gemm_openblas)->Arg(n)->Unit(benchmark::kMicrosecond)->UseRealTime();
   kestrel::Engine& engine = kestrel::Engine::global();
+  benchmark::RegisterBenchmark("gemm_lstm_step/openblas-direct-1-thread/f32/32x256x1024",
+                               lstm_step_gemm_openblas_one_thread)
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
   for (const auto& plugin : engine.plugins())
     if (plugin.loaded)
       for (const auto& info : plugin.devices)

@@ -19,23 +19,16 @@ void launch_lstm_cell(kestrel_stream* stream, const kestrel_op& op) {
   if (cells == 0) return;
   Dispatch d;
   d.shader = std::string(backward ? "lstm_cell_backward_" : "lstm_cell_") + dtype_suffix(c.dtype);
-  // Tensor k: its offset and row stride in ints[2k], ints[2k + 1], its buffer in binding k + 1.
+  // Tensor k (inputs, then outputs): its offset and row stride in ints[2k], ints[2k + 1], its buffer in
+  // binding k + 1. (launch checked that each lies inside one binding.)
   int k = 0;
-  auto bind = [&](const kestrel_tensor& t, const char* role) {
-    check_binding_range(stream->context, t, role);
+  auto bind = [&](const kestrel_tensor& t) {
     d.params.ints[2 * k] = static_cast<int32_t>(t.offset);
     d.params.ints[2 * k + 1] = static_cast<int32_t>(t.shape[0] > 1 ? t.strides[0] : 0);
     d.buffers[k++] = t.buffer;
   };
-  static const char* const forward_roles[] = {"lstm_cell: input product", "lstm_cell: hidden product", "lstm_cell: c",
-                                              "lstm_cell: h'", "lstm_cell: c'", "lstm_cell: gates"};
-  static const char* const backward_roles[] = {"lstm_cell_backward: dh'",   "lstm_cell_backward: dc'",
-                                               "lstm_cell_backward: gates", "lstm_cell_backward: c",
-                                               "lstm_cell_backward: c'",    "lstm_cell_backward: dgates",
-                                               "lstm_cell_backward: dc"};
-  const char* const* roles = backward ? backward_roles : forward_roles;
-  for (int i = 0; i < op.num_inputs; ++i) bind(op.inputs[i], roles[i]);
-  for (int i = 0; i < op.num_outputs; ++i) bind(op.outputs[i], roles[op.num_inputs + i]);
+  for (int i = 0; i < op.num_inputs; ++i) bind(op.inputs[i]);
+  for (int i = 0; i < op.num_outputs; ++i) bind(op.outputs[i]);
   d.params.uints[0] = static_cast<uint32_t>(cells);
   d.params.uints[1] = static_cast<uint32_t>(c.shape[1]);
   set_flat_grid(stream->context, d, static_cast<uint64_t>(cells));
