@@ -252,13 +252,17 @@ Transport::~Transport() {
   State& s = *state_;
   bool stuck;
   {
-    std::lock_guard<std::mutex> lock(s.mutex);
+    // The queued collectives finish first, under the watchdog: one whose peer never joins fails at the
+    // timeout instead of keeping this wait (and the worker's join) blocked for good.
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.changed.wait(lock, [&] { return (s.queue.empty() && !s.running) || s.failed != KESTREL_STATUS_OK; });
     s.stopping = true;
-    stuck = s.running;  // only after a failure: a healthy transport finishes its queue first
+    stuck = s.running;  // only after a failure
     s.changed.notify_all();
   }
   if (stuck) {
-    // The worker is blocked in MPI for good (the host did not abort): it can be neither joined nor freed.
+    // The worker is blocked in MPI (the host did not abort): it can be neither joined nor freed. Should the
+    // collective complete after all, the worker skips the rest of the queue and ends.
     s.worker.detach();
     s.watchdog.detach();
     (void)state_.release();

@@ -23,8 +23,9 @@ class Transport {
   // rank and world_size must be MPI's (the group is MPI's world); MPI must be initialised by the host
   // with at least MPI_THREAD_SERIALIZED. `backend` names the plugin in messages.
   Transport(const char* backend, int32_t rank, int32_t world_size);
-  // Waits for the queued collectives. After a failure a collective may block in MPI for good: then the
-  // threads are left to the process's end (the host aborts the job).
+  // Waits for the queued collectives, each within the timeout. After a failure (a timeout included) a
+  // collective may block in MPI for good: then the threads are left to the process's end (the host aborts
+  // the job).
   ~Transport();
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;

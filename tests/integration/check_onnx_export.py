@@ -23,11 +23,11 @@ CLI = os.environ["KESTREL_CLI"]
 
 # The shipped run configs: MLPs, CNNs (batch norm, residual, average pooling), LSTM, RNN, GPT, Transformer.
 SHIPPED = ["seeds_mlp", "linear_regression", "fashion_mlp", "small_cnn", "fashion_convnet", "residual_cnn",
-           "lstm_fashion", "lstm_generator", "rnn_classifier", "gpt_char", "transformer_lm"]
+           "lstm_fashion", "lstm_generator", "rnn_classifier", "transformer_classifier", "gpt_char", "transformer_lm"]
 
 # Layer kinds and options no shipped model uses: GRU and bidirectional layers, a ReLU RNN, tanh, sigmoid,
-# softmax and GELU layers, mean over time, stand-alone attention, a decoder layer with a causal memory,
-# post-norm blocks without biases, a layer norm without affine parameters.
+# softmax and GELU layers, mean over time, stand-alone attention, a decoder layer with a causal memory
+# whose keys skip padding, post-norm blocks without biases, a layer norm without affine parameters.
 EXTRA_MODELS = {
     "sequence_mix": ("lstm_generator", {
         "name": "sequence_mix", "input": {"shape": [24], "dtype": "i64"},
@@ -38,10 +38,11 @@ EXTRA_MODELS = {
             {"name": "widen", "type": "linear", "out_features": 32, "inputs": ["gru"]},
             {"name": "squash", "type": "tanh", "inputs": ["widen"]},
             {"name": "pos", "type": "positional_encoding", "max_len": 64, "inputs": ["squash"]},
+            {"name": "padding", "type": "key_padding_mask", "inputs": ["input"]},
             {"name": "attend", "type": "multihead_attention", "embed_dim": 32, "num_heads": 4, "causal": True,
              "inputs": ["pos"]},
             {"name": "decode", "type": "transformer_decoder_layer", "d_model": 32, "nhead": 4, "dim_feedforward": 48,
-             "memory_causal": True, "bias": False, "inputs": ["attend", "pos"]},
+             "memory_causal": True, "bias": False, "inputs": ["attend", "pos", "padding"]},
             {"name": "encode", "type": "transformer_encoder_layer", "d_model": 32, "nhead": 2, "dim_feedforward": 40,
              "activation": "gelu", "inputs": ["decode"]},
             {"name": "norm", "type": "layernorm", "normalized_shape": 32, "elementwise_affine": False,
@@ -85,7 +86,10 @@ def sample_inputs(graph_input, rng):
     dims = [d.dim_value for d in graph_input.type.tensor_type.shape.dim[1:]]
     assert graph_input.type.tensor_type.shape.dim[0].dim_param == "N", "the batch dimension is not dynamic"
     if graph_input.type.tensor_type.elem_type == onnx.TensorProto.INT64:
-        return rng.integers(0, 100, size=[5] + dims, dtype=np.int64)  # every model's vocabulary has 100 ids
+        tokens = rng.integers(1, 100, size=[5] + dims, dtype=np.int64)  # every model's vocabulary has 100 ids
+        for i in range(5):  # left padding with id 0, none to most of the sequence (what key-padding masks skip)
+            tokens[i, :i * dims[0] // 6] = 0
+        return tokens
     return rng.standard_normal([5] + dims).astype(np.float32)
 
 

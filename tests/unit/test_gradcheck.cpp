@@ -192,6 +192,13 @@ TEST_P(Gradcheck, Attention) {
              random_f64({4}, 90)}, 1e-5);
   gradcheck([](auto& v) { return fn::multihead_attention(v[0], v[1], {v[2], Var(), v[3], Var()}, 2, {}); },
             {random_f64({1, 2, 4}, 91), random_f64({1, 5, 4}, 92), random_f64({12, 4}, 93), random_f64({4, 4}, 94)}, 1e-5);
+  // A key-padding mask (N = 2, 5 keys): sample 0's first two keys and sample 1's last are padding, so the
+  // weights and their gradients flow through the remaining keys of each sample's two heads.
+  fn::AttentionOptions padded;
+  padded.key_padding = Tensor::from_vector<double>({1, 1, 0, 0, 0, 0, 0, 0, 0, 1}, {2, 5}, cpu());
+  gradcheck([padded](auto& v) { return fn::multihead_attention(v[0], v[1], {v[2], v[3], v[4], Var()}, 2, padded); },
+            {random_f64({2, 3, 4}, 97), random_f64({2, 5, 4}, 98), random_f64({12, 4}, 100), random_f64({12}, 101),
+             random_f64({4, 4}, 102)}, 1e-5);
   gradcheck([](auto& v) { return fn::permute(v[0], {2, 0, 1}); }, {random_f64({2, 3, 4}, 95)});
   gradcheck([](auto& v) { return fn::slice(v[0], 1, 1, 3); }, {random_f64({2, 4, 3}, 96)});
 }

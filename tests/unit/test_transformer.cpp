@@ -32,36 +32,58 @@ std::vector<double> random_values(size_t count, uint64_t seed) {
   return values;
 }
 
+// Attention's definition in double precision on q (B, Tq, D), k and v (B, Tk, D), each query i of entry b
+// weighing only the keys j with seen(b, i, j): softmax(q k^T / sqrt(D)) v over those keys -> (B, Tq, D).
+template <class Seen>
+std::vector<double> attention_reference(const std::vector<double>& q, const std::vector<double>& k,
+                                        const std::vector<double>& v, int64_t batch, int64_t queries, int64_t keys,
+                                        int64_t depth, Seen seen) {
+  std::vector<double> out(static_cast<size_t>(batch * queries * depth), 0.0);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < queries; ++i) {
+      std::vector<double> weights(keys, 0.0);
+      double total = 0;
+      for (int64_t j = 0; j < keys; ++j) {
+        if (!seen(b, i, j)) continue;
+        double dot = 0;
+        for (int64_t d = 0; d < depth; ++d) dot += q[(b * queries + i) * depth + d] * k[(b * keys + j) * depth + d];
+        weights[j] = std::exp(dot / std::sqrt(double(depth)));
+        total += weights[j];
+      }
+      for (int64_t j = 0; j < keys; ++j)
+        for (int64_t d = 0; d < depth; ++d)
+          out[(b * queries + i) * depth + d] += weights[j] / total * v[(b * keys + j) * depth + d];
+    }
+  return out;
+}
+
+std::vector<double> attend(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                           int64_t batch, int64_t queries, int64_t keys, int64_t depth, const fn::AttentionOptions& o) {
+  return fn::scaled_dot_product_attention(Var(Tensor::from_vector(q, {batch, queries, depth}, cpu())),
+                                          Var(Tensor::from_vector(k, {batch, keys, depth}, cpu())),
+                                          Var(Tensor::from_vector(v, {batch, keys, depth}, cpu())), o)
+      .value()
+      .to_doubles();
+}
+
+void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tolerance) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t e = 0; e < got.size(); ++e) EXPECT_NEAR(got[e], want[e], tolerance) << "element " << e;
+}
+
 TEST(Attention, MatchesItsDefinitionWithAndWithoutTheCausalMask) {
   const int64_t batch = 2, queries = 3, keys = 5, depth = 4;
   auto q = random_values(batch * queries * depth, 1), k = random_values(batch * keys * depth, 2),
        v = random_values(batch * keys * depth, 3);
   for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
     fn::AttentionOptions o;
     o.causal = causal;
-    auto got = fn::scaled_dot_product_attention(Var(Tensor::from_vector(q, {batch, queries, depth}, cpu())),
-                                                Var(Tensor::from_vector(k, {batch, keys, depth}, cpu())),
-                                                Var(Tensor::from_vector(v, {batch, keys, depth}, cpu())), o)
-                   .value()
-                   .to_doubles();
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t i = 0; i < queries; ++i) {
-        // Query i continues 2 earlier positions: causally it sees keys 0 .. 2 + i.
-        const int64_t visible = causal ? keys - queries + i + 1 : keys;
-        std::vector<double> weights(visible);
-        double total = 0;
-        for (int64_t j = 0; j < visible; ++j) {
-          double dot = 0;
-          for (int64_t d = 0; d < depth; ++d) dot += q[(b * queries + i) * depth + d] * k[(b * keys + j) * depth + d];
-          weights[j] = std::exp(dot / std::sqrt(double(depth)));
-          total += weights[j];
-        }
-        for (int64_t d = 0; d < depth; ++d) {
-          double want = 0;
-          for (int64_t j = 0; j < visible; ++j) want += weights[j] / total * v[(b * keys + j) * depth + d];
-          EXPECT_NEAR(got[(b * queries + i) * depth + d], want, 1e-12) << "causal " << causal;
-        }
-      }
+    // Query i continues 2 earlier positions: causally it sees keys 0 .. 2 + i.
+    expect_near(attend(q, k, v, batch, queries, keys, depth, o),
+                attention_reference(q, k, v, batch, queries, keys, depth,
+                                    [&](int64_t, int64_t i, int64_t j) { return !causal || j <= keys - queries + i; }),
+                1e-12);
   }
 }
 
@@ -135,14 +157,34 @@ kestrel::ModelSpec gpt(const std::string& extra = "") {
                                    "gpt.json");
 }
 
-kestrel::ModelSpec encoder_decoder() {
+// With `padded`, the source's token 0 is padding (a key-padding mask as the transformer's third input).
+kestrel::ModelSpec encoder_decoder(bool padded = false) {
   return kestrel::ModelSpec::parse(R"({"name": "tiny_transformer", "input": {"shape": [6], "dtype": "i64"}, "nodes": [
       {"name": "embed", "type": "embedding", "num_embeddings": 20, "embedding_dim": 8, "inputs": ["input"]},
+      {"name": "padding", "type": "key_padding_mask", "inputs": ["input"]},
       {"name": "positions", "type": "positional_encoding", "max_len": 64, "inputs": ["embed"]},
       {"name": "transformer", "type": "transformer", "d_model": 8, "nhead": 2, "num_encoder_layers": 1,
-       "num_decoder_layers": 2, "dim_feedforward": 16, "causal": true, "inputs": ["positions", "positions"]},
+       "num_decoder_layers": 2, "dim_feedforward": 16, "causal": true, "inputs": ["positions", "positions")" +
+                                       std::string(padded ? R"(, "padding")" : "") + R"(]},
       {"name": "head", "type": "linear", "out_features": 20, "inputs": ["transformer"]}]})",
-                                   "transformer.json");
+                                   padded ? "padded_transformer.json" : "transformer.json");
+}
+
+// Causal attention layers of every kind whose keys skip token 0 (padding): an encoder layer, a stand-alone
+// attention and a decoder layer's attention over its memory.
+kestrel::ModelSpec padded_gpt() {
+  return kestrel::ModelSpec::parse(R"({"name": "padded_gpt", "input": {"shape": [8], "dtype": "i64"}, "nodes": [
+      {"name": "embed", "type": "embedding", "num_embeddings": 20, "embedding_dim": 8, "inputs": ["input"]},
+      {"name": "padding", "type": "key_padding_mask", "padding_idx": 0, "inputs": ["input"]},
+      {"name": "positions", "type": "positional_embedding", "max_len": 8, "embedding_dim": 8, "inputs": ["embed"]},
+      {"name": "block", "type": "transformer_encoder_layer", "d_model": 8, "nhead": 2, "dim_feedforward": 16,
+       "causal": true, "inputs": ["positions", "padding"]},
+      {"name": "attend", "type": "multihead_attention", "embed_dim": 8, "num_heads": 2, "causal": true,
+       "inputs": ["block", "padding"]},
+      {"name": "decode", "type": "transformer_decoder_layer", "d_model": 8, "nhead": 2, "dim_feedforward": 16,
+       "memory_causal": true, "inputs": ["attend", "positions", "padding"]},
+      {"name": "head", "type": "linear", "out_features": 20, "inputs": ["decode"]}]})",
+                                   "padded_gpt.json");
 }
 
 TEST(Transformer, ParametersHaveTorchsNames) {
@@ -164,14 +206,15 @@ TEST(Transformer, ParametersHaveTorchsNames) {
   EXPECT_EQ(decoder_norm3, 3u);
 }
 
-// Changing a later token changes nothing at earlier positions: no position sees the future.
+// Changing a later token changes nothing at earlier positions: no position sees the future, not even a
+// padded one, whose only visible keys are padding (the first two tokens, 0, pad the key-padding models).
 TEST(Transformer, CausalLayersNeverSeeLaterPositions) {
-  for (const kestrel::ModelSpec& spec : {gpt(), encoder_decoder()}) {
-    SCOPED_TRACE(spec.name());
+  for (const kestrel::ModelSpec& spec : {gpt(), encoder_decoder(), padded_gpt(), encoder_decoder(true)}) {
+    SCOPED_TRACE(spec.source());
     kestrel::Model model(spec, cpu(), 2);
     const int64_t length = spec.input_shape()[0];
     std::vector<int64_t> ids(static_cast<size_t>(length));
-    for (int64_t i = 0; i < length; ++i) ids[i] = (3 * i + 1) % 20;
+    for (int64_t i = 0; i < length; ++i) ids[i] = i < 2 ? 0 : (3 * i + 1) % 20;
     uint64_t unused = 0;
     auto a = model.forward(Tensor::from_vector(ids, {1, length}, cpu()), false, 0, unused).value().to_vector<float>();
     ids[4] = 19;
@@ -188,12 +231,13 @@ TEST(Transformer, CausalLayersNeverSeeLaterPositions) {
 // Decoding three positions, then one at a time with cached keys and values, gives the outputs of the
 // whole sequence in one pass.
 TEST(Transformer, DecodingWithTheCacheEqualsTheWholeSequence) {
-  for (const kestrel::ModelSpec& spec : {gpt(), encoder_decoder()}) {
-    SCOPED_TRACE(spec.name());
+  for (const kestrel::ModelSpec& spec : {gpt(), encoder_decoder(), padded_gpt(), encoder_decoder(true)}) {
+    SCOPED_TRACE(spec.source());
     kestrel::Model model(spec, cpu(), 3);
     const int64_t length = spec.input_shape()[0];
     std::vector<int64_t> ids(static_cast<size_t>(2 * length));
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 7 + 2) % 20;
+    ids[0] = ids[1] = 0;  // the first sequence starts with two padded positions (token 0, padding where masked)
     Tensor tokens = Tensor::from_vector(ids, {2, length}, cpu());
     uint64_t unused = 0;
     auto whole = model.forward(tokens, false, 0, unused).value().to_vector<float>();  // (2, T, 20)
@@ -206,6 +250,69 @@ TEST(Transformer, DecodingWithTheCacheEqualsTheWholeSequence) {
         auto row = part.select(0, n).select(0, t < 3 ? t : 0).to_vector<float>();
         for (int64_t c = 0; c < 20; ++c) ASSERT_NEAR(row[c], whole[(n * length + t) * 20 + c], 1e-5) << n << " " << t;
       }
+  }
+}
+
+// Key padding (N = 2 samples of 2 heads): each query weighs only its sample's real keys, as the
+// definition computed in double precision over those keys alone, with and without the causal mask.
+TEST(Attention, PaddedKeysGetNoWeight) {
+  const int64_t samples = 2, heads = 2, batch = samples * heads, queries = 3, keys = 5, depth = 4;
+  const std::vector<double> padding{0, 0, 0, 0, 1, 0, 1, 0, 0, 0};  // sample 0's last key, sample 1's second
+  auto q = random_values(batch * queries * depth, 11), k = random_values(batch * keys * depth, 12),
+       v = random_values(batch * keys * depth, 13);
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    fn::AttentionOptions o;
+    o.causal = causal;
+    o.key_padding = Tensor::from_vector(padding, {samples, keys}, cpu());
+    expect_near(attend(q, k, v, batch, queries, keys, depth, o),
+                attention_reference(q, k, v, batch, queries, keys, depth,
+                                    [&](int64_t b, int64_t i, int64_t j) {
+                                      return (!causal || j <= keys - queries + i) && padding[(b / heads) * keys + j] == 0;
+                                    }),
+                1e-12);
+  }
+  fn::AttentionOptions wrong;
+  wrong.key_padding = Tensor::zeros({samples, keys + 1}, kestrel::DType::f64, cpu());
+  Var x(Tensor::from_vector(q, {batch, queries, depth}, cpu()));
+  EXPECT_THROW(fn::scaled_dot_product_attention(x, x, x, wrong), kestrel::InvalidArgument);
+}
+
+// What sits at padded positions reaches no real position through a key-padding mask: changing the
+// padding token's embedding changes only the padded positions' outputs (and, without the mask, the others').
+TEST(Transformer, KeyPaddingMaskHidesThePadding) {
+  auto spec = [](bool masked) {
+    const std::string mask = masked ? R"(, "padding")" : "";
+    return kestrel::ModelSpec::parse(R"({"input": {"shape": [6], "dtype": "i64"}, "nodes": [
+        {"name": "embed", "type": "embedding", "num_embeddings": 20, "embedding_dim": 8, "inputs": ["input"]},
+        {"name": "padding", "type": "key_padding_mask", "inputs": ["input"]},
+        {"name": "positions", "type": "positional_encoding", "max_len": 6, "inputs": ["embed"]},
+        {"name": "block1", "type": "transformer_encoder_layer", "d_model": 8, "nhead": 2, "dim_feedforward": 16,
+         "inputs": ["positions")" + mask + R"(]},
+        {"name": "block2", "type": "transformer_encoder_layer", "d_model": 8, "nhead": 2, "dim_feedforward": 16,
+         "inputs": ["block1")" + mask + R"(]},
+        {"name": "head", "type": "linear", "out_features": 3, "inputs": ["block2"]}]})",
+                                     "padded.json");
+  };
+  const Tensor tokens = Tensor::from_vector<int64_t>({0, 0, 0, 5, 6, 7, 0, 9, 3, 4, 1, 2}, {2, 6}, cpu());
+  for (bool masked : {true, false}) {
+    SCOPED_TRACE(masked ? "masked" : "unmasked");
+    kestrel::Model model(spec(masked), cpu(), 8);
+    uint64_t unused = 0;
+    const auto before = model.forward(tokens, false, 0, unused).value().to_vector<float>();  // (2, 6, 3)
+    Tensor padding_row = model.parameters()[0].var.value().select(0, 0);
+    padding_row.copy_from(Tensor::from_vector(random_values(8, 14), {8}, cpu()));
+    const auto after = model.forward(tokens, false, 0, unused).value().to_vector<float>();
+    double real = 0, padded = 0;
+    for (size_t i = 0; i < before.size(); ++i) {
+      const bool is_padding = tokens.to_vector<int64_t>()[i / 3] == 0;
+      (is_padding ? padded : real) = std::max(is_padding ? padded : real, double(std::abs(after[i] - before[i])));
+    }
+    EXPECT_GT(padded, 1e-3);
+    if (masked)
+      EXPECT_EQ(real, 0.0);
+    else
+      EXPECT_GT(real, 1e-3);
   }
 }
 
@@ -262,6 +369,27 @@ TEST(Transformer, PositionsPastMaxLenAndBadShapesAreRefused) {
   EXPECT_NE(error_of(R"({"type": "transformer_encoder_layer", "d_model": 8, "nhead": 2})").find("(N, T, 8)"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"type": "positional_encoding", "max_len": 4})").find("raise max_len"), std::string::npos);
+  auto graph_error_of = [](const std::string& nodes) {
+    try {
+      kestrel::ModelSpec::parse(R"({"input": {"shape": [8], "dtype": "i64"}, "nodes": [
+          {"name": "embed", "type": "embedding", "num_embeddings": 20, "embedding_dim": 8, "inputs": ["input"]},
+          {"name": "padding", "type": "key_padding_mask", "inputs": ["input"]}, )" + nodes + "]}",
+                                "t.json");
+    } catch (const kestrel::ModelError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(graph_error_of(R"({"name": "a", "type": "multihead_attention", "embed_dim": 8, "num_heads": 2,
+                               "inputs": ["embed", "embed"]})")
+                .find("input 1 is the key-padding mask, (N, 8)"),
+            std::string::npos);
+  EXPECT_NE(graph_error_of(R"({"name": "a", "type": "multihead_attention", "embed_dim": 8, "num_heads": 2,
+                               "inputs": ["embed", "padding", "padding"]})")
+                .find("takes 1 to 2 input(s), got 3"),
+            std::string::npos);
+  EXPECT_NE(graph_error_of(R"({"name": "a", "type": "key_padding_mask", "inputs": ["embed"]})").find("reads"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"type": "transformer_encoder_layer", "d_model": 6, "nhead": 2, "activation": "swish"})")
                 .find("expects one of relu, gelu"),
             std::string::npos);

@@ -124,6 +124,11 @@ struct AttentionOptions {
   // (Tq, Tk), added to the scores when defined (then `causal` is not applied again). With `causal` set it
   // must be causal_mask's: the fused attention op (plugin ABI 1.7) masks by itself and ignores it.
   Tensor mask;
+  // (N, Tk) with B = N * heads: 1 where key j of sample n is padding, 0 where it is real (torch's
+  // key_padding_mask, True = ignore). Padded keys get no weight from a query that sees a real key; one
+  // that sees only padded keys (left padding under a causal mask) weighs those equally, never a later
+  // position (torch gives NaN there).
+  Tensor key_padding;
   double dropout = 0;  // on the attention weights, in training
   bool training = false;
   uint64_t seed = 0, offset = 0;  // Philox stream of the dropout mask
@@ -140,12 +145,14 @@ Tensor causal_mask(int64_t queries, int64_t keys, DType dtype, const Device& dev
 struct AttentionWeights {
   Var in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias;
 };
-// Keys and values of the positions a decoder has seen (B = N * heads): (B, T, D) each, undefined at first.
+// Keys and values of the positions a decoder has seen (B = N * heads): (B, T, D) each, undefined at first;
+// with a key-padding mask, its (N, T) rows for those positions too.
 struct AttentionCache {
-  Tensor keys, values;
+  Tensor keys, values, key_padding;
 };
-// With `cache` (self-attention while decoding), the new keys and values are appended to it and the
-// queries attend to everything in it.
+// With `cache` (self-attention while decoding), the new keys and values (and the key-padding rows of
+// the new positions, options.key_padding (N, Tk_new)) are appended to it and the queries attend to
+// everything in it.
 Var multihead_attention(const Var& query, const Var& key_value, const AttentionWeights& weights, int64_t heads,
                         const AttentionOptions& options, AttentionCache* cache = nullptr);
 

@@ -14,6 +14,9 @@ namespace {
 
 // Added to a masked score: exp() of it is exactly 0 without an infinity in any op.
 constexpr double kMasked = -1e30;
+// Added to a padded key's score: as good as kMasked against a real key, but above it, so a query that may
+// see only padded keys (left padding under a causal mask) weighs those and never a later position.
+constexpr double kPadded = -1e29;
 
 }  // namespace
 
@@ -58,12 +61,12 @@ std::vector<Tensor> with_counter(std::vector<Tensor> inputs, const Tensor& count
 }
 
 // The fused op on q (B, Tq, D), k and v (B, Tk, D), or nothing when the device lacks it (forward or
-// backward) or the options need the composed path (an explicit mask). Dropout on the weights goes into
+// backward) or the options need the composed path (an explicit or key-padding mask). Dropout on the weights goes into
 // the op (plugin ABI 1.8) with the composed path's seed and offset, so both drop the same weights; a
 // device that cannot composes. Under autocast it runs in the scope's 16-bit dtype and returns f32, like
 // the products it replaces.
 std::optional<Var> fused_attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& o) {
-  if (!ops::fused_ops_enabled() || (o.mask.defined() && !o.causal)) return std::nullopt;
+  if (!ops::fused_ops_enabled() || (o.mask.defined() && !o.causal) || o.key_padding.defined()) return std::nullopt;
   const DType dtype = autocasts(q) ? autocast_dtype() : q.value().dtype();
   const Tensor q_in = q.value().to(dtype).contiguous(), k_in = k.value().to(dtype).contiguous(),
                v_in = v.value().to(dtype).contiguous();
@@ -118,6 +121,13 @@ Var composed_attention(const Var& q, const Var& k, const Var& v, const Attention
   } else if (o.causal && keys > 1 && queries > 1) {  // one query continuing a prefix sees all of it
     scores = add(scores, Var(causal_mask(queries, keys, query.dtype(), query.device())));
   }
+  if (o.key_padding.defined()) {  // (N, Tk) -> kPadded on each padded key's column of every head and query
+    const int64_t samples = o.key_padding.size(0), heads = query.size(0) / samples;
+    const Tensor blocked = ops::binary(KESTREL_BINARY_MUL, o.key_padding.to(query.dtype()),
+                                       Tensor::full({}, kPadded, query.dtype(), query.device()));
+    scores = reshape(add(reshape(scores, {samples, heads, queries, keys}), Var(blocked.reshape({samples, 1, 1, keys}))),
+                     {samples * heads, queries, keys});
+  }
   Var weights = softmax(scores);
   if (o.training && o.dropout > 0) weights = dropout(weights, o.dropout, true, o.seed, o.offset);
   return matmul(weights, v);  // (B, Tq, D)
@@ -135,6 +145,10 @@ Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, const
   if (o.causal && keys < queries)
     throw InvalidArgument(fmt::format("attention: a causal mask needs at least as many keys ({}) as queries ({})", keys,
                                       queries));
+  if (const Tensor& padding = o.key_padding; padding.defined() &&
+      (padding.rank() != 2 || padding.size(1) != keys || padding.size(0) < 1 || query.size(0) % padding.size(0) != 0))
+    throw InvalidArgument(fmt::format("attention: a key-padding mask {} must be (N, {}) for {} queries of N samples",
+                                      padding.describe(), keys, query.describe()));
   if (std::optional<Var> fused = fused_attention(q, k, v, o)) return *fused;
   // 16-bit inputs of an autocast block are widened for the composed path, whose mask and softmax then run
   // in f32 as autocast's rule has them (its products still run in the scope's dtype).
@@ -169,15 +183,19 @@ Var multihead_attention(const Var& query, const Var& key_value, const AttentionW
     k = split_heads(project(kv_in, weight[1], bias[1]), heads);
     v = split_heads(project(kv_in, weight[2], bias[2]), heads);
   }
+  AttentionOptions options = o;
   if (cache) {  // decoding: the new positions join those seen before (no gradient flows here)
     if (cache->keys.defined()) {
       k = concat({Var(cache->keys), k}, 1);
       v = concat({Var(cache->values), v}, 1);
+      if (o.key_padding.defined())
+        options.key_padding = concat({Var(cache->key_padding), Var(o.key_padding)}, 1).value();  // (N, Tk)
     }
     cache->keys = k.value();
     cache->values = v.value();
+    cache->key_padding = options.key_padding;
   }
-  Var attended = join_heads(scaled_dot_product_attention(q, k, v, o), heads);  // (N, Tq, E)
+  Var attended = join_heads(scaled_dot_product_attention(q, k, v, options), heads);  // (N, Tq, E)
   return cast(project(attended, into_autocast(w.out_proj_weight), into_autocast(w.out_proj_bias)), query.value().dtype());
 }
 

@@ -88,7 +88,7 @@ AttentionWeights take_attention(HostParams& p) {
 
 std::string attention(Graph& g, const std::string& query, const std::string& key_value, const AttentionWeights& w,
                       int64_t width, int64_t heads, int64_t queries, int64_t keys, bool causal,
-                      const std::string& hint) {
+                      const std::string& key_padding, const std::string& hint) {
   const int64_t depth = width / heads;
   // q, k, v through the three (E, E) blocks of the packed projection, each (N, T, E) -> (N, heads, T, D).
   auto project = [&](const std::string& x, int64_t block, const char* suffix, const std::vector<int64_t>& perm) {
@@ -110,6 +110,10 @@ std::string attention(Graph& g, const std::string& query, const std::string& key
     for (int64_t i = 0; i < queries; ++i)
       for (int64_t j = past + i + 1; j < keys; ++j) mask[i * keys + j] = -1e30f;
     scores = g.node("Add", {scores, g.initializer(hint + "/causal_mask", {queries, keys}, mask)}, hint);
+  }
+  if (!key_padding.empty()) {  // (N, S) -> (N, 1, 1, S), broadcast over the heads and queries
+    const std::string blocked = g.node("Mul", {key_padding, g.scalar(hint + "/padded", -1e29f)}, hint);  // kPadded
+    scores = g.node("Add", {scores, reshape(g, blocked, {0, 1, 1, keys}, hint)}, hint);
   }
   const std::string weights = g.node("Softmax", {scores}, hint, {attr("axis", -1)});
   const std::string context = g.node("MatMul", {weights, v}, hint);  // (N, heads, T, D)

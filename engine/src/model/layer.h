@@ -94,7 +94,8 @@ struct LayerContext {
 class Layer {
  public:
   virtual ~Layer() = default;
-  virtual int arity() const { return 1; }  // number of inputs
+  virtual int arity() const { return 1; }            // number of inputs...
+  virtual int optional_inputs() const { return 0; }  // ...and how many more it may take (a key-padding mask)
   // What every input holds and what the output holds: f32 values, or i64 token ids (which only a layer
   // that reads them, such as an embedding, takes).
   virtual DType input_dtype() const { return DType::f32; }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -167,8 +168,11 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
     } else {
       info.inputs.push_back(static_cast<int>(i) - 1);
     }
-    if (static_cast<int>(info.inputs.size()) != layer->arity())
-      throw ModelError(fmt::format("{}/inputs: {} takes {} input(s), got {}", where, info.type, layer->arity(), info.inputs.size()));
+    if (const int given = static_cast<int>(info.inputs.size()), least = layer->arity(),
+        most = least + layer->optional_inputs();
+        given < least || given > most)
+      throw ModelError(fmt::format("{}/inputs: {} takes {} input(s), got {}", where, info.type,
+                                   least == most ? std::to_string(least) : fmt::format("{} to {}", least, most), given));
 
     for (size_t k = 0; k < info.inputs.size(); ++k)
       if (dtype_of(info.inputs[k]) != layer->input_dtype())
@@ -294,22 +298,27 @@ int64_t ModelSpec::parameter_count() const {
 }
 
 std::string ModelSpec::summary() const {
-  std::ostringstream out;
-  out << fmt::format("Model: {} ({})\n", name_, source_);
-  out << fmt::format("{:<28} {:<22} {:>12}\n", "Layer (type)", "Output shape", "Param #");
-  out << std::string(64, '-') << "\n";
   Shape input{-1};
   input.insert(input.end(), input_shape_.begin(), input_shape_.end());
-  out << fmt::format("{:<28} {:<22} {:>12}\n", "input", batch_shape_str(input), 0);
+  std::vector<std::array<std::string, 3>> rows{{"input", batch_shape_str(input), "0"}};
   for (size_t i = 0; i < layers_.size(); ++i) {
     const auto& layer = layers_[i];
     std::string type = layer.type;
     if (impls_[i]->activation() != KESTREL_ACTIVATION_NONE && layer.type == "linear")
       type += impls_[i]->activation() == KESTREL_ACTIVATION_RELU ? "+relu" : "+gelu";
-    out << fmt::format("{:<28} {:<22} {:>12}\n", fmt::format("{} ({})", layer.name, type),
-                       batch_shape_str(layer.output_shape), layer.parameters);
+    rows.push_back({fmt::format("{} ({})", layer.name, type), batch_shape_str(layer.output_shape),
+                    std::to_string(layer.parameters)});
   }
-  out << std::string(64, '-') << "\n";
+  // Columns as wide as their longest entry (at least Keras's), so long node names keep the table aligned.
+  size_t name_width = 28, shape_width = 22;
+  for (const auto& row : rows) name_width = std::max(name_width, row[0].size()), shape_width = std::max(shape_width, row[1].size());
+  const std::string rule(name_width + shape_width + 14, '-');
+  std::ostringstream out;
+  out << fmt::format("Model: {} ({})\n", name_, source_);
+  out << fmt::format("{:<{}} {:<{}} {:>12}\n", "Layer (type)", name_width, "Output shape", shape_width, "Param #");
+  out << rule << "\n";
+  for (const auto& row : rows) out << fmt::format("{:<{}} {:<{}} {:>12}\n", row[0], name_width, row[1], shape_width, row[2]);
+  out << rule << "\n";
   int64_t total = parameter_count();
   out << fmt::format("Total parameters: {} ({:.2f} MiB as f32)\n", total, total * 4.0 / (1 << 20));
   return out.str();

@@ -68,11 +68,11 @@ Var drop(const Var& x, double p, LayerContext& c) {
   return fn::dropout(x, p, true, c.seed, offset);
 }
 
-fn::AttentionOptions attention_options(double dropout, LayerContext& c, bool causal, const Tensor& mask,
-                                       int64_t weights) {
+fn::AttentionOptions attention_options(double dropout, LayerContext& c, const Masking& masking, int64_t weights) {
   fn::AttentionOptions o;
-  o.causal = causal;
-  o.mask = mask;
+  o.causal = masking.causal;
+  o.mask = masking.mask;
+  o.key_padding = masking.key_padding;
   o.dropout = dropout;
   o.training = c.training;
   o.seed = c.seed;
@@ -86,15 +86,17 @@ int64_t weight_count(const Var& x, int64_t heads, int64_t keys) { return x.value
 
 std::vector<fn::AttentionCache> load_caches(const LayerContext& c, size_t count) {
   if (!c.carried) return {};
-  c.carried->resize(2 * count);
+  c.carried->resize(3 * count);
   std::vector<fn::AttentionCache> caches(count);
-  for (size_t k = 0; k < count; ++k) caches[k] = {(*c.carried)[2 * k], (*c.carried)[2 * k + 1]};
+  for (size_t k = 0; k < count; ++k)
+    caches[k] = {(*c.carried)[3 * k], (*c.carried)[3 * k + 1], (*c.carried)[3 * k + 2]};
   return caches;
 }
 void store_caches(const LayerContext& c, const std::vector<fn::AttentionCache>& caches) {
   for (size_t k = 0; k < caches.size(); ++k) {
-    (*c.carried)[2 * k] = caches[k].keys;
-    (*c.carried)[2 * k + 1] = caches[k].values;
+    (*c.carried)[3 * k] = caches[k].keys;
+    (*c.carried)[3 * k + 1] = caches[k].values;
+    (*c.carried)[3 * k + 2] = caches[k].key_padding;
   }
 }
 fn::AttentionCache* cache_at(std::vector<fn::AttentionCache>& caches, size_t k) {
@@ -102,7 +104,7 @@ fn::AttentionCache* cache_at(std::vector<fn::AttentionCache>& caches, size_t k) 
 }
 int64_t keys_seen(const fn::AttentionCache* cache) { return cache && cache->keys.defined() ? cache->keys.size(1) : 0; }
 
-Var encoder_block(const Var& x, Params& p, const BlockConfig& b, bool causal, const Tensor& mask, LayerContext& c,
+Var encoder_block(const Var& x, Params& p, const BlockConfig& b, const Masking& masking, LayerContext& c,
                   fn::AttentionCache* cache) {
   fn::AttentionWeights attention = p.attention();
   // The feed-forward's and the norms' parameters come after the attention's, in torch's order.
@@ -111,7 +113,7 @@ Var encoder_block(const Var& x, Params& p, const BlockConfig& b, bool causal, co
   auto self_attend = [&](const Var& in) {
     const int64_t keys = in.value().size(1) + keys_seen(cache);
     return drop(fn::multihead_attention(in, in, attention, b.heads,
-                                        attention_options(b.dropout, c, causal, mask, weight_count(in, b.heads, keys)),
+                                        attention_options(b.dropout, c, masking, weight_count(in, b.heads, keys)),
                                         cache),
                 b.dropout, c);
   };
@@ -150,12 +152,13 @@ std::string feedforward_onnx(onnx::Graph& g, const std::string& x, onnx::HostPar
 }  // namespace
 
 std::string encoder_block_onnx(onnx::Graph& g, const std::string& x, onnx::HostParams& p, const BlockConfig& b,
-                               bool causal, int64_t positions, const std::string& hint) {
+                               bool causal, int64_t positions, const std::string& key_padding, const std::string& hint) {
   const onnx::AttentionWeights attention = onnx::take_attention(p);
   onnx::HostParams ff = p, rest = p;  // as encoder_block: the norms' parameters after the feed-forward's
   rest.next += b.bias ? 4 : 2;
   auto self_attend = [&](const std::string& in) {
-    return onnx::attention(g, in, in, attention, b.width, b.heads, positions, positions, causal, hint + "/self_attn");
+    return onnx::attention(g, in, in, attention, b.width, b.heads, positions, positions, causal, key_padding,
+                           hint + "/self_attn");
   };
   std::string out;
   if (b.norm_first) {
@@ -179,9 +182,9 @@ void encoder_block_params(std::vector<ParamSpec>& p, const std::string& prefix, 
 
 // One decoder block: causal self-attention, attention over the memory (N, S, E), feed-forward.
 // Parameters: self_attn.*, multihead_attn.*, linear1, linear2, norm1, norm2, norm3.
-Var decoder_block(const Var& x, const Var& memory, Params& p, const BlockConfig& b, bool self_causal,
-                  const Tensor& self_mask, bool memory_causal, const Tensor& memory_mask, LayerContext& c,
-                  fn::AttentionCache* self_cache, fn::AttentionCache* memory_cache) {
+Var decoder_block(const Var& x, const Var& memory, Params& p, const BlockConfig& b, const Masking& self_masking,
+                  const Masking& memory_masking, LayerContext& c, fn::AttentionCache* self_cache,
+                  fn::AttentionCache* memory_cache) {
   fn::AttentionWeights self_weights = p.attention(), memory_weights = p.attention();
   Params ff = p;
   Params rest = p;
@@ -189,16 +192,14 @@ Var decoder_block(const Var& x, const Var& memory, Params& p, const BlockConfig&
   auto self_attend = [&](const Var& in) {
     const int64_t keys = in.value().size(1) + keys_seen(self_cache);
     return drop(fn::multihead_attention(in, in, self_weights, b.heads,
-                                        attention_options(b.dropout, c, self_causal, self_mask,
-                                                          weight_count(in, b.heads, keys)),
+                                        attention_options(b.dropout, c, self_masking, weight_count(in, b.heads, keys)),
                                         self_cache),
                 b.dropout, c);
   };
   auto attend_memory = [&](const Var& in) {
     const int64_t keys = memory.value().size(1) + keys_seen(memory_cache);
     return drop(fn::multihead_attention(in, memory, memory_weights, b.heads,
-                                        attention_options(b.dropout, c, memory_causal, memory_mask,
-                                                          weight_count(in, b.heads, keys)),
+                                        attention_options(b.dropout, c, memory_masking, weight_count(in, b.heads, keys)),
                                         memory_cache),
                 b.dropout, c);
   };
@@ -218,16 +219,16 @@ Var decoder_block(const Var& x, const Var& memory, Params& p, const BlockConfig&
 
 std::string decoder_block_onnx(onnx::Graph& g, const std::string& x, const std::string& memory, onnx::HostParams& p,
                                const BlockConfig& b, bool memory_causal, int64_t positions, int64_t memory_positions,
-                               const std::string& hint) {
+                               const std::string& memory_key_padding, const std::string& hint) {
   const onnx::AttentionWeights self_weights = onnx::take_attention(p), memory_weights = onnx::take_attention(p);
   onnx::HostParams ff = p, rest = p;
   rest.next += b.bias ? 4 : 2;
   auto self_attend = [&](const std::string& in) {  // causal, as torch's usual tgt_mask
-    return onnx::attention(g, in, in, self_weights, b.width, b.heads, positions, positions, true, hint + "/self_attn");
+    return onnx::attention(g, in, in, self_weights, b.width, b.heads, positions, positions, true, "", hint + "/self_attn");
   };
   auto attend_memory = [&](const std::string& in) {
     return onnx::attention(g, in, memory, memory_weights, b.width, b.heads, positions, memory_positions, memory_causal,
-                           hint + "/multihead_attn");
+                           memory_key_padding, hint + "/multihead_attn");
   };
   std::string out;
   if (b.norm_first) {

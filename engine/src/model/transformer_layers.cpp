@@ -3,11 +3,14 @@
 // (learned), transformer_encoder_layer, transformer_decoder_layer and transformer (encoder-decoder).
 // Kestrel's sequences are batch-first (N, T, d_model). `causal` (Kestrel's, where torch passes a mask
 // per call) masks every position's view of later ones, which a language model needs; causal layers can
-// decode step by step, carrying their keys and values (Model::decode).
+// decode step by step, carrying their keys and values (Model::decode). Where torch takes a
+// key_padding_mask per call, these layers take an optional last input, the output of a key_padding_mask
+// layer over the tokens, so padded positions get no attention.
 #include <fmt/format.h>
 
 #include <cmath>
 
+#include "kestrel/ops.h"
 #include "transformer_blocks.h"
 
 namespace kestrel {
@@ -22,7 +25,41 @@ void need_width(const char* type, const Shape& in, int64_t width) {
     shape_error(fmt::format("{} expects a batch-first sequence (N, T, {}), got {}", type, width, batch_shape_str(in)));
 }
 
-// torch.nn.MultiheadAttention as self-attention: (N, T, E) -> (N, T, E).
+// torch's key_padding_mask from the tokens: (N, T) i64 -> (N, T) f32, 1 where the token is padding_idx
+// (the text categories pad their documents with id 0), 0 elsewhere. Each position's mask is its own
+// token's, so it decodes step by step like any per-position layer.
+class KeyPaddingMask : public Layer {
+ public:
+  explicit KeyPaddingMask(const Args& a) : padding_(a.integer("padding_idx")) {}
+  DType input_dtype() const override { return DType::i64; }
+  Shape infer(const std::vector<Shape>& in) const override {
+    if (in[0].size() != 2)
+      shape_error(fmt::format("key_padding_mask expects token ids (N, T), got {}", batch_shape_str(in[0])));
+    return in[0];
+  }
+  bool causal() const override { return true; }
+  Var forward(const std::vector<Var>& in, LayerContext&) const override {
+    const Tensor& tokens = in[0].value();  // (N, T) i64
+    const Tensor& padding = constant(fmt::format("padding {}", tokens.device().str()), [&] {
+      return Tensor::full({}, double(padding_), DType::i64, tokens.device());
+    });
+    return Var(ops::binary(KESTREL_BINARY_EQ, tokens, padding).to(DType::f32));  // (N, T)
+  }
+  std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
+    const std::string equal = g.node("Equal", {io.inputs[0], g.int64s(io.name + "/padding_idx", {padding_})}, io.name);
+    return g.node("Cast", {equal}, io.name, {onnx::attr("to", 1)});  // TensorProto.FLOAT
+  }
+
+ private:
+  int64_t padding_;
+};
+
+// The name of a node's key-padding input in[index] in an ONNX graph, "" when it has none.
+std::string onnx_key_padding(const onnx::LayerIO& io, size_t index) {
+  return io.inputs.size() > index ? io.inputs[index] : "";
+}
+
+// torch.nn.MultiheadAttention as self-attention: (N, T, E) [, key padding (N, T)] -> (N, T, E).
 class MultiheadAttention : public AttentionLayer {
  public:
   explicit MultiheadAttention(const Args& a)
@@ -30,8 +67,10 @@ class MultiheadAttention : public AttentionLayer {
         bias_(a.boolean("bias")), causal_(a.boolean("causal")) {
     if (width_ % heads_ != 0) shape_error(fmt::format("embed_dim {} is not a multiple of num_heads {}", width_, heads_));
   }
+  int optional_inputs() const override { return 1; }
   Shape infer(const std::vector<Shape>& in) const override {
     need_width("multihead_attention", in[0], width_);
+    need_key_padding("multihead_attention", in, 1, in[0]);
     return in[0];
   }
   bool causal() const override { return causal_; }
@@ -45,8 +84,8 @@ class MultiheadAttention : public AttentionLayer {
     std::vector<fn::AttentionCache> caches = load_caches(c, 1);
     fn::AttentionCache* cache = cache_at(caches, 0);
     const int64_t queries = in[0].value().size(1), keys = queries + keys_seen(cache);
-    fn::AttentionOptions o =
-        attention_options(dropout_, c, causal_, mask(causal_, in[0], queries, keys, c), weight_count(in[0], heads_, keys));
+    fn::AttentionOptions o = attention_options(
+        dropout_, c, {causal_, mask(causal_, in[0], queries, keys, c), key_padding(in, 1)}, weight_count(in[0], heads_, keys));
     Var out = fn::multihead_attention(in[0], in[0], p.attention(), heads_, o, cache);
     if (cache) store_caches(c, caches);
     return out;
@@ -55,7 +94,7 @@ class MultiheadAttention : public AttentionLayer {
     onnx::HostParams p{io.params, 0, bias_};
     const int64_t positions = io.input_shapes[0][1];
     return onnx::attention(g, io.inputs[0], io.inputs[0], onnx::take_attention(p), width_, heads_, positions, positions,
-                           causal_, io.name);
+                           causal_, onnx_key_padding(io, 1), io.name);
   }
 
  private:
@@ -140,12 +179,15 @@ class PositionalEncoding : public Layer {
   int64_t width_;
 };
 
-// torch.nn.TransformerEncoderLayer (batch_first); with causal, a decoder-only (GPT) block.
+// torch.nn.TransformerEncoderLayer (batch_first): (N, T, E) [, key padding (N, T)]; with causal, a
+// decoder-only (GPT) block.
 class EncoderLayer : public AttentionLayer {
  public:
   explicit EncoderLayer(const Args& a) : block_(a), causal_(a.boolean("causal")) {}
+  int optional_inputs() const override { return 1; }
   Shape infer(const std::vector<Shape>& in) const override {
     need_width("transformer_encoder_layer", in[0], block_.width);
+    need_key_padding("transformer_encoder_layer", in, 1, in[0]);
     return in[0];
   }
   bool causal() const override { return causal_; }
@@ -159,13 +201,15 @@ class EncoderLayer : public AttentionLayer {
     std::vector<fn::AttentionCache> caches = load_caches(c, 1);
     fn::AttentionCache* cache = cache_at(caches, 0);
     const int64_t queries = in[0].value().size(1), keys = queries + keys_seen(cache);
-    Var out = encoder_block(in[0], p, block_, causal_, mask(causal_, in[0], queries, keys, c), c, cache);
+    Var out = encoder_block(in[0], p, block_, {causal_, mask(causal_, in[0], queries, keys, c), key_padding(in, 1)}, c,
+                            cache);
     if (cache) store_caches(c, caches);
     return out;
   }
   std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
     onnx::HostParams p{io.params, 0, block_.bias};
-    return encoder_block_onnx(g, io.inputs[0], p, block_, causal_, io.input_shapes[0][1], io.name);
+    return encoder_block_onnx(g, io.inputs[0], p, block_, causal_, io.input_shapes[0][1], onnx_key_padding(io, 1),
+                              io.name);
   }
 
  private:
@@ -173,15 +217,18 @@ class EncoderLayer : public AttentionLayer {
   bool causal_;
 };
 
-// torch.nn.TransformerDecoderLayer: inputs (target (N, T, E), memory (N, S, E)). Its self-attention is
-// causal (torch's usual tgt_mask); memory_causal also masks the memory (when it is the same sequence).
+// torch.nn.TransformerDecoderLayer: inputs (target (N, T, E), memory (N, S, E) [, the memory's key
+// padding (N, S)]). Its self-attention is causal (torch's usual tgt_mask); memory_causal also masks the
+// memory (when it is the same sequence).
 class DecoderLayer : public AttentionLayer {
  public:
   explicit DecoderLayer(const Args& a) : block_(a), memory_causal_(a.boolean("memory_causal")) {}
   int arity() const override { return 2; }
+  int optional_inputs() const override { return 1; }
   Shape infer(const std::vector<Shape>& in) const override {
     need_width("transformer_decoder_layer", in[0], block_.width);
     need_width("transformer_decoder_layer (memory)", in[1], block_.width);
+    need_key_padding("transformer_decoder_layer", in, 2, in[1]);
     if (memory_causal_ && in[1][1] != in[0][1])
       shape_error(fmt::format("transformer_decoder_layer: memory_causal needs as many memory positions as target "
                               "positions, got {} and {}",
@@ -199,16 +246,18 @@ class DecoderLayer : public AttentionLayer {
     std::vector<fn::AttentionCache> caches = load_caches(c, 2);
     fn::AttentionCache *self = cache_at(caches, 0), *memory = cache_at(caches, 1);
     const int64_t queries = in[0].value().size(1);
-    const Tensor self_mask = mask(true, in[0], queries, queries + keys_seen(self), c);
-    const Tensor memory_mask = mask(memory_causal_, in[0], queries, in[1].value().size(1) + keys_seen(memory), c);
-    Var out = decoder_block(in[0], in[1], p, block_, true, self_mask, memory_causal_, memory_mask, c, self, memory);
+    const Masking self_masking{true, mask(true, in[0], queries, queries + keys_seen(self), c)};
+    const Masking memory_masking{memory_causal_,
+                                 mask(memory_causal_, in[0], queries, in[1].value().size(1) + keys_seen(memory), c),
+                                 key_padding(in, 2)};
+    Var out = decoder_block(in[0], in[1], p, block_, self_masking, memory_masking, c, self, memory);
     if (self) store_caches(c, caches);
     return out;
   }
   std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
     onnx::HostParams p{io.params, 0, block_.bias};
     return decoder_block_onnx(g, io.inputs[0], io.inputs[1], p, block_, memory_causal_, io.input_shapes[0][1],
-                              io.input_shapes[1][1], io.name);
+                              io.input_shapes[1][1], onnx_key_padding(io, 2), io.name);
   }
 
  private:
@@ -216,18 +265,21 @@ class DecoderLayer : public AttentionLayer {
   bool memory_causal_;
 };
 
-// torch.nn.Transformer (batch_first): inputs (src (N, S, E), tgt (N, T, E)); encoder layers then a
-// final norm, decoder layers over its output then a final norm. causal masks every attention (encoder,
-// decoder and memory), so src = tgt = the same sequence makes a language model.
+// torch.nn.Transformer (batch_first): inputs (src (N, S, E), tgt (N, T, E) [, src's key padding (N, S),
+// torch's src_key_padding_mask and memory_key_padding_mask in one]); encoder layers then a final norm,
+// decoder layers over its output then a final norm. causal masks every attention (encoder, decoder and
+// memory), so src = tgt = the same sequence makes a language model.
 class Transformer : public AttentionLayer {
  public:
   explicit Transformer(const Args& a)
       : block_(a), encoders_(a.integer("num_encoder_layers")), decoders_(a.integer("num_decoder_layers")),
         causal_(a.boolean("causal")) {}
   int arity() const override { return 2; }
+  int optional_inputs() const override { return 1; }
   Shape infer(const std::vector<Shape>& in) const override {
     need_width("transformer (src)", in[0], block_.width);
     need_width("transformer (tgt)", in[1], block_.width);
+    need_key_padding("transformer", in, 2, in[0]);
     if (causal_ && in[0][1] != in[1][1])
       shape_error(fmt::format("transformer: causal needs src and tgt of one length, got {} and {}",
                               batch_shape_str(in[0]), batch_shape_str(in[1])));
@@ -247,20 +299,22 @@ class Transformer : public AttentionLayer {
     const int64_t queries = in[1].value().size(1);
     std::vector<fn::AttentionCache> caches = load_caches(c, static_cast<size_t>(encoders_ + 2 * decoders_));
     size_t cache = 0;
+    const Tensor source_padding = key_padding(in, 2);  // (N, S)
     Var memory = in[0];
     for (int64_t i = 0; i < encoders_; ++i) {
       fn::AttentionCache* k = cache_at(caches, cache++);
-      memory = encoder_block(memory, p, block_, causal_, mask(causal_, memory, memory.value().size(1),
-                                                                memory.value().size(1) + keys_seen(k), c),
-                             c, k);
+      const int64_t sources = memory.value().size(1);
+      memory = encoder_block(memory, p, block_,
+                             {causal_, mask(causal_, memory, sources, sources + keys_seen(k), c), source_padding}, c, k);
     }
     memory = norm(memory, p, block_.eps);
     Var out = in[1];
     for (int64_t i = 0; i < decoders_; ++i) {
       fn::AttentionCache *self = cache_at(caches, cache++), *cross = cache_at(caches, cache++);
-      const Tensor self_mask = mask(true, out, queries, queries + keys_seen(self), c);
-      const Tensor memory_mask = mask(causal_, out, queries, memory.value().size(1) + keys_seen(cross), c);
-      out = decoder_block(out, memory, p, block_, true, self_mask, causal_, memory_mask, c, self, cross);
+      const Masking self_masking{true, mask(true, out, queries, queries + keys_seen(self), c)};
+      const Masking memory_masking{causal_, mask(causal_, out, queries, memory.value().size(1) + keys_seen(cross), c),
+                                   source_padding};
+      out = decoder_block(out, memory, p, block_, self_masking, memory_masking, c, self, cross);
     }
     if (!caches.empty()) store_caches(c, caches);
     return norm(out, p, block_.eps);
@@ -270,11 +324,12 @@ class Transformer : public AttentionLayer {
     const int64_t sources = io.input_shapes[0][1], targets = io.input_shapes[1][1];
     std::string memory = io.inputs[0];
     for (int64_t i = 0; i < encoders_; ++i)
-      memory = encoder_block_onnx(g, memory, p, block_, causal_, sources, fmt::format("{}/encoder.{}", io.name, i));
+      memory = encoder_block_onnx(g, memory, p, block_, causal_, sources, onnx_key_padding(io, 2),
+                                  fmt::format("{}/encoder.{}", io.name, i));
     memory = norm_onnx(g, memory, p, block_, io.name + "/encoder.norm");
     std::string out = io.inputs[1];
     for (int64_t i = 0; i < decoders_; ++i)
-      out = decoder_block_onnx(g, out, memory, p, block_, causal_, targets, sources,
+      out = decoder_block_onnx(g, out, memory, p, block_, causal_, targets, sources, onnx_key_padding(io, 2),
                                fmt::format("{}/decoder.{}", io.name, i));
     return norm_onnx(g, out, p, block_, io.name + "/decoder.norm");
   }
@@ -304,6 +359,7 @@ std::vector<ArgSpec> block_args(std::vector<ArgSpec> extra) {
 
 std::vector<LayerKind> attention_layer_kinds() {
   return {
+      {"key_padding_mask", {integer("padding_idx", 0, 0)}, make_layer<KeyPaddingMask>},
       {"multihead_attention",
        {integer("embed_dim", 1, nullptr), integer("num_heads", 1, nullptr), number("dropout", 0, 1, 0.0, true),
         boolean("bias", true), boolean("causal", false)},
