@@ -26,8 +26,9 @@ using kestrel_bench::batch_for;
 
 struct Workload {
   const char* name;
-  const char* model_file;
+  const char* model_file;  // in models/, or with bench_model in bench/models/
   int64_t batch;
+  bool bench_model = false;
 };
 
 // The sequence models read 128 character ids per sample and are scored at every position.
@@ -37,12 +38,17 @@ const Workload workloads[] = {{"seeds_mlp", "seeds_mlp.json", 128},
                               {"fashion_convnet", "convnet.json", 64},
                               {"fashion_convnet", "convnet.json", 512},
                               {"lstm_generator", "lstm_generator.json", 32},
-                              {"gpt_char", "gpt_char.json", 32}};
+                              {"gpt_char", "gpt_char.json", 32},
+                              {"transformer_classifier", "transformer_classifier.json", 32},
+                              {"gru_generator", "gru_generator.json", 32, true}};
 
 // One training step as the trainer runs it: captured after a warm-up step and replayed when the
 // backend offers capture (`captured`), else (or for the eager variants) every op launched each time.
-void train_step(benchmark::State& state, kestrel::Device device, Workload workload, bool captured) {
-  kestrel::ModelSpec spec = kestrel::ModelSpec::load(std::string(KESTREL_MODELS_DIR) + "/" + workload.model_file);
+// `fused` false composes every fused op from primitives (the composed variants).
+void train_step(benchmark::State& state, kestrel::Device device, Workload workload, bool captured, bool fused) {
+  kestrel::ops::set_fused_ops_enabled(fused);
+  kestrel::ModelSpec spec = kestrel::ModelSpec::load(
+      std::string(workload.bench_model ? KESTREL_BENCH_MODELS_DIR : KESTREL_MODELS_DIR) + "/" + workload.model_file);
   kestrel::Model model(spec, device, 42);
   kestrel::Optimizer adam({kestrel::OptimizerKind::adam, 1e-3}, model.flat_parameters(), model.flat_gradients());
   auto [x, y] = batch_for(spec, workload.batch, device);
@@ -81,6 +87,7 @@ void train_step(benchmark::State& state, kestrel::Device device, Workload worklo
     kestrel::Engine::global().synchronize(device);
   }
   state.counters["samples/s"] = benchmark::Counter(double(workload.batch), benchmark::Counter::kIsIterationInvariantRate);
+  kestrel::ops::set_fused_ops_enabled(true);
 }
 
 // The eight sgemm calls of one seeds' MLP training step at batch 128 (forward X W^T; backward dY W,
@@ -131,13 +138,20 @@ int main(int argc, char** argv) {
         const bool captures = kestrel::CapturedGraph::supported(device);
         for (const Workload& w : workloads) {
           benchmark::RegisterBenchmark(fmt::format("train_step/{}/{}/b{}", w.name, device.str(), w.batch).c_str(),
-                                       train_step, device, w, captures)
+                                       train_step, device, w, captures, true)
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime();
           // What capture saves, side by side (the seeds' MLP only, to keep the suite short).
           if (captures && std::string(w.name) == "seeds_mlp")
             benchmark::RegisterBenchmark(fmt::format("train_step_eager/{}/{}/b{}", w.name, device.str(), w.batch).c_str(),
-                                         train_step, device, w, false)
+                                         train_step, device, w, false, true)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+          // What the fused ops save where attention has a key-padding mask and in the GRU's cell (plugin
+          // ABI 1.9), side by side.
+          if (std::string(w.name) == "transformer_classifier" || std::string(w.name) == "gru_generator")
+            benchmark::RegisterBenchmark(fmt::format("train_step_composed/{}/{}/b{}", w.name, device.str(), w.batch).c_str(),
+                                         train_step, device, w, captures, false)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
         }

@@ -10,7 +10,8 @@
 namespace kestrel_bench {
 
 // Inputs and labels of one batch: standard-normal values and labels 0..9, or for a model of token ids
-// (fortunes' 113 characters) ids with a label per position.
+// (fortunes' 113 characters) ids with a label per position, or one per sample for a classifier of
+// sequences (an (N, C) output).
 inline std::pair<kestrel::Tensor, kestrel::Tensor> batch_for(const kestrel::ModelSpec& spec, int64_t batch,
                                                              const kestrel::Device& device) {
   kestrel::Shape shape{batch};
@@ -18,6 +19,12 @@ inline std::pair<kestrel::Tensor, kestrel::Tensor> batch_for(const kestrel::Mode
   if (spec.input_dtype() == kestrel::DType::i64) {
     std::vector<int64_t> ids(static_cast<size_t>(kestrel::shape_numel(shape)));
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 7919 % 113);
+    const kestrel::Shape& scores = spec.layers()[static_cast<size_t>(spec.output())].output_shape;
+    if (scores.size() == 2) {  // (N, C): a class per sample
+      std::vector<int64_t> classes(static_cast<size_t>(batch));
+      for (int64_t i = 0; i < batch; ++i) classes[i] = i % scores[1];
+      return {kestrel::Tensor::from_vector(ids, shape, device), kestrel::Tensor::from_vector(classes, {batch}, device)};
+    }
     std::vector<int64_t> next(ids.begin() + 1, ids.end());
     next.push_back(0);
     return {kestrel::Tensor::from_vector(ids, shape, device), kestrel::Tensor::from_vector(next, shape, device)};

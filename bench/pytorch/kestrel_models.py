@@ -159,14 +159,29 @@ class _SinusoidalPositions(nn.Module):
         return x + self.table[: x.shape[1]]
 
 
+class _KeyPaddingMask(nn.Module):
+    """Kestrel's key_padding_mask layer: (N, T) tokens -> (N, T), 1.0 where the token is padding_idx."""
+    def __init__(self, padding_idx):
+        super().__init__()
+        self.padding_idx = padding_idx
+
+    def forward(self, tokens):
+        return (tokens == self.padding_idx).float()
+
+
+def _padding(mask):
+    """torch's key_padding_mask (True = ignore) from a Kestrel key-padding input, or None without one."""
+    return None if mask is None else mask.bool()
+
+
 class _SelfAttention(nn.MultiheadAttention):
     def __init__(self, width, heads, dropout, bias, causal):
         super().__init__(width, heads, dropout=dropout, bias=bias, batch_first=True)
         self.causal = causal
 
-    def forward(self, x):
+    def forward(self, x, padding=None):
         mask = causal_mask(x.shape[1], x.shape[1]) if self.causal else None
-        return super().forward(x, x, x, attn_mask=mask, need_weights=False)[0]
+        return super().forward(x, x, x, key_padding_mask=_padding(padding), attn_mask=mask, need_weights=False)[0]
 
 
 def _block_args(item):
@@ -181,9 +196,9 @@ class _EncoderLayer(nn.TransformerEncoderLayer):
         super().__init__(**_block_args(item))
         self.causal = item.get("causal", False)
 
-    def forward(self, x):
+    def forward(self, x, padding=None):
         mask = causal_mask(x.shape[1], x.shape[1]) if self.causal else None
-        return super().forward(x, src_mask=mask, is_causal=self.causal)
+        return super().forward(x, src_mask=mask, src_key_padding_mask=_padding(padding), is_causal=self.causal)
 
 
 class _DecoderLayer(nn.TransformerDecoderLayer):
@@ -191,10 +206,10 @@ class _DecoderLayer(nn.TransformerDecoderLayer):
         super().__init__(**_block_args(item))
         self.memory_causal = item.get("memory_causal", False)
 
-    def forward(self, target, memory):
+    def forward(self, target, memory, padding=None):
         memory_mask = causal_mask(target.shape[1], memory.shape[1]) if self.memory_causal else None
         return super().forward(target, memory, tgt_mask=causal_mask(target.shape[1], target.shape[1]),
-                               memory_mask=memory_mask, tgt_is_causal=True)
+                               memory_mask=memory_mask, memory_key_padding_mask=_padding(padding), tgt_is_causal=True)
 
 
 class _Transformer(nn.Transformer):
@@ -203,10 +218,11 @@ class _Transformer(nn.Transformer):
                          num_decoder_layers=item.get("num_decoder_layers", 6), **_block_args(item))
         self.causal = item.get("causal", False)
 
-    def forward(self, source, target):
+    def forward(self, source, target, padding=None):
         s, t = source.shape[1], target.shape[1]
         mask = (lambda q, k: causal_mask(q, k)) if self.causal else (lambda q, k: None)
         return super().forward(source, target, src_mask=mask(s, s), tgt_mask=causal_mask(t, t), memory_mask=mask(t, s),
+                               src_key_padding_mask=_padding(padding), memory_key_padding_mask=_padding(padding),
                                src_is_causal=self.causal, tgt_is_causal=True)
 
 
@@ -232,6 +248,8 @@ def _make_sequence_layer(item, in_shape):
         return _LearnedPositions(item["max_len"], item["embedding_dim"])
     if kind == "positional_encoding":
         return _SinusoidalPositions(item.get("max_len", 5000), in_shape[-1])
+    if kind == "key_padding_mask":
+        return _KeyPaddingMask(item.get("padding_idx", 0))
     if kind == "multihead_attention":
         return _SelfAttention(item["embed_dim"], item["num_heads"], item.get("dropout", 0.0), item.get("bias", True),
                               item.get("causal", False))
@@ -274,6 +292,42 @@ def text_windows(path, exclude=(), context=128, validation_fraction=0.1):
         stream = np.array(stream, dtype=np.int64)
         return stream[: count * context].reshape(count, context), stream[1: count * context + 1].reshape(count, context)
     return vocabulary, windows(train), windows(validation)
+
+
+def text_categories(path, categories, separator="%", context=256, validation_fraction=0.1, balance=False):
+    """A text-classification task as Kestrel's "task": "categories" reads it
+    (engine/src/data/text_categories.cpp): each named file of the folder cut into documents at lines that
+    hold only `separator` (blank documents dropped, final newlines trimmed), the first `context`
+    characters of each padded on the left with id 0, ids from 1 in code-point order over the files' text,
+    the label the file's index; balanced: the first as-many-as-the-smallest documents of each; each file's
+    last round(count * validation_fraction) documents (at least one) held out. Returns ((x, y) train,
+    (x, y) validation), int64 arrays."""
+    texts = [(pathlib.Path(path) / name).read_bytes().decode("utf-8") for name in categories]
+    ids = {c: i + 1 for i, c in enumerate(sorted(set("".join(texts))))}
+
+    def documents(text):
+        out, current = [], []
+        lines = text.split("\n")
+        for index, line in enumerate(lines):
+            if line == separator:
+                out.append("".join(current))
+                current = []
+            else:
+                current.append(line + ("\n" if index + 1 < len(lines) else ""))
+        out.append("".join(current))
+        return [d.rstrip("\n") for d in out if d.rstrip("\n").strip(" \n\t")]
+    per_category = [documents(t) for t in texts]
+    kept = min(len(d) for d in per_category)
+    splits = {"train": ([], []), "validation": ([], [])}
+    for label, docs in enumerate(per_category):
+        count = kept if balance else len(docs)
+        held = max(1, _llround(count * validation_fraction))
+        for i in range(count):
+            encoded = [ids[c] for c in docs[i][:context]]
+            x, y = splits["train" if i + held < count else "validation"]
+            x.append([0] * (context - len(encoded)) + encoded)
+            y.append(label)
+    return tuple((np.array(x, dtype=np.int64), np.array(y, dtype=np.int64)) for x, y in splits.values())
 
 
 def read_safetensors(path):

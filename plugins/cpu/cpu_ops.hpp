@@ -51,6 +51,8 @@ bool supports_layer_norm(const kestrel_op& op);  // layer_norm, layer_norm_backw
 void launch_layer_norm(const kestrel_op& op);
 bool supports_lstm_cell(const kestrel_op& op);  // lstm_cell, lstm_cell_backward (ABI 1.7)
 void launch_lstm_cell(const kestrel_op& op);
+bool supports_gru_cell(const kestrel_op& op);  // gru_cell, gru_cell_backward (ABI 1.9)
+void launch_gru_cell(const kestrel_op& op);
 
 // Elementwise helpers used by several families: out[i] = f(in[i]) over equal shapes, any strides.
 // Strided operands are walked row by row (the last axis), so the index arithmetic is paid once per row

@@ -3,7 +3,8 @@
 // inner loop is a contiguous multiply-add over keys or over features, vectorised for the CPU's widest
 // units (KESTREL_VECTOR_CLONES); one query row's scores at a time live in a row-sized buffer, never a
 // (Tq x Tk) matrix. Backward recomputes the weights from the log-sum-exp forward left, and the dropout
-// mask (1.8) from Philox, row by row. f32 arithmetic for f32 and 16-bit storage, double for f64.
+// mask (1.8) from Philox, row by row. A key-padding mask (1.9) becomes a per-key bias of the entry's
+// scores (-1e29 on padded keys). f32 arithmetic for f32 and 16-bit storage, double for f64.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -23,6 +24,8 @@ struct Geometry {
   bool causal;
   double keep;            // 1 - dropout: the Bernoulli draw's a (plugin.h 1.8)
   uint64_t seed, offset;  // offset: the params' plus the counter base
+  int padding_input;      // the key-padding mask's input (1.9), -1 without one
+  int64_t per_sample;     // batch entries per row of the mask (B / N, the heads)
   // Keys [0, visible(i)) are seen by query i.
   int64_t visible(int64_t i) const { return causal ? i + keys - queries + 1 : keys; }
   bool dropout() const { return keep < 1; }
@@ -30,9 +33,29 @@ struct Geometry {
 
 Geometry geometry_of(const kestrel_op& op, const kestrel_tensor& q, const kestrel_tensor& k) {
   const auto& p = params_of<kestrel_attention_params>(op, "attention");
-  Geometry g{q.shape[0], q.shape[1], k.shape[1], q.shape[2], p.scale, p.causal != 0, 1.0 - p.dropout, p.seed, p.offset};
-  if (p.dropout > 0) g.offset += uint64_t(*data_of<int64_t>(op.inputs[op.num_inputs - 1]));
+  Geometry g{q.shape[0], q.shape[1], k.shape[1], q.shape[2], p.scale, p.causal != 0, 1.0 - p.dropout, p.seed, p.offset,
+             -1, 1};
+  const int counter = p.dropout > 0 ? 1 : 0;
+  if (counter) g.offset += uint64_t(*data_of<int64_t>(op.inputs[op.num_inputs - 1]));
+  if (p.key_padding) {
+    g.padding_input = op.num_inputs - 1 - counter;
+    g.per_sample = g.batch / op.inputs[g.padding_input].shape[0];
+  }
   return g;
+}
+
+// Added to a padded key's scaled score (plugin.h 1.9, the engine's kPadded).
+constexpr double kPadded = -1e29;
+
+// Batch entry b's key bias (Tk) from the (N, Tk) mask: -1e29 times the mask's entry for each key; null
+// without a mask, for the loops to skip.
+template <class E>
+const Acc<E>* stage_key_bias(const Geometry& g, const typename E::storage* mask, int64_t b, std::vector<Acc<E>>& out) {
+  if (!mask) return nullptr;
+  out.resize(size_t(g.keys));
+  const typename E::storage* row = mask + (b / g.per_sample) * g.keys;
+  for (int64_t j = 0; j < g.keys; ++j) out[j] = Acc<E>(E::load(row[j])) * Acc<E>(kPadded);
+  return out.data();
 }
 
 // The dropout factor of each weight of row `row` (batch entry * Tq + query) for keys [0, seen): 1 / keep
@@ -69,15 +92,19 @@ template <class A>
   for (int64_t j = 0; j < n; ++j) y[j] += a * x[j];
 }
 
-// out[j] = exp(s_j - max s) with s_j = scale * row . m_j for j < seen, m given transposed (depth, keys);
-// returns their sum, with max s in top. The exps go through the vector math (cpu_vector_math.hpp).
+// out[j] = exp(s_j - max s) with s_j = scale * row . m_j [+ bias_j] for j < seen, m given transposed
+// (depth, keys); returns their sum, with max s in top. The exps go through the vector math
+// (cpu_vector_math.hpp).
 template <class A>
 [[gnu::always_inline]] inline A exp_scores(const A* row, const A* m_t, int64_t depth, int64_t keys, int64_t seen,
-                                           A scale, A* out, A& top) {
+                                           A scale, const A* bias, A* out, A& top) {
   std::fill(out, out + seen, A(0));
   for (int64_t d = 0; d < depth; ++d) multiply_add(out, row[d], m_t + d * keys, seen);
   top = -INFINITY;
-  for (int64_t j = 0; j < seen; ++j) top = std::max(top, out[j] *= scale);
+  if (bias)
+    for (int64_t j = 0; j < seen; ++j) top = std::max(top, out[j] = out[j] * scale + bias[j]);
+  else
+    for (int64_t j = 0; j < seen; ++j) top = std::max(top, out[j] *= scale);
   map_staged<A>(0, seen, [=](int64_t j) { return out[j] - top; }, [=](int64_t j, A e) { out[j] = e; },
                 [](A shift) { return std::exp(shift); });
   A sum = 0;
@@ -85,16 +112,16 @@ template <class A>
   return sum;
 }
 
-// Batch entry b's forward on staged arrays: q (Tq, D), k_t (D, Tk), v (Tk, D) -> out (Tq, D),
-// lse (Tq); weights, factors: Tk scratch.
+// Batch entry b's forward on staged arrays: q (Tq, D), k_t (D, Tk), v (Tk, D), bias (Tk) or null ->
+// out (Tq, D), lse (Tq); weights, factors: Tk scratch.
 template <class A>
 [[gnu::always_inline]] inline void entry_forward(const Geometry& g, int64_t b, const A* q, const A* k_t, const A* v,
-                                                 A* out, A* lse, A* weights, A* factors) {
+                                                 const A* bias, A* out, A* lse, A* weights, A* factors) {
   const int64_t depth = g.depth;
   for (int64_t i = 0; i < g.queries; ++i) {
     const int64_t seen = g.visible(i);
     A top;
-    const A sum = exp_scores(q + i * depth, k_t, depth, g.keys, seen, A(g.scale), weights, top);
+    const A sum = exp_scores(q + i * depth, k_t, depth, g.keys, seen, A(g.scale), bias, weights, top);
     if (g.dropout()) {
       dropout_factors(g, b * g.queries + i, seen, factors);
       for (int64_t j = 0; j < seen; ++j) weights[j] *= factors[j];
@@ -109,27 +136,34 @@ template <class A>
 // With p = softmax(s) recomputed from the log-sum-exp, m_j each weight's dropout factor (1 without
 // dropout) and dp_j = m_j dout . v_j: ds_j = scale * p_j (dp_j - sum_l p_l dp_l); dq = sum_j ds_j k_j;
 // dk_j += ds_j q; dv_j += m_j p_j dout. Batch entry b on staged arrays: q, dout (Tq, D); k (Tk, D), k_t
-// and v_t (D, Tk); lse (Tq) -> dq (Tq, D), dk and dv (Tk, D), summed over the entry's queries; p, ds,
-// factors: Tk scratch.
+// and v_t (D, Tk); bias (Tk) or null; lse (Tq) -> dq (Tq, D), dk and dv (Tk, D), summed over the entry's
+// queries; p, ds, factors: Tk scratch.
 template <class A>
 [[gnu::always_inline]] inline void entry_backward(const Geometry& g, int64_t b, const A* q, const A* dout, const A* k,
-                                                  const A* k_t, const A* v_t, const A* lse, A* dq, A* dk, A* dv, A* p,
-                                                  A* ds, A* factors) {
+                                                  const A* k_t, const A* v_t, const A* bias, const A* lse, A* dq, A* dk,
+                                                  A* dv, A* p, A* ds, A* factors) {
   const int64_t depth = g.depth;
   std::fill(dk, dk + g.keys * depth, A(0));
   std::fill(dv, dv + g.keys * depth, A(0));
   for (int64_t i = 0; i < g.queries; ++i) {
     const int64_t seen = g.visible(i);
     const A *qi = q + i * depth, *doi = dout + i * depth;
-    std::fill(p, p + seen, A(0));
     std::fill(ds, ds + seen, A(0));
-    for (int64_t d = 0; d < depth; ++d) {
-      multiply_add(p, qi[d], k_t + d * g.keys, seen);    // q . k_j
-      multiply_add(ds, doi[d], v_t + d * g.keys, seen);  // dp_j
+    for (int64_t d = 0; d < depth; ++d) multiply_add(ds, doi[d], v_t + d * g.keys, seen);  // dp_j
+    const A scale = A(g.scale);
+    if (bias) {
+      // The weights as forward made them. A query that sees only padded keys has a log-sum-exp near
+      // -1e29, which has lost its log(sum) to rounding, so exp(score - lse) would not give them back.
+      A top;
+      const A sum = exp_scores(qi, k_t, depth, g.keys, seen, scale, bias, p, top);
+      for (int64_t j = 0; j < seen; ++j) p[j] /= sum;
+    } else {
+      std::fill(p, p + seen, A(0));
+      for (int64_t d = 0; d < depth; ++d) multiply_add(p, qi[d], k_t + d * g.keys, seen);  // q . k_j
+      const A log_sum = lse[i];
+      map_staged<A>(0, seen, [=](int64_t j) { return scale * p[j] - log_sum; }, [=](int64_t j, A e) { p[j] = e; },
+                    [](A shift) { return std::exp(shift); });
     }
-    const A scale = A(g.scale), log_sum = lse[i];
-    map_staged<A>(0, seen, [=](int64_t j) { return scale * p[j] - log_sum; }, [=](int64_t j, A e) { p[j] = e; },
-                  [](A shift) { return std::exp(shift); });
     if (g.dropout()) {
       dropout_factors(g, b * g.queries + i, seen, factors);
       for (int64_t j = 0; j < seen; ++j) ds[j] *= factors[j];
@@ -150,14 +184,14 @@ template <class A>
 // Per vector width (KESTREL_VECTOR_CLONES), for the two arithmetic types.
 template <class A>
 KESTREL_VECTOR_CLONES void entry_forward_cloned(const Geometry& g, int64_t b, const A* q, const A* k_t, const A* v,
-                                                A* out, A* lse, A* weights, A* factors) {
-  entry_forward(g, b, q, k_t, v, out, lse, weights, factors);
+                                                const A* bias, A* out, A* lse, A* weights, A* factors) {
+  entry_forward(g, b, q, k_t, v, bias, out, lse, weights, factors);
 }
 template <class A>
 KESTREL_VECTOR_CLONES void entry_backward_cloned(const Geometry& g, int64_t b, const A* q, const A* dout, const A* k,
-                                                 const A* k_t, const A* v_t, const A* lse, A* dq, A* dk, A* dv, A* p,
-                                                 A* ds, A* factors) {
-  entry_backward(g, b, q, dout, k, k_t, v_t, lse, dq, dk, dv, p, ds, factors);
+                                                 const A* k_t, const A* v_t, const A* bias, const A* lse, A* dq, A* dk,
+                                                 A* dv, A* p, A* ds, A* factors) {
+  entry_backward(g, b, q, dout, k, k_t, v_t, bias, lse, dq, dk, dv, p, ds, factors);
 }
 
 // A staged (rows, depth) block back into storage.
@@ -175,17 +209,19 @@ void attention_forward(const kestrel_op& op) {
     const S *q = data_of<S>(op.inputs[0]), *k = data_of<S>(op.inputs[1]), *v = data_of<S>(op.inputs[2]);
     S* out = mutable_data_of<S>(op.outputs[0]);  // (B, Tq, D)
     A* lse = mutable_data_of<A>(op.outputs[1]);  // (B, Tq), statistics_dtype
+    const S* mask = g.padding_input < 0 ? nullptr : data_of<S>(op.inputs[g.padding_input]);  // (N, Tk)
     const int64_t q_width = g.queries * g.depth, k_width = g.keys * g.depth;
     parallel_for_split("kestrel::attention", g.batch, g.batch * g.queries * k_width, [=](int64_t b) {
-      thread_local std::vector<A> queries, keys_t, values, sum, scores, factors;
+      thread_local std::vector<A> queries, keys_t, values, bias, sum, scores, factors;
+      const A* key_bias = stage_key_bias<E>(g, mask, b, bias);
       stage_rows<E>(q + b * q_width, g.queries, g.depth, queries);
       stage_columns<E>(k + b * k_width, g.keys, g.depth, keys_t);
       stage_rows<E>(v + b * k_width, g.keys, g.depth, values);
       sum.resize(size_t(q_width));
       scores.resize(size_t(g.keys));
       factors.resize(size_t(g.keys));
-      entry_forward_cloned<A>(g, b, queries.data(), keys_t.data(), values.data(), sum.data(), lse + b * g.queries,
-                              scores.data(), factors.data());
+      entry_forward_cloned<A>(g, b, queries.data(), keys_t.data(), values.data(), key_bias, sum.data(),
+                              lse + b * g.queries, scores.data(), factors.data());
       store_rows<E>(sum, out + b * q_width);
     });
   });
@@ -202,9 +238,11 @@ void attention_backward(const kestrel_op& op) {
             *v = data_of<S>(op.inputs[3]);
     const A* lse = data_of<A>(op.inputs[5]);  // (B, Tq)
     S *dq = mutable_data_of<S>(op.outputs[0]), *dk = mutable_data_of<S>(op.outputs[1]), *dv = mutable_data_of<S>(op.outputs[2]);
+    const S* mask = g.padding_input < 0 ? nullptr : data_of<S>(op.inputs[g.padding_input]);  // (N, Tk)
     const int64_t q_width = g.queries * g.depth, k_width = g.keys * g.depth;
     parallel_for_split("kestrel::attention_backward", g.batch, g.batch * g.queries * k_width, [=](int64_t b) {
-      thread_local std::vector<A> queries, grads, keys, keys_t, values_t, dq_sum, dk_sum, dv_sum, p, ds, factors;
+      thread_local std::vector<A> queries, grads, keys, keys_t, values_t, bias, dq_sum, dk_sum, dv_sum, p, ds, factors;
+      const A* key_bias = stage_key_bias<E>(g, mask, b, bias);
       stage_rows<E>(q + b * q_width, g.queries, g.depth, queries);
       stage_rows<E>(dout + b * q_width, g.queries, g.depth, grads);
       stage_rows<E>(k + b * k_width, g.keys, g.depth, keys);
@@ -217,8 +255,8 @@ void attention_backward(const kestrel_op& op) {
       ds.resize(size_t(g.keys));
       factors.resize(size_t(g.keys));
       entry_backward_cloned<A>(g, b, queries.data(), grads.data(), keys.data(), keys_t.data(), values_t.data(),
-                               lse + b * g.queries, dq_sum.data(), dk_sum.data(), dv_sum.data(), p.data(), ds.data(),
-                               factors.data());
+                               key_bias, lse + b * g.queries, dq_sum.data(), dk_sum.data(), dv_sum.data(), p.data(),
+                               ds.data(), factors.data());
       store_rows<E>(dq_sum, dq + b * q_width);
       store_rows<E>(dk_sum, dk + b * k_width);
       store_rows<E>(dv_sum, dv + b * k_width);

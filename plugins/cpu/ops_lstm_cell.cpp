@@ -7,30 +7,11 @@
 #include <vector>
 
 #include "cpu_ops.hpp"
+#include "cpu_rows.hpp"
 
 namespace kestrel_cpu {
 
 namespace {
-
-// Row r of a (rows, cols) tensor whose rows are contiguous.
-template <class S>
-struct Rows {
-  S* base;
-  int64_t stride;
-  S* operator[](int64_t r) const { return base + r * stride; }
-};
-template <class S>
-Rows<const S> rows_of(const kestrel_tensor& t) {
-  return {static_cast<const S*>(t.buffer->data) + t.offset, t.strides[0]};
-}
-template <class S>
-Rows<S> mutable_rows_of(const kestrel_tensor& t) {
-  return {static_cast<S*>(t.buffer->data) + t.offset, t.strides[0]};
-}
-
-// The pool splits loops by elements touched; a gate element costs a transcendental function or two,
-// several times a plain element, so the rows count this many times over.
-constexpr int64_t kTranscendentalWeight = 8;
 
 // One row's gates, cell and output from its two products: a few contiguous loops over H (the sum, the
 // nonlinearities through the vector math, the cell), built per vector width. a: 5H scratch (the gates, then

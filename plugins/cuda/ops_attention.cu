@@ -199,10 +199,12 @@ void attention_backward(kestrel_stream& s, const kestrel_op& op) {
 // f32, f16 and bf16 (f64 is composed); the products as cuBLAS takes them (int extents). Declines
 // dropout on the weights (1.8): the softmax kernels would have to draw RANDOM's Philox mask per weight,
 // in forward and again in backward's recomputation, which they do not, so the engine composes attention
-// with dropout on CUDA (open on issue 15).
+// with dropout on CUDA (open on issue 15). Declines a key-padding mask (1.9) likewise: the softmax kernels
+// do not add it yet.
 bool supports_attention(const kestrel_op& op) {
   if (!kestrel::plugin_shapes::attention_fits(op)) return false;
-  if (static_cast<const kestrel_attention_params*>(op.params)->dropout > 0) return false;
+  const auto& p = *static_cast<const kestrel_attention_params*>(op.params);
+  if (p.dropout > 0 || p.key_padding) return false;
   const kestrel_tensor& q = op.inputs[op.kind == KESTREL_OP_ATTENTION_BACKWARD ? 1 : 0];
   const kestrel_tensor& k = op.inputs[op.kind == KESTREL_OP_ATTENTION_BACKWARD ? 2 : 1];
   const bool dtype_ok = q.dtype == KESTREL_DTYPE_F32 || q.dtype == KESTREL_DTYPE_F16 || q.dtype == KESTREL_DTYPE_BF16;

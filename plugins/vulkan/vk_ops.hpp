@@ -37,6 +37,8 @@ bool supports_optimizer(const kestrel_op& op, uint32_t dtypes);  // adam_update,
 void launch_optimizer(kestrel_stream* stream, const kestrel_op& op);
 bool supports_lstm_cell(const kestrel_op& op, uint32_t dtypes);  // lstm_cell, lstm_cell_backward
 void launch_lstm_cell(kestrel_stream* stream, const kestrel_op& op);
+bool supports_gru_cell(const kestrel_op& op, uint32_t dtypes);  // gru_cell, gru_cell_backward (ABI 1.9)
+void launch_gru_cell(kestrel_stream* stream, const kestrel_op& op);
 
 // ---- index checks (ops_index.cpp) ----
 

@@ -1,6 +1,7 @@
 // The fused attention ops (plugin ABI 1.7), optional: forward (output and each query's log-sum-exp) and
-// backward (dq, dk, dv), against softmax(scale q k^T [causal]) v and its gradients in double; with
-// dropout on the weights (1.8), the mask of RANDOM's Bernoulli draw (kestrel/philox.h) in the reference.
+// backward (dq, dk, dv), against softmax(scale q k^T [causal] [+ -1e29 on padded keys]) v and its
+// gradients in double; with dropout on the weights (1.8), the mask of RANDOM's Bernoulli draw
+// (kestrel/philox.h) in the reference; with a key-padding mask (1.9), its -1e29 on each padded key.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -30,13 +31,33 @@ struct Dropout {
   }
 };
 
+// A key-padding mask (N, Tk) over the case's batch entries: two heads per sample where the batch is even,
+// one otherwise; key j of sample n is padding where (j + n) % 3 == 0, and sample 0's first two keys are
+// (left padding), so with the causal mask some queries see only padding, one or two keys of it (they
+// then weigh it evenly).
+struct KeyPadding {
+  int64_t samples = 0;        // 0: no mask
+  std::vector<double> mask;   // (samples, keys), 1 at padding
+  static KeyPadding of(const Case& c) {
+    KeyPadding k;
+    k.samples = c.batch % 2 == 0 && c.batch > 0 ? c.batch / 2 : std::max<int64_t>(c.batch, 1);
+    for (int64_t n = 0; n < k.samples; ++n)
+      for (int64_t j = 0; j < c.keys; ++j) k.mask.push_back((j + n) % 3 == 0 || (n == 0 && j < 2) ? 1.0 : 0.0);
+    return k;
+  }
+  // What batch entry b's score of key j gets added (plugin.h 1.9).
+  double bias(const Case& c, int64_t b, int64_t j) const {
+    return samples == 0 ? 0.0 : -1e29 * mask[size_t((b / (c.batch / samples)) * c.keys + j)];
+  }
+};
+
 // Double-precision attention of one batch entry's rows, and its gradients for a given dout.
 struct Reference {
   std::vector<double> out, lse, dq, dk, dv;
 };
 
-Reference reference(const Case& c, const Dropout& drop, const std::vector<double>& q, const std::vector<double>& k,
-                    const std::vector<double>& v, const std::vector<double>& dout) {
+Reference reference(const Case& c, const Dropout& drop, const KeyPadding& padding, const std::vector<double>& q,
+                    const std::vector<double>& k, const std::vector<double>& v, const std::vector<double>& dout) {
   const int64_t tq = c.queries, tk = c.keys, d = c.depth;
   const double scale = 1.0 / std::sqrt(double(d));
   Reference r{std::vector<double>(q.size()), std::vector<double>(size_t(c.batch * tq)), std::vector<double>(q.size()),
@@ -50,7 +71,7 @@ Reference reference(const Case& c, const Dropout& drop, const std::vector<double
       for (int64_t j = 0; j < seen; ++j) {
         double s = 0;
         for (int64_t e = 0; e < d; ++e) s += qi[e] * k[size_t((b * tk + j) * d + e)];
-        p[j] = s * scale;
+        p[j] = s * scale + padding.bias(c, b, j);
         top = std::max(top, p[j]);
       }
       double sum = 0;
@@ -58,7 +79,7 @@ Reference reference(const Case& c, const Dropout& drop, const std::vector<double
       r.lse[row] = top + std::log(sum);
       double delta = 0;
       for (int64_t j = 0; j < seen; ++j) {
-        p[j] = std::exp(p[j] - r.lse[row]);
+        p[j] = std::exp(p[j] - top) / sum;  // not exp(p - lse): a row of padded keys' lse lost log(sum)
         const double m = drop.factor(row, tk, j);  // the weight is p m; its gradient dp, p's m dp
         dp[j] = 0;
         for (int64_t e = 0; e < d; ++e) {
@@ -93,11 +114,15 @@ void attention_cases(Runner& r) {
   for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
     for (const Case& c : cases)
       for (const Dropout* drop : {&none, &quarter})
+        for (bool padded : {false, true})
         for (bool backward : {false, true}) {
           if (drop->p > 0 && (c.batch == 0 || c.queries == 0 || c.keys == 0 || c.depth == 16)) continue;
+          if (padded && drop->p > 0 && c.causal) continue;  // one padded dropout case per shape is enough
+          const KeyPadding padding = padded ? KeyPadding::of(c) : KeyPadding{};
           const std::string shape = fmt::format("({}, {}, {}, {})", c.batch, c.queries, c.keys, c.depth);
           r.run(case_name({backward ? "backward" : "forward", std::string(dtype_name(dtype)), shape,
-                           c.causal ? "causal" : "full", drop->p > 0 ? "dropout" : "all weights"}),
+                           c.causal ? "causal" : "full", drop->p > 0 ? "dropout" : "all weights",
+                           padded ? fmt::format("keys of {} samples padded", padding.samples) : "no padding"}),
                 false, [&] {
                   const int64_t qn = c.batch * c.queries * c.depth, kn = c.batch * c.keys * c.depth;
                   auto q = r.values(qn, -1, 1, dtype), k = r.values(kn, -1, 1, dtype), v = r.values(kn, -1, 1, dtype);
@@ -109,9 +134,11 @@ void attention_cases(Runner& r) {
                   p.dropout = drop->p;
                   p.seed = drop->seed;
                   p.offset = drop->offset;
+                  p.key_padding = padded ? 1 : 0;
                   const Tensor tq = r.upload(q_shape, q, dtype), tk = r.upload(k_shape, k, dtype),
                                tv = r.upload(k_shape, v, dtype);
-                  std::vector<Tensor> extra;  // the counter base
+                  std::vector<Tensor> extra;  // the key-padding mask, the counter base
+                  if (padded) extra.push_back(r.upload({padding.samples, c.keys}, padding.mask, dtype));
                   if (drop->p > 0) extra.push_back(Tensor::full({}, double(drop->base), DType::i64, r.device()));
                   auto with_extra = [&](std::vector<Tensor> inputs) {
                     inputs.insert(inputs.end(), extra.begin(), extra.end());
@@ -120,7 +147,7 @@ void attention_cases(Runner& r) {
                   Tensor out = Tensor::empty(q_shape, dtype, r.device());
                   Tensor lse = Tensor::empty({c.batch, c.queries}, statistics_of(dtype), r.device());
                   ops::launch(r.device(), op_of(KESTREL_OP_ATTENTION, &p, with_extra({tq, tk, tv}), {out, lse}));
-                  const Reference want = reference(c, *drop, q, k, v, dout);
+                  const Reference want = reference(c, *drop, padding, q, k, v, dout);
                   const Tolerance tol = tolerance_for(dtype, 8);
                   if (!backward) {
                     r.expect_close(out, want.out, tol, "output");

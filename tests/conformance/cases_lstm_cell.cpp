@@ -40,53 +40,39 @@ Reference reference(int64_t n, int64_t hidden, const std::vector<double>& x, con
   return r;
 }
 
-// An (n, width) result whose rows are `width + 3` apart when strided, as a step's slice of a sequence.
-Tensor result_rows(Runner& r, int64_t n, int64_t width, DType dtype, bool strided) {
-  if (!strided) return Tensor::empty({n, width}, dtype, r.device());
-  return Tensor::empty({n, width + 3}, dtype, r.device()).slice(1, 0, width);
-}
-
 }  // namespace
 
 void lstm_cell_cases(Runner& r) {
-  const Shape shapes[] = {{3, 5}, {4, 33}, {0, 4}};  // (N, H)
-  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
-    for (const Shape& shape : shapes)
-      for (bool strided : {false, true})
-        for (bool backward : {false, true})
-          r.run(case_name({backward ? "backward" : "forward", std::string(dtype_name(dtype)), shape_str(shape),
-                           strided ? "strided" : "contiguous"}),
-                false, [&] {
-                  const int64_t n = shape[0], hidden = shape[1];
-                  auto x = r.values(n * 4 * hidden, -2, 2, dtype), hh = r.values(n * 4 * hidden, -2, 2, dtype);
-                  auto c = r.values(n * hidden, -1, 1, dtype), dh = r.values(n * hidden, -1, 1, dtype),
-                       dc_next = r.values(n * hidden, -1, 1, dtype);
-                  const Layout layout = strided ? Layout::padded : Layout::contiguous;
-                  const Tensor tc = r.upload({n, hidden}, c, dtype, layout);
-                  Tensor h_out = result_rows(r, n, hidden, dtype, strided),
-                         c_out = result_rows(r, n, hidden, dtype, strided),
-                         gates = result_rows(r, n, 4 * hidden, dtype, strided);
-                  ops::launch(r.device(), op_of(KESTREL_OP_LSTM_CELL, nullptr,
-                                                {r.upload({n, 4 * hidden}, x, dtype, layout),
-                                                 r.upload({n, 4 * hidden}, hh, dtype, layout), tc},
-                                                {h_out, c_out, gates}));
-                  const Reference want = reference(n, hidden, x, hh, c, dh, dc_next);
-                  const Tolerance tol = tolerance_for(dtype, 4);
-                  if (!backward) {
-                    r.expect_close(h_out, want.h, tol, "h'");
-                    r.expect_close(c_out, want.c, tol, "c'");
-                    r.expect_close(gates, want.gates, tol, "gates");
-                    return;
-                  }
-                  Tensor dgates = result_rows(r, n, 4 * hidden, dtype, strided),
-                         dc = result_rows(r, n, hidden, dtype, strided);
-                  ops::launch(r.device(), op_of(KESTREL_OP_LSTM_CELL_BACKWARD, nullptr,
-                                                {r.upload({n, hidden}, dh, dtype, layout),
-                                                 r.upload({n, hidden}, dc_next, dtype, layout), gates, tc, c_out},
-                                                {dgates, dc}));
-                  r.expect_close(dgates, want.dgates, tol, "gate gradients");
-                  r.expect_close(dc, want.dc, tol, "dc");
-                });
+  r.cell_cases([&](DType dtype, int64_t n, int64_t hidden, bool strided, bool backward) {
+    auto x = r.values(n * 4 * hidden, -2, 2, dtype), hh = r.values(n * 4 * hidden, -2, 2, dtype);
+    auto c = r.values(n * hidden, -1, 1, dtype), dh = r.values(n * hidden, -1, 1, dtype),
+         dc_next = r.values(n * hidden, -1, 1, dtype);
+    const Layout layout = strided ? Layout::padded : Layout::contiguous;
+    const Tensor tc = r.upload({n, hidden}, c, dtype, layout);
+    Tensor h_out = r.result_rows(n, hidden, dtype, strided),
+           c_out = r.result_rows(n, hidden, dtype, strided),
+           gates = r.result_rows(n, 4 * hidden, dtype, strided);
+    ops::launch(r.device(), op_of(KESTREL_OP_LSTM_CELL, nullptr,
+                                  {r.upload({n, 4 * hidden}, x, dtype, layout),
+                                   r.upload({n, 4 * hidden}, hh, dtype, layout), tc},
+                                  {h_out, c_out, gates}));
+    const Reference want = reference(n, hidden, x, hh, c, dh, dc_next);
+    const Tolerance tol = tolerance_for(dtype, 4);
+    if (!backward) {
+      r.expect_close(h_out, want.h, tol, "h'");
+      r.expect_close(c_out, want.c, tol, "c'");
+      r.expect_close(gates, want.gates, tol, "gates");
+      return;
+    }
+    Tensor dgates = r.result_rows(n, 4 * hidden, dtype, strided),
+           dc = r.result_rows(n, hidden, dtype, strided);
+    ops::launch(r.device(), op_of(KESTREL_OP_LSTM_CELL_BACKWARD, nullptr,
+                                  {r.upload({n, hidden}, dh, dtype, layout),
+                                   r.upload({n, hidden}, dc_next, dtype, layout), gates, tc, c_out},
+                                  {dgates, dc}));
+    r.expect_close(dgates, want.dgates, tol, "gate gradients");
+    r.expect_close(dc, want.dc, tol, "dc");
+  });
 }
 
 }  // namespace kestrel::conformance

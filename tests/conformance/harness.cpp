@@ -124,6 +124,22 @@ std::vector<double> Runner::values(int64_t count, double lo, double hi, DType dt
   return out;
 }
 
+Tensor Runner::result_rows(int64_t n, int64_t width, DType dtype, bool strided) {
+  if (!strided) return Tensor::empty({n, width}, dtype, device_);
+  return Tensor::empty({n, width + 3}, dtype, device_).slice(1, 0, width);
+}
+
+void Runner::cell_cases(const std::function<void(DType, int64_t, int64_t, bool, bool)>& body) {
+  const Shape shapes[] = {{3, 5}, {4, 33}, {0, 4}};  // (N, H)
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    for (const Shape& shape : shapes)
+      for (bool strided : {false, true})
+        for (bool backward : {false, true})
+          run(case_name({backward ? "backward" : "forward", std::string(dtype_name(dtype)), shape_str(shape),
+                         strided ? "strided" : "contiguous"}),
+              false, [&] { body(dtype, shape[0], shape[1], strided, backward); });
+}
+
 Tensor Runner::upload(const Shape& shape, const std::vector<double>& values, DType dtype, Layout layout) {
   auto store = [&](const Shape& host_shape, const std::vector<double>& host) {
     std::vector<unsigned char> raw(host.size() * dtype_size(dtype));

@@ -50,6 +50,12 @@ class Runner {
   std::mt19937_64& rng() { return rng_; }
 
   Tensor upload(const Shape& shape, const std::vector<double>& values, DType dtype, Layout layout = Layout::contiguous);
+  // An uninitialised (n, width) result; with `strided` its rows are `width + 3` apart, as a step's slice
+  // of a sequence (the recurrent cells' cases).
+  Tensor result_rows(int64_t n, int64_t width, DType dtype, bool strided);
+  // The recurrent cells' grid of optional cases: every float dtype, (N, H) of (3, 5), (4, 33) and (0, 4),
+  // contiguous and strided rows, forward and backward; `body` runs one.
+  void cell_cases(const std::function<void(DType dtype, int64_t n, int64_t hidden, bool strided, bool backward)>& body);
   // Fails the case when any element differs beyond the tolerance (NaN matches NaN, Inf its own sign).
   void expect_close(const Tensor& got, const std::vector<double>& want, Tolerance tol, const std::string& what = "");
   void expect_close(const std::vector<double>& got, const std::vector<double>& want, Tolerance tol,
@@ -89,6 +95,7 @@ void fused_cases(Runner& r);
 void attention_cases(Runner& r);
 void layer_norm_cases(Runner& r);
 void lstm_cell_cases(Runner& r);
+void gru_cell_cases(Runner& r);
 void capture_cases(Runner& r);
 void collective_cases(Runner& r);
 

@@ -11,7 +11,8 @@ const std::vector<std::pair<std::string, FamilyFn>>& registry() {
       {"fill", fill_cases},     {"copy", copy_cases},   {"unary", unary_cases},   {"binary", binary_cases},
       {"reduce", reduce_cases}, {"gemm", gemm_cases},   {"index", index_cases},   {"random", random_cases},
       {"window", window_cases}, {"fused", fused_cases},   {"attention", attention_cases},
-      {"layer_norm", layer_norm_cases}, {"lstm_cell", lstm_cell_cases}, {"capture", capture_cases},
+      {"layer_norm", layer_norm_cases}, {"lstm_cell", lstm_cell_cases},
+      {"gru_cell", gru_cell_cases}, {"capture", capture_cases},
       {"collective", collective_cases}};
   return all;
 }

@@ -89,15 +89,18 @@ TEST(Attention, MatchesItsDefinitionWithAndWithoutTheCausalMask) {
 
 // Dropout on the attention weights (plugin ABI 1.8): the CPU's fused op draws the composed path's mask
 // (RANDOM's Bernoulli over the (B, Tq, Tk) weights at the same seed and offset), so both give the same
-// output and gradients, and a captured step's counter base (CounterBaseScope) draws the same bits too.
+// output and gradients, and a captured step's counter base (CounterBaseScope) draws the same bits too;
+// likewise with a key-padding mask (1.9) over 2 samples of 2 heads whose first two keys leave the first
+// two causal queries of sample 0 only padding (which they weigh evenly).
 TEST(Attention, DropoutDropsTheSameWeightsFusedAndComposed) {
-  const int64_t batch = 3, queries = 6, keys = 6, depth = 8;
+  const int64_t batch = 4, queries = 6, keys = 6, depth = 8;
   const auto q = random_values(batch * queries * depth, 4), k = random_values(batch * keys * depth, 5),
              v = random_values(batch * keys * depth, 6), w = random_values(batch * queries * depth, 7);
   struct Result {
     std::vector<double> out, dq, dk, dv;
   };
-  auto run = [&](bool fused, bool causal, double dropout, bool scoped) {
+  const std::vector<double> padding{1, 1, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0};  // (2 samples, 6 keys)
+  auto run = [&](bool fused, bool causal, double dropout, bool scoped, bool padded) {
     kestrel::ops::set_fused_ops_enabled(fused);
     Var tq(Tensor::from_vector(q, {batch, queries, depth}, cpu()).to(kestrel::DType::f32), true),
         tk(Tensor::from_vector(k, {batch, keys, depth}, cpu()).to(kestrel::DType::f32), true),
@@ -108,6 +111,7 @@ TEST(Attention, DropoutDropsTheSameWeightsFusedAndComposed) {
     o.training = true;
     o.seed = 11;
     o.offset = 40;
+    if (padded) o.key_padding = Tensor::from_vector(padding, {batch / 2, keys}, cpu()).to(kestrel::DType::f32);
     Tensor base = Tensor::full({}, 25.0, kestrel::DType::i64, cpu());
     std::optional<kestrel::ops::CounterBaseScope> scope;
     if (scoped) scope.emplace(base, 25);
@@ -130,16 +134,17 @@ TEST(Attention, DropoutDropsTheSameWeightsFusedAndComposed) {
         cpu(), kestrel::ops::make_op(KESTREL_OP_ATTENTION, &p, {t, t, t, Tensor::zeros({}, kestrel::DType::i64, cpu())},
                                      {t, lse})));
   }
+  for (bool padded : {false, true})
   for (bool causal : {false, true}) {
-    SCOPED_TRACE(fmt::format("causal {}", causal));
-    const Result composed = run(false, causal, 0.3, false), fused = run(true, causal, 0.3, false);
+    SCOPED_TRACE(fmt::format("causal {}, padded {}", causal, padded));
+    const Result composed = run(false, causal, 0.3, false, padded), fused = run(true, causal, 0.3, false, padded);
     expect_near(fused.out, composed.out, "output");
     expect_near(fused.dq, composed.dq, "dq");
     expect_near(fused.dk, composed.dk, "dk");
     expect_near(fused.dv, composed.dv, "dv");
-    expect_near(run(true, causal, 0.3, true).out, fused.out, "output with the counter base");
+    expect_near(run(true, causal, 0.3, true, padded).out, fused.out, "output with the counter base");
     // The mask matters: without dropout the output is another.
-    const Result all = run(true, causal, 0.0, false);
+    const Result all = run(true, causal, 0.0, false, padded);
     double moved = 0;
     for (size_t i = 0; i < all.out.size(); ++i) moved = std::max(moved, std::abs(all.out[i] - fused.out[i]));
     EXPECT_GT(moved, 1e-2);
@@ -254,23 +259,37 @@ TEST(Transformer, DecodingWithTheCacheEqualsTheWholeSequence) {
 }
 
 // Key padding (N = 2 samples of 2 heads): each query weighs only its sample's real keys, as the
-// definition computed in double precision over those keys alone, with and without the causal mask.
+// definition computed in double precision over those keys alone, with and without the causal mask,
+// fused and composed.
 TEST(Attention, PaddedKeysGetNoWeight) {
   const int64_t samples = 2, heads = 2, batch = samples * heads, queries = 3, keys = 5, depth = 4;
   const std::vector<double> padding{0, 0, 0, 0, 1, 0, 1, 0, 0, 0};  // sample 0's last key, sample 1's second
   auto q = random_values(batch * queries * depth, 11), k = random_values(batch * keys * depth, 12),
        v = random_values(batch * keys * depth, 13);
-  for (bool causal : {false, true}) {
-    SCOPED_TRACE(causal ? "causal" : "not causal");
-    fn::AttentionOptions o;
-    o.causal = causal;
-    o.key_padding = Tensor::from_vector(padding, {samples, keys}, cpu());
-    expect_near(attend(q, k, v, batch, queries, keys, depth, o),
-                attention_reference(q, k, v, batch, queries, keys, depth,
-                                    [&](int64_t b, int64_t i, int64_t j) {
-                                      return (!causal || j <= keys - queries + i) && padding[(b / heads) * keys + j] == 0;
-                                    }),
-                1e-12);
+  for (bool fused : {true, false})  // the CPU plugin's fused op takes the mask (plugin ABI 1.9)
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(fmt::format("{}, {}", fused ? "fused" : "composed", causal ? "causal" : "not causal"));
+      kestrel::ops::set_fused_ops_enabled(fused);
+      fn::AttentionOptions o;
+      o.causal = causal;
+      o.key_padding = Tensor::from_vector(padding, {samples, keys}, cpu());
+      expect_near(attend(q, k, v, batch, queries, keys, depth, o),
+                  attention_reference(q, k, v, batch, queries, keys, depth,
+                                      [&](int64_t b, int64_t i, int64_t j) {
+                                        return (!causal || j <= keys - queries + i) &&
+                                               padding[(b / heads) * keys + j] == 0;
+                                      }),
+                  1e-12);
+      kestrel::ops::set_fused_ops_enabled(true);
+    }
+  {  // which the CPU plugin offers, so the loop above compared two paths
+    Tensor t = Tensor::zeros({batch, queries, depth}, kestrel::DType::f64, cpu());
+    Tensor lse = Tensor::zeros({batch, queries}, kestrel::DType::f64, cpu());
+    auto p = kestrel::abi_init<kestrel_attention_params>();
+    p.scale = 1.0, p.key_padding = 1;
+    EXPECT_TRUE(kestrel::ops::supports(
+        cpu(), kestrel::ops::make_op(KESTREL_OP_ATTENTION, &p,
+                                     {t, t, t, Tensor::zeros({samples, queries}, kestrel::DType::f64, cpu())}, {t, lse})));
   }
   fn::AttentionOptions wrong;
   wrong.key_padding = Tensor::zeros({samples, keys + 1}, kestrel::DType::f64, cpu());

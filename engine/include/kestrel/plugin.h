@@ -63,6 +63,10 @@
  *        dropout, seed and offset): the mask is RANDOM's Bernoulli draw over the (B,Tq,Tk) weights, so
  *        fused and composed training agree, and such ops take the counter base as one more input; a
  *        plugin that does not drop out answers 0 for them, and the engine composes.
+ *   1.9  ATTENTION and ATTENTION_BACKWARD may mask padded keys (kestrel_attention_params grew
+ *        key_padding): one more input, the (N,Tk) key-padding mask of B = N * heads entries, before the
+ *        counter base; a plugin that does not mask answers 0, and the engine composes. GRU_CELL and
+ *        GRU_CELL_BACKWARD: a GRU step's gate math after its products, as LSTM_CELL is the LSTM's.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -75,7 +79,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 8
+#define KESTREL_PLUGIN_ABI_MINOR 9
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -205,12 +209,13 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_ADAM_UPDATE = 35,   /* in-place on in0 param, in1 grad (read, zeroed if asked), in2 m, in3 v */
   KESTREL_OP_SGD_UPDATE = 36,    /* in-place on in0 param, in1 grad (likewise) [, in2 momentum buffer] */
   /* Since 1.7. in0 q (B,Tq,D), in1 k (B,Tk,D), in2 v (B,Tk,D), one float dtype, contiguous
-   * [, in3 the counter base (1.8: with dropout, see kestrel_attention_params)] -> out0 (B,Tq,D) =
+   * [, the key-padding mask (1.9: with key_padding)] [, the counter base (1.8: with dropout, see
+   * kestrel_attention_params)] -> out0 (B,Tq,D) =
    * dropout(softmax(scale * q @ k^T [masked])) @ v, out1 (B,Tq) = log(sum(exp(...))) of each query's
    * scaled, masked scores (before dropout), f32 (f64 for f64).   params: kestrel_attention_params */
   KESTREL_OP_ATTENTION = 37,
   /* Since 1.7. in0 dout (B,Tq,D), in1 q, in2 k, in3 v, in4 out, in5 log-sum-exp (B,Tq), as forward
-   * gave them [, in6 the counter base (1.8: with dropout)] -> out0 dq (B,Tq,D), out1 dk (B,Tk,D),
+   * gave them [, the key-padding mask (1.9)] [, the counter base (1.8: with dropout)] -> out0 dq (B,Tq,D), out1 dk (B,Tk,D),
    * out2 dv (B,Tk,D), written (not accumulated). */
   KESTREL_OP_ATTENTION_BACKWARD = 38,
   /* Since 1.7. in0 x (R,C) [, in1 weight (C) [, in2 bias (C)]], one float dtype, contiguous -> out0 y (R,C)
@@ -227,7 +232,17 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_LSTM_CELL = 41,
   /* Since 1.7; no params. in0 dh' (N,H), in1 dc' (N,H), in2 the gates forward kept (N,4H), in3 c (N,H),
    * in4 c' (N,H) -> out0 (N,4H) the gradient of both products, out1 dc (N,H). Rows as forward's. */
-  KESTREL_OP_LSTM_CELL_BACKWARD = 42
+  KESTREL_OP_LSTM_CELL_BACKWARD = 42,
+  /* Since 1.9; no params. A GRU step after its two products: in0 (N,3H) the input's product and in1
+   * (N,3H) the state's (biases included; gates r, z, n in torch's order), in2 h (N,H) -> out0 h' (N,H)
+   * = (1 - z) * n + z * h where r = sigmoid(x_r + h_r), z = sigmoid(x_z + h_z), n = tanh(x_n + r * h_n),
+   * out1 (N,3H) r, z, n for backward. One float dtype; each tensor's rows contiguous (row strides free). */
+  KESTREL_OP_GRU_CELL = 43,
+  /* Since 1.9; no params. in0 dh' (N,H), in1 the gates forward kept (N,3H), in2 the state's product
+   * (N,3H), in3 h (N,H) -> out0 (N,3H) the input product's gradient, out1 (N,3H) the state product's
+   * (they differ in the n block, which r scales), out2 (N,H) dh through z * h alone (the state
+   * product's share is the engine's GEMM). Rows as forward's. */
+  KESTREL_OP_GRU_CELL_BACKWARD = 44
 } kestrel_op_kind;
 
 typedef enum kestrel_unary_fn {
@@ -301,10 +316,16 @@ typedef struct kestrel_window_params {
  * Since 1.8, dropout in [0, 1): with dropout > 0, weight (b, i, j) is kept, and scaled by
  * 1 / (1 - dropout), exactly where RANDOM's Bernoulli draw with a = 1 - dropout, this seed and offset
  * plus the counter base (a one-element i64 tensor, the op's last input, as RANDOM's in0) keeps element
- * (b * Tq + i) * Tk + j of a contiguous (B,Tq,Tk) tensor; backward draws the same mask again. */
+ * (b * Tq + i) * Tk + j of a contiguous (B,Tq,Tk) tensor; backward draws the same mask again.
+ * Since 1.9, key_padding != 0: the op takes a key-padding mask (N,Tk) of q's dtype, contiguous, with
+ * N dividing B (entry b belongs to sample b / (B / N)), 1 where key j of the sample is padding, 0 where
+ * it is real; -1e29 is added to the scaled score of each padded key (after causal masking, which drops
+ * later keys altogether), so a query that sees a real key gives padded keys weight exactly 0 and one
+ * that sees only padded keys weighs them equally, as the engine's composed attention does. */
 typedef struct kestrel_attention_params {
   size_t struct_size; double scale; int32_t causal;
   double dropout; uint64_t seed; uint64_t offset; /* 1.8 */
+  int32_t key_padding;                            /* 1.9 */
 } kestrel_attention_params;
 typedef struct kestrel_layer_norm_params { size_t struct_size; double eps; } kestrel_layer_norm_params;
 typedef struct kestrel_linear_params {

@@ -15,7 +15,7 @@ namespace kestrel::plugin_sdk {
 
 enum class OpFamily {
   fill, copy, unary, binary, reduce, gemm, gather, scatter_add, random, window, linear, softmax,
-  softmax_cross_entropy, optimizer, attention, layer_norm, lstm_cell,
+  softmax_cross_entropy, optimizer, attention, layer_norm, lstm_cell, gru_cell,
   count  // also the answer for a kind this header does not know (a newer ABI's)
 };
 
@@ -39,6 +39,7 @@ inline OpFamily op_family(kestrel_op_kind kind) {
     case KESTREL_OP_ATTENTION: case KESTREL_OP_ATTENTION_BACKWARD: return OpFamily::attention;
     case KESTREL_OP_LAYER_NORM: case KESTREL_OP_LAYER_NORM_BACKWARD: return OpFamily::layer_norm;
     case KESTREL_OP_LSTM_CELL: case KESTREL_OP_LSTM_CELL_BACKWARD: return OpFamily::lstm_cell;
+    case KESTREL_OP_GRU_CELL: case KESTREL_OP_GRU_CELL_BACKWARD: return OpFamily::gru_cell;
   }
   return OpFamily::count;
 }
@@ -105,6 +106,8 @@ inline const char* op_kind_name(kestrel_op_kind kind) {
     case KESTREL_OP_LAYER_NORM_BACKWARD: return "layer_norm_backward";
     case KESTREL_OP_LSTM_CELL: return "lstm_cell";
     case KESTREL_OP_LSTM_CELL_BACKWARD: return "lstm_cell_backward";
+    case KESTREL_OP_GRU_CELL: return "gru_cell";
+    case KESTREL_OP_GRU_CELL_BACKWARD: return "gru_cell_backward";
   }
   return "unknown-op";
 }

@@ -318,14 +318,17 @@ inline kestrel_dtype statistics_dtype(kestrel_dtype d) { return d == KESTREL_DTY
 
 // ATTENTION: in0 q (B,Tq,D), in1 k (B,Tk,D), in2 v (B,Tk,D) -> out0 (B,Tq,D), out1 (B,Tq) f32.
 // ATTENTION_BACKWARD: in0 dout, in1 q, in2 k, in3 v, in4 out, in5 lse -> out0 dq, out1 dk, out2 dv.
-// With dropout (1.8) both take the counter base, a one-element i64 tensor, as their last input.
+// With key padding (1.9) both take the (N,Tk) mask next; with dropout (1.8) the counter base, a
+// one-element i64 tensor, as their last input.
 // One float dtype for all but the log-sum-exp (statistics_dtype); every tensor contiguous; causal needs Tk >= Tq.
 inline bool attention_fits(const kestrel_op& op) {
   const auto* p = params<kestrel_attention_params>(op);
   const bool backward = op.kind == KESTREL_OP_ATTENTION_BACKWARD;
   if (!p || !(p->dropout >= 0 && p->dropout < 1)) return false;
-  const int counter = p->dropout > 0 ? 1 : 0;  // 1.8: the counter base, the last input
-  if (!(backward ? arity(op, 6 + counter, 3) : arity(op, 3 + counter, 2)) || !all_contiguous(op)) return false;
+  const int counter = p->dropout > 0 ? 1 : 0;    // 1.8: the counter base, the last input
+  const int padding = p->key_padding ? 1 : 0;     // 1.9: the key-padding mask, before it
+  const int given = (backward ? 6 : 3) + padding + counter;
+  if (!(backward ? arity(op, given, 3) : arity(op, given, 2)) || !all_contiguous(op)) return false;
   if (counter) {
     const kestrel_tensor& base = op.inputs[op.num_inputs - 1];
     if (base.dtype != KESTREL_DTYPE_I64 || numel(base) != 1) return false;
@@ -337,6 +340,12 @@ inline bool attention_fits(const kestrel_op& op) {
   if (k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2] || (p->causal && k.shape[1] < q.shape[1])) return false;
   if (lse.dtype != statistics_dtype(q.dtype) || lse.rank != 2 || lse.shape[0] != q.shape[0] || lse.shape[1] != q.shape[1])
     return false;
+  if (padding) {
+    const kestrel_tensor& mask = op.inputs[given - counter - 1];  // (N, Tk), N dividing B
+    if (mask.rank != 2 || mask.dtype != q.dtype || mask.shape[1] != k.shape[1] || mask.shape[0] < 1 ||
+        q.shape[0] % mask.shape[0] != 0)
+      return false;
+  }
   if (!backward) return like(op.outputs[0], q);
   return like(op.inputs[0], q) && like(op.inputs[4], q) && like(op.outputs[0], q) && like(op.outputs[1], k) &&
          like(op.outputs[2], k);
@@ -392,6 +401,27 @@ inline bool lstm_cell_fits(const kestrel_op& op) {
            fits(op.outputs[0], 4 * h) && fits(op.outputs[1], h);
   return fits(op.inputs[0], 4 * h) && fits(op.inputs[1], 4 * h) && fits(op.outputs[0], h) && fits(op.outputs[1], h) &&
          fits(op.outputs[2], 4 * h);
+}
+
+// ---- GRU cell (1.9) ----
+
+// GRU_CELL: in0, in1 (N,3H), in2 h (N,H) -> out0 (N,H), out1 (N,3H). GRU_CELL_BACKWARD: in0 (N,H),
+// in1, in2 (N,3H), in3 (N,H) -> out0, out1 (N,3H), out2 (N,H). One float dtype; every row contiguous.
+inline bool gru_cell_fits(const kestrel_op& op) {
+  const bool backward = op.kind == KESTREL_OP_GRU_CELL_BACKWARD;
+  if (!(backward ? arity(op, 4, 3) : arity(op, 3, 2))) return false;
+  const kestrel_tensor& h = op.inputs[backward ? 3 : 2];
+  if (h.rank != 2 || !is_float_dtype(h.dtype)) return false;
+  const int64_t n = h.shape[0], width = h.shape[1];
+  auto fits = [&](const kestrel_tensor& t, int64_t columns) {
+    return t.rank == 2 && t.dtype == h.dtype && t.shape[0] == n && t.shape[1] == columns &&
+           (columns <= 1 || t.strides[1] == 1) && (n <= 1 || t.strides[0] >= columns);
+  };
+  if (backward)
+    return fits(op.inputs[0], width) && fits(op.inputs[1], 3 * width) && fits(op.inputs[2], 3 * width) &&
+           fits(op.outputs[0], 3 * width) && fits(op.outputs[1], 3 * width) && fits(op.outputs[2], width);
+  return fits(op.inputs[0], 3 * width) && fits(op.inputs[1], 3 * width) && fits(op.outputs[0], width) &&
+         fits(op.outputs[1], 3 * width);
 }
 
 // ---- sliding windows: im2col, col2im, pool2d, pool2d_backward on (N, C, H, W) ----

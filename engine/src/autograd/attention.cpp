@@ -54,19 +54,20 @@ Var project(const Var& x, const Var& weight, const Var& bias) {
 
 namespace {
 
-// An attention op's inputs, followed by the counter base where dropout needs one (defined).
-std::vector<Tensor> with_counter(std::vector<Tensor> inputs, const Tensor& counter) {
+// An attention op's inputs, followed by the key-padding mask and the counter base where given (defined).
+std::vector<Tensor> with_extras(std::vector<Tensor> inputs, const Tensor& padding, const Tensor& counter) {
+  if (padding.defined()) inputs.push_back(padding);
   if (counter.defined()) inputs.push_back(counter);
   return inputs;
 }
 
 // The fused op on q (B, Tq, D), k and v (B, Tk, D), or nothing when the device lacks it (forward or
-// backward) or the options need the composed path (an explicit or key-padding mask). Dropout on the weights goes into
-// the op (plugin ABI 1.8) with the composed path's seed and offset, so both drop the same weights; a
-// device that cannot composes. Under autocast it runs in the scope's 16-bit dtype and returns f32, like
+// backward) or the options need the composed path (an explicit mask). Dropout on the weights goes into
+// the op (plugin ABI 1.8) with the composed path's seed and offset, so both drop the same weights, and
+// a key-padding mask (1.9) in the op's dtype; a device that cannot do either composes. Under autocast it runs in the scope's 16-bit dtype and returns f32, like
 // the products it replaces.
 std::optional<Var> fused_attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& o) {
-  if (!ops::fused_ops_enabled() || (o.mask.defined() && !o.causal) || o.key_padding.defined()) return std::nullopt;
+  if (!ops::fused_ops_enabled() || (o.mask.defined() && !o.causal)) return std::nullopt;
   const DType dtype = autocasts(q) ? autocast_dtype() : q.value().dtype();
   const Tensor q_in = q.value().to(dtype).contiguous(), k_in = k.value().to(dtype).contiguous(),
                v_in = v.value().to(dtype).contiguous();
@@ -77,6 +78,11 @@ std::optional<Var> fused_attention(const Var& q, const Var& k, const Var& v, con
   auto params = abi_init<kestrel_attention_params>();
   params.scale = 1.0 / std::sqrt(double(q_in.size(2)));
   params.causal = o.causal ? 1 : 0;
+  Tensor padding;  // (N, Tk)
+  if (o.key_padding.defined()) {
+    params.key_padding = 1;
+    padding = o.key_padding.to(dtype).contiguous();
+  }
   Tensor counter;  // with dropout: the counter base (a captured step's, else zero), both ops' last input
   if (o.training && o.dropout > 0) {
     params.dropout = o.dropout;
@@ -86,15 +92,15 @@ std::optional<Var> fused_attention(const Var& q, const Var& k, const Var& v, con
     if (!counter.defined()) counter = Tensor::zeros({}, DType::i64, device);
   }
   const kestrel_op forward =
-      ops::make_op(KESTREL_OP_ATTENTION, &params, with_counter({q_in, k_in, v_in}, counter), {out, log_sum_exp});
+      ops::make_op(KESTREL_OP_ATTENTION, &params, with_extras({q_in, k_in, v_in}, padding, counter), {out, log_sum_exp});
   // Backward's descriptor with forward's tensors standing in for the gradients (same shapes and dtypes).
   const kestrel_op backward = ops::make_op(KESTREL_OP_ATTENTION_BACKWARD, &params,
-                                           with_counter({out, q_in, k_in, v_in, out, log_sum_exp}, counter),
+                                           with_extras({out, q_in, k_in, v_in, out, log_sum_exp}, padding, counter),
                                            {q_in, k_in, v_in});
   if (!ops::supports(device, backward) || !ops::launch_if_supported(device, forward)) return std::nullopt;
   const DType result = q.value().dtype();
   return make_var(out.to(result), {q, k, v}, "attention",
-                  [q = q.node(), k = k.node(), v = v.node(), q_in, k_in, v_in, out, log_sum_exp, params,
+                  [q = q.node(), k = k.node(), v = v.node(), q_in, k_in, v_in, out, log_sum_exp, params, padding,
                    counter](const Tensor& dy) {
                     const Tensor dout = dy.to(out.dtype()).contiguous();  // (B, Tq, D)
                     Tensor dq = Tensor::empty(q_in.shape(), q_in.dtype(), q_in.device());
@@ -102,7 +108,7 @@ std::optional<Var> fused_attention(const Var& q, const Var& k, const Var& v, con
                     Tensor dv = Tensor::empty(v_in.shape(), v_in.dtype(), v_in.device());
                     ops::launch(q_in.device(),
                                 ops::make_op(KESTREL_OP_ATTENTION_BACKWARD, &params,
-                                             with_counter({dout, q_in, k_in, v_in, out, log_sum_exp}, counter),
+                                             with_extras({dout, q_in, k_in, v_in, out, log_sum_exp}, padding, counter),
                                              {dq, dk, dv}));
                     if (q->requires_grad) accumulate_grad(*q, dq.to(q->value.dtype()));
                     if (k->requires_grad) accumulate_grad(*k, dk.to(k->value.dtype()));

@@ -2,7 +2,8 @@
 // input at once, then each step adds the hidden state's GEMM and runs the gate math elementwise, so
 // backward is the autograd of those ops and every backend trains them with nothing of its own. Where
 // the device offers the LSTM's fused cell (plugin ABI 1.7) both ways, an LSTM layer's steps run as one
-// node (lstm_sequence.cpp), or under autocast the cell alone replaces the gate math. The hidden
+// node (lstm_sequence.cpp), or under autocast the cell alone replaces the gate math; the GRU's fused
+// cell (1.9) replaces its gate math in each step. The hidden
 // weights' gradients of RNN and LSTM layers come out of one GEMM for the whole sequence.
 #include <fmt/format.h>
 
@@ -52,6 +53,38 @@ std::optional<std::pair<Var, Var>> fused_lstm_cell(const Var& projected, const V
                               });
   const std::vector<Var> parts = chunk(joined, 1, 2);
   return std::make_pair(parts[0], parts[1]);
+}
+
+// The GRU_CELL op on projected and recurrent (N, 3H) and h (N, H): h' (N, H) as one node whose backward is
+// GRU_CELL_BACKWARD; nothing when the device lacks it.
+std::optional<Var> fused_gru_cell(const Var& projected, const Var& recurrent, const Var& h) {
+  const Tensor& state = h.value();  // (N, H)
+  if (!ops::fused_ops_enabled() || projected.value().dtype() != state.dtype() ||
+      recurrent.value().dtype() != state.dtype())
+    return std::nullopt;
+  const int64_t batch = state.size(0), hidden = state.size(1);
+  Tensor h_next = Tensor::empty({batch, hidden}, state.dtype(), state.device());
+  Tensor gates = Tensor::empty({batch, 3 * hidden}, state.dtype(), state.device());  // r, z, n
+  const Tensor hidden_product = recurrent.value();                                   // (N, 3H): backward reads h_n
+  const kestrel_op forward =
+      ops::make_op(KESTREL_OP_GRU_CELL, nullptr, {projected.value(), hidden_product, state}, {h_next, gates});
+  // Backward's descriptor, forward's tensors standing in for the gradients (same shapes and dtypes).
+  const kestrel_op backward = ops::make_op(KESTREL_OP_GRU_CELL_BACKWARD, nullptr,
+                                           {h_next, gates, hidden_product, state}, {gates, gates, h_next});
+  if (!ops::supports(state.device(), backward) || !ops::launch_if_supported(state.device(), forward)) return std::nullopt;
+  return make_var(h_next, {projected, recurrent, h}, "gru_cell",
+                  [projected = projected.node(), recurrent = recurrent.node(), h = h.node(), gates, hidden_product,
+                   state](const Tensor& dh_next) {
+                    Tensor dx = Tensor::empty(gates.shape(), gates.dtype(), gates.device());
+                    Tensor drec = Tensor::empty(gates.shape(), gates.dtype(), gates.device());
+                    Tensor dh = Tensor::empty(state.shape(), state.dtype(), state.device());
+                    ops::launch(gates.device(), ops::make_op(KESTREL_OP_GRU_CELL_BACKWARD, nullptr,
+                                                             {dh_next.contiguous(), gates, hidden_product, state},
+                                                             {dx, drec, dh}));
+                    if (projected->requires_grad) accumulate_grad(*projected, dx);
+                    if (recurrent->requires_grad) accumulate_grad(*recurrent, drec);
+                    if (h->requires_grad) accumulate_grad(*h, dh);
+                  });
 }
 
 // The states each step started from, (N, T, H): known once the steps have run.
@@ -105,6 +138,10 @@ void step(RecurrentCell cell, const Var& projected, const RecurrentWeights& w, V
       return;
     }
     case RecurrentCell::gru: {
+      if (auto fused = fused_gru_cell(projected, recurrent, h)) {
+        h = *fused;
+        return;
+      }
       // torch's GRU: the reset gate scales the hidden part of the candidate, bias_hh included.
       const std::vector<Var> from_input = chunk(projected, 1, 3), from_state = chunk(recurrent, 1, 3);  // r, z, n
       const Var reset = sigmoid(add(from_input[0], from_state[0]));
