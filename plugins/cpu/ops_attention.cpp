@@ -44,17 +44,14 @@ Geometry geometry_of(const kestrel_op& op, const kestrel_tensor& q, const kestre
   return g;
 }
 
-// Added to a padded key's scaled score (plugin.h 1.9, the engine's kPadded).
-constexpr double kPadded = -1e29;
-
-// Batch entry b's key bias (Tk) from the (N, Tk) mask: -1e29 times the mask's entry for each key; null
-// without a mask, for the loops to skip.
+// Batch entry b's key bias (Tk) from the (N, Tk) mask: KESTREL_KEY_PADDING_SCORE (plugin.h 1.9) times the
+// mask's entry for each key; null without a mask, for the loops to skip.
 template <class E>
 const Acc<E>* stage_key_bias(const Geometry& g, const typename E::storage* mask, int64_t b, std::vector<Acc<E>>& out) {
   if (!mask) return nullptr;
   out.resize(size_t(g.keys));
   const typename E::storage* row = mask + (b / g.per_sample) * g.keys;
-  for (int64_t j = 0; j < g.keys; ++j) out[j] = Acc<E>(E::load(row[j])) * Acc<E>(kPadded);
+  for (int64_t j = 0; j < g.keys; ++j) out[j] = Acc<E>(E::load(row[j])) * Acc<E>(KESTREL_KEY_PADDING_SCORE);
   return out.data();
 }
 

@@ -47,7 +47,7 @@ struct KeyPadding {
   }
   // What batch entry b's score of key j gets added (plugin.h 1.9).
   double bias(const Case& c, int64_t b, int64_t j) const {
-    return samples == 0 ? 0.0 : -1e29 * mask[size_t((b / (c.batch / samples)) * c.keys + j)];
+    return samples == 0 ? 0.0 : KESTREL_KEY_PADDING_SCORE * mask[size_t((b / (c.batch / samples)) * c.keys + j)];
   }
 };
 

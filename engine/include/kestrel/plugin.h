@@ -319,9 +319,11 @@ typedef struct kestrel_window_params {
  * (b * Tq + i) * Tk + j of a contiguous (B,Tq,Tk) tensor; backward draws the same mask again.
  * Since 1.9, key_padding != 0: the op takes a key-padding mask (N,Tk) of q's dtype, contiguous, with
  * N dividing B (entry b belongs to sample b / (B / N)), 1 where key j of the sample is padding, 0 where
- * it is real; -1e29 is added to the scaled score of each padded key (after causal masking, which drops
- * later keys altogether), so a query that sees a real key gives padded keys weight exactly 0 and one
- * that sees only padded keys weighs them equally, as the engine's composed attention does. */
+ * it is real; KESTREL_KEY_PADDING_SCORE (-1e29) is added to the scaled score of each padded key (after
+ * causal masking, which drops later keys altogether), so a query that sees a real key gives padded keys
+ * weight exactly 0 and one that sees only padded keys weighs them equally, as the engine's composed
+ * attention does. */
+#define KESTREL_KEY_PADDING_SCORE (-1e29)
 typedef struct kestrel_attention_params {
   size_t struct_size; double scale; int32_t causal;
   double dropout; uint64_t seed; uint64_t offset; /* 1.8 */

@@ -14,9 +14,10 @@ namespace {
 
 // Added to a masked score: exp() of it is exactly 0 without an infinity in any op.
 constexpr double kMasked = -1e30;
-// Added to a padded key's score: as good as kMasked against a real key, but above it, so a query that may
-// see only padded keys (left padding under a causal mask) weighs those and never a later position.
-constexpr double kPadded = -1e29;
+// Added to a padded key's score (plugin ABI 1.9's, so fused and composed attention agree): as good as
+// kMasked against a real key, but above it, so a query that may see only padded keys (left padding under
+// a causal mask) weighs those and never a later position.
+constexpr double kPadded = KESTREL_KEY_PADDING_SCORE;
 
 }  // namespace
 
@@ -129,8 +130,7 @@ Var composed_attention(const Var& q, const Var& k, const Var& v, const Attention
   }
   if (o.key_padding.defined()) {  // (N, Tk) -> kPadded on each padded key's column of every head and query
     const int64_t samples = o.key_padding.size(0), heads = query.size(0) / samples;
-    const Tensor blocked = ops::binary(KESTREL_BINARY_MUL, o.key_padding.to(query.dtype()),
-                                       Tensor::full({}, kPadded, query.dtype(), query.device()));
+    const Tensor blocked = ops::unary(KESTREL_UNARY_AFFINE, o.key_padding.to(query.dtype()), kPadded, 0.0);
     scores = reshape(add(reshape(scores, {samples, heads, queries, keys}), Var(blocked.reshape({samples, 1, 1, keys}))),
                      {samples * heads, queries, keys});
   }

@@ -112,7 +112,8 @@ std::string attention(Graph& g, const std::string& query, const std::string& key
     scores = g.node("Add", {scores, g.initializer(hint + "/causal_mask", {queries, keys}, mask)}, hint);
   }
   if (!key_padding.empty()) {  // (N, S) -> (N, 1, 1, S), broadcast over the heads and queries
-    const std::string blocked = g.node("Mul", {key_padding, g.scalar(hint + "/padded", -1e29f)}, hint);  // kPadded
+    const std::string blocked =
+        g.node("Mul", {key_padding, g.scalar(hint + "/padded", float(KESTREL_KEY_PADDING_SCORE))}, hint);
     scores = g.node("Add", {scores, reshape(g, blocked, {0, 1, 1, keys}, hint)}, hint);
   }
   const std::string weights = g.node("Softmax", {scores}, hint, {attr("axis", -1)});

@@ -47,8 +47,8 @@ struct AttentionWeights {
 AttentionWeights take_attention(HostParams& p);
 // query (N, T, E) attending over key_value (N, S, E) with `heads` heads, decomposed into MatMul, Softmax
 // and a mask (T, S) of -1e30 above the diagonal when causal (as fn::causal_mask): every opset runs it.
-// key_padding names an (N, S) mask, 1 on padded keys, which then get -1e29 (fn's rule: below any real
-// key, above a causally masked one) ("": none).
+// key_padding names an (N, S) mask, 1 on padded keys, which then get KESTREL_KEY_PADDING_SCORE (-1e29,
+// the plugin ABI's: below any real key, above a causally masked one) ("": none).
 std::string attention(Graph& g, const std::string& query, const std::string& key_value, const AttentionWeights& w,
                       int64_t width, int64_t heads, int64_t queries, int64_t keys, bool causal,
                       const std::string& key_padding, const std::string& hint);
