@@ -24,11 +24,11 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from kestrel_models import KestrelModel  # noqa: E402
 
-MODELS = pathlib.Path(__file__).resolve().parents[2] / "models"
-WORKLOADS = [("seeds_mlp", "seeds_mlp.json", 128), ("fashion_mlp", "fashion_mlp.json", 64),
-             ("fashion_mlp", "fashion_mlp.json", 512), ("fashion_convnet", "convnet.json", 64),
-             ("fashion_convnet", "convnet.json", 512), ("lstm_generator", "lstm_generator.json", 32),
-             ("gpt_char", "gpt_char.json", 32)]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+WORKLOADS = [("seeds_mlp", "models/seeds_mlp.json", 128), ("fashion_mlp", "models/fashion_mlp.json", 64),
+             ("fashion_mlp", "models/fashion_mlp.json", 512), ("fashion_convnet", "models/convnet.json", 64),
+             ("fashion_convnet", "models/convnet.json", 512), ("lstm_generator", "models/lstm_generator.json", 32),
+             ("gpt_char", "models/gpt_char.json", 32), ("gru_generator", "bench/models/gru_generator.json", 32)]
 
 
 def measure(step, device, steps, repetitions=5):
@@ -69,7 +69,7 @@ def main():
         if args.only and args.only not in name:
             continue
         for mode in modes:
-            model = KestrelModel(MODELS / model_file).to(args.device).train()
+            model = KestrelModel(ROOT / model_file).to(args.device).train()
             # Eager gets the one-kernel fused Adam (CPU too since torch 2.4); a compiled step lets Inductor
             # generate the update, with its step count on the device so that CUDA graphs can replay it.
             optimizer = (torch.optim.Adam(model.parameters(), lr=1e-3, fused=True) if mode == "eager"

@@ -38,6 +38,10 @@ bool supports_attention(const kestrel_op& op);  // attention, attention_backward
 void launch_attention(kestrel_stream& s, const kestrel_op& op);
 bool supports_layer_norm(const kestrel_op& op);  // layer_norm, layer_norm_backward (ABI 1.7)
 void launch_layer_norm(kestrel_stream& s, const kestrel_op& op);
+bool supports_lstm_cell(const kestrel_op& op);  // lstm_cell, lstm_cell_backward (ABI 1.7)
+void launch_lstm_cell(kestrel_stream& s, const kestrel_op& op);
+bool supports_gru_cell(const kestrel_op& op);  // gru_cell, gru_cell_backward (ABI 1.9)
+void launch_gru_cell(kestrel_stream& s, const kestrel_op& op);
 
 // A batch of matrices in device memory: element (b, r, c) at base + (b * bs + r * rs + c * cs) elements.
 struct MatrixView {

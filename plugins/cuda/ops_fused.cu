@@ -43,17 +43,24 @@ struct SumOp {
   __device__ T operator()(T a, T b) const { return a + b; }
 };
 
-// Returns log(sum(exp(x - top))) + top for one contiguous row, computed by the whole block.
+// One contiguous row's largest value and sum(exp(x - top)), computed by the whole block. Callers shift
+// by top and divide by (or subtract the log of) the sum rather than subtract log(sum) + top: where every
+// entry is huge and negative (-1e29 on attention's padded keys), log(sum) vanishes beside top in rounding
+// and exp(x - lse) would give each of k equal entries 1 instead of 1/k.
 template <class E>
-__device__ RowAcc<E> row_log_sum_exp(const typename E::storage* xr, int64_t cols, RowAcc<E>* shared) {
+struct RowStats {
+  RowAcc<E> top, sum;
+};
+
+template <class E>
+__device__ RowStats<E> row_stats(const typename E::storage* xr, int64_t cols, RowAcc<E>* shared) {
   using A = RowAcc<E>;
   A top = A(E::load(xr[0]));
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) top = nan_max(top, A(E::load(xr[j])));
   top = block_reduce(top, shared, MaxOp{});
   A sum = 0;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) sum += exp(A(E::load(xr[j])) - top);
-  sum = block_reduce(sum, shared, SumOp{});
-  return log(sum) + top;
+  return {top, block_reduce(sum, shared, SumOp{})};
 }
 
 template <class E>
@@ -64,10 +71,11 @@ __global__ void softmax_kernel(const typename E::storage* x, typename E::storage
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const typename E::storage* xr = x + r * cols;
     typename E::storage* yr = y + r * cols;
-    const A lse = row_log_sum_exp<E>(xr, cols, shared);
+    const RowStats<E> row = row_stats<E>(xr, cols, shared);
+    const A log_sum = log(row.sum);
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      A shifted = A(E::load(xr[j])) - lse;
-      yr[j] = E::store(typename E::compute(log_mode ? shifted : exp(shifted)));
+      const A shifted = A(E::load(xr[j])) - row.top;
+      yr[j] = E::store(typename E::compute(log_mode ? shifted - log_sum : exp(shifted) / row.sum));
     }
   }
 }
@@ -83,12 +91,13 @@ __global__ void cross_entropy_kernel(const typename E::storage* x, const L* labe
     const long long label = static_cast<long long>(labels[r]);
     const bool valid = label >= 0 && label < cols;
     if (!valid && threadIdx.x == 0) report_error(error, DEVICE_ERROR_LABEL, label, cols);
-    const A lse = row_log_sum_exp<E>(xr, cols, shared);
-    if (threadIdx.x == 0) loss[r] = E::store(valid ? C(lse - A(E::load(xr[label]))) : C(NAN));
+    const RowStats<E> row = row_stats<E>(xr, cols, shared);
+    if (threadIdx.x == 0)
+      loss[r] = E::store(valid ? C(log(row.sum) - (A(E::load(xr[label])) - row.top)) : C(NAN));
     if (grad)
       for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-        grad[r * cols + j] =
-            E::store(valid ? C(exp(A(E::load(xr[j])) - lse) - (j == label ? A(1) : A(0))) : C(NAN));
+        grad[r * cols + j] = E::store(
+            valid ? C(exp(A(E::load(xr[j])) - row.top) / row.sum - (j == label ? A(1) : A(0))) : C(NAN));
   }
 }
 

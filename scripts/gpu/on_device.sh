@@ -22,6 +22,10 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
     case $s in
       ctest) ctest --test-dir build --output-on-failure -j8 -E model_schema ;;  # jsonschema is not there
       conformance) build/bin/kestrel devices && build/bin/kestrel conformance --backend cuda ;;
+      # The tests that train on every device, CUDA and NVIDIA's Vulkan among them (no MPI, fuzzing or packaging).
+      devicetests) gl_libraries
+                   KESTREL_EXPECT_DEVICES=cpu,cuda,vulkan timeout 240 ctest --test-dir build --output-on-failure -j8 \
+                     -R '^(conformance|test_(accumulation|activation_checkpointing|anomaly|capture|cli_devices|cli_models|data_parallel|memory_plan|mixed_precision|training|training_faults|training_text|vulkan_plugin|gradcheck|plugin_abi|plugin_faults|recurrent|transformer))$' ;;
       # NCCL at world size 1 (the collective conformance family on the GPU); not yet run on a GPU.
       collectives) build/bin/conformance_test --gtest_filter='*cuda*collective*' ;;
       memcheck) compute-sanitizer --tool memcheck --print-limit 20 build/bin/kestrel conformance --backend cuda ;;
@@ -52,6 +56,13 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                  filter='--benchmark_filter=fashion_mlp/(cuda|vulkan):0/b64 --benchmark_min_time=0.05'
                  build/bin/bench_train $filter; echo "bench_train exited with $?"
                  cuda-gdb -batch -ex run -ex bt -ex 'info threads' --args build/bin/bench_train $filter ;;
+      # Issue 15: the recurrent steps with the fused cells against the composed ones and PyTorch (cuDNN's
+      # LSTM/GRU), eager and whole-step compiled; each PyTorch family within TORCH_TIMEOUT seconds.
+      recurrent) build/bin/bench_train --benchmark_filter='(lstm|gru)_generator/cuda' --benchmark_repetitions=3 \
+                   --benchmark_report_aggregates_only=true
+                 for family in lstm gru; do
+                   timeout "${TORCH_TIMEOUT:-110}" python3 bench/pytorch/workloads.py --device cuda --only $family --steps 30 --compile
+                 done ;;
       cpustep) python3 bench/cpu_step_overhead.py --rounds "${ROUNDS:-11}" --pytorch python3 ;;
       vulkan)
               gl_libraries

@@ -78,27 +78,40 @@ void fused_cases(Runner& r) {
                   r.expect_close(out[0], want, tolerance_for(dtype, 8), "output");
                   if (keep_pre) r.expect_close(out[1], want_pre, tolerance_for(dtype, 8), "pre-activation");
                 });
+    // padded: attention's scores of padded keys (-1e29) and causally hidden ones (-1e30) in every row,
+    // the first row seeing padding only, whose softmax must weigh its five padded entries 1/5 each (f16
+    // cannot hold them).
     for (bool log : {false, true})
       for (Shape shape : {Shape{4, 7}, Shape{2, 3, 5}})
-        r.run(case_name({log ? "log_softmax" : "softmax", dt, shape_str(shape)}), false, [&] {
-          auto x = r.values(shape_numel(shape), -4, 4, dtype);
-          auto p = params<kestrel_softmax_params>();
-          p.log = log;
-          Tensor out = Tensor::empty(shape, dtype, r.device());
-          launch(r.device(), KESTREL_OP_SOFTMAX, &p, {r.upload(shape, x, dtype)}, {out});
-          const int64_t cols = shape.back();
-          std::vector<double> want(x.size());
-          for (size_t row = 0; row < x.size() / cols; ++row) {
-            double top = -INFINITY, sum = 0;
-            for (int64_t j = 0; j < cols; ++j) top = std::max(top, x[row * cols + j]);
-            for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[row * cols + j] - top);
-            for (int64_t j = 0; j < cols; ++j) {
-              double shifted = x[row * cols + j] - top;
-              want[row * cols + j] = log ? shifted - std::log(sum) : std::exp(shifted) / sum;
+        for (bool padded : {false, true}) {
+          if (padded && (shape.size() != 2 || dtype == DType::f16)) continue;
+          const std::string name = case_name({log ? "log_softmax" : "softmax", dt, shape_str(shape)});
+          r.run(padded ? name + "/padded" : name, false, [&] {
+            auto x = r.values(shape_numel(shape), -4, 4, dtype);
+            if (padded)
+              for (int64_t i = 0; i < int64_t(x.size()); ++i) {
+                const int64_t row = i / shape[1], col = i % shape[1];
+                if (row == 0) x[i] = col < 5 ? -1e29 : -1e30;
+                else if ((col + row) % 3 == 0) x[i] = -1e29;
+              }
+            auto p = params<kestrel_softmax_params>();
+            p.log = log;
+            Tensor out = Tensor::empty(shape, dtype, r.device());
+            launch(r.device(), KESTREL_OP_SOFTMAX, &p, {r.upload(shape, x, dtype)}, {out});
+            const int64_t cols = shape.back();
+            std::vector<double> want(x.size());
+            for (size_t row = 0; row < x.size() / cols; ++row) {
+              double top = -INFINITY, sum = 0;
+              for (int64_t j = 0; j < cols; ++j) top = std::max(top, x[row * cols + j]);
+              for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[row * cols + j] - top);
+              for (int64_t j = 0; j < cols; ++j) {
+                double shifted = x[row * cols + j] - top;
+                want[row * cols + j] = log ? shifted - std::log(sum) : std::exp(shifted) / sum;
+              }
             }
-          }
-          r.expect_close(out, want, tolerance_for(dtype, 4));
-        });
+            r.expect_close(out, want, tolerance_for(dtype, 4));
+          });
+        }
     for (DType label_dtype : {DType::i64, DType::i32})
       r.run(case_name({"softmax_cross_entropy", dt, std::string(dtype_name(label_dtype))}), false, [&] {
         const int64_t n = 6, c = 5;
