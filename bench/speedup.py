@@ -58,8 +58,16 @@ def pytorch_times(quick, only_device, only):
         if only:
             command += ["--only", only]
         commands.append(" ".join(command[1:]).replace(str(ROOT) + "/", ""))
-        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-        for line in out.splitlines():
+        # Each configuration's line is echoed as it comes, so a run cut short (a GPU lease's limit) still
+        # shows what it measured.
+        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+            lines = []
+            for line in process.stdout:
+                print(line, end="", file=sys.stderr, flush=True)
+                lines.append(line)
+        if process.returncode:
+            raise subprocess.CalledProcessError(process.returncode, command)
+        for line in lines:
             r = json.loads(line)
             if "error" in r:
                 failures.append(f"{r['workload']} {r['backend']}: {r['error']}")

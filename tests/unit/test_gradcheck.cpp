@@ -172,6 +172,8 @@ TEST_P(Gradcheck, RecurrentLayers) {
     }
   gradcheck([](auto& v) { return fn::recurrent_layer(v[0], {v[1], v[2], Var(), Var()}, Cell::lstm, false); },
             {random_f64({1, 3, 2}, 70), random_f64({8, 2}, 71), random_f64({8, 2}, 72)}, 1e-5);
+  gradcheck([](auto& v) { return fn::recurrent_layer(v[0], {v[1], v[2], Var(), Var()}, Cell::gru, true); },
+            {random_f64({1, 3, 2}, 73), random_f64({6, 2}, 74), random_f64({6, 2}, 75)}, 1e-5);
 }
 
 TEST_P(Gradcheck, Attention) {

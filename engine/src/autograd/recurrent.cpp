@@ -1,10 +1,10 @@
 // Recurrent layers (torch.nn.RNN, LSTM, GRU) composed from primitives: one GEMM projects every step's
 // input at once, then each step adds the hidden state's GEMM and runs the gate math elementwise, so
 // backward is the autograd of those ops and every backend trains them with nothing of its own. Where
-// the device offers the LSTM's fused cell (plugin ABI 1.7) both ways, an LSTM layer's steps run as one
-// node (lstm_sequence.cpp), or under autocast the cell alone replaces the gate math; the GRU's fused
-// cell (1.9) replaces its gate math in each step. The hidden
-// weights' gradients of RNN and LSTM layers come out of one GEMM for the whole sequence.
+// the device offers the LSTM's fused cell (plugin ABI 1.7) or the GRU's (1.9) both ways, the layer's
+// steps run as one node (lstm_sequence.cpp, gru_sequence.cpp), or under autocast the cell alone replaces
+// the gate math in each step. The hidden weights' gradients of RNN and LSTM layers come out of one GEMM
+// for the whole sequence.
 #include <fmt/format.h>
 
 #include <optional>
@@ -185,6 +185,8 @@ Var recurrent_layer(const Var& x, const RecurrentWeights& w, RecurrentCell cell,
   const Tensor c0 = cell == RecurrentCell::lstm ? initial(state ? state->c : Tensor()) : Tensor();
   if (cell == RecurrentCell::lstm)
     if (auto fused = fused_lstm_sequence(projected, w.weight_hh, h0, c0, reverse, state)) return *fused;
+  if (cell == RecurrentCell::gru)
+    if (auto fused = fused_gru_sequence(projected, w.weight_hh, w.bias_hh, h0, reverse, state)) return *fused;
 
   std::shared_ptr<StartStates> starts;
   RecurrentWeights per_step_weights = w;

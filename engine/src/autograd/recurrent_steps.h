@@ -1,5 +1,5 @@
-// Pieces of the recurrent layers shared by the composed steps (recurrent.cpp) and the LSTM's fused
-// sequence (lstm_sequence.cpp). Engine-internal.
+// Pieces of the recurrent layers shared by the composed steps (recurrent.cpp) and the fused sequences
+// (lstm_sequence.cpp, gru_sequence.cpp). Engine-internal.
 #pragma once
 #include <optional>
 
@@ -18,5 +18,11 @@ Tensor start_states(const Tensor& outputs, const Tensor& h0, bool reverse);
 // then run). weight_hh gets its gradient for the whole sequence from one GEMM.
 std::optional<Var> fused_lstm_sequence(const Var& projected, const Var& weight_hh, const Tensor& h0, const Tensor& c0,
                                        bool reverse, RecurrentState* state);
+
+// A whole GRU layer's steps as one autograd node, likewise. projected: (N, T, 3H), every step's input
+// product with bias_ih added; weight_hh: (3H, H); bias_hh: (3H) or undefined; h0: (N, H). weight_hh and
+// bias_hh get their gradients for the whole sequence from one GEMM and one sum.
+std::optional<Var> fused_gru_sequence(const Var& projected, const Var& weight_hh, const Var& bias_hh, const Tensor& h0,
+                                      bool reverse, RecurrentState* state);
 
 }  // namespace kestrel::fn
