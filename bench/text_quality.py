@@ -6,11 +6,11 @@ and issue 15's verdicts:
 - the character language models gpt_char and lstm_generator on the fortunes corpus, cut to --max-steps
   steps (the cosine schedule spans them): validation loss (nats per character over every held-out
   window), bits per character and perplexity; Kestrel's mean within 0.02 nats of PyTorch's?
-- rnn_classifier on four fortune categories, the config's 10 epochs: validation accuracy; Kestrel's
-  mean within 0.5 point of PyTorch's?
+- rnn_classifier and transformer_classifier on four fortune categories, the configs' 10 epochs:
+  validation accuracy; Kestrel's mean within 0.5 point of PyTorch's?
 
     python3 bench/text_quality.py --pytorch /path/to/python-with-torch [--build build] [--backend cpu]
-                                  [--only gpt_char|lstm_generator|rnn_classifier] [--seeds 42 43 7]
+                                  [--only gpt_char|lstm_generator|rnn_classifier|transformer_classifier] [--seeds 42 43 7]
                                   [--max-steps 300]
 """
 import argparse
@@ -24,8 +24,9 @@ import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS = {"gpt_char": "models/gpt_char.train.json", "lstm_generator": "models/lstm_generator.train.json",
-           "rnn_classifier": "models/rnn_classifier.train.json"}
-CLASSIFIERS = {"rnn_classifier"}  # judged on accuracy over the config's epochs; the others on loss over --max-steps
+           "rnn_classifier": "models/rnn_classifier.train.json",
+           "transformer_classifier": "models/transformer_classifier.train.json"}
+CLASSIFIERS = {"rnn_classifier", "transformer_classifier"}  # judged on accuracy over the config's epochs; the others on loss over --max-steps
 TARGET_NATS, TARGET_POINTS = 0.02, 0.5
 
 

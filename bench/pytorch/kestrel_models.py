@@ -206,10 +206,11 @@ class _DecoderLayer(nn.TransformerDecoderLayer):
         super().__init__(**_block_args(item))
         self.memory_causal = item.get("memory_causal", False)
 
-    def forward(self, target, memory, padding=None):
+    def forward(self, target, memory, padding=None, target_padding=None):
         memory_mask = causal_mask(target.shape[1], memory.shape[1]) if self.memory_causal else None
         return super().forward(target, memory, tgt_mask=causal_mask(target.shape[1], target.shape[1]),
-                               memory_mask=memory_mask, memory_key_padding_mask=_padding(padding), tgt_is_causal=True)
+                               memory_mask=memory_mask, memory_key_padding_mask=_padding(padding),
+                               tgt_key_padding_mask=_padding(target_padding), tgt_is_causal=True)
 
 
 class _Transformer(nn.Transformer):
@@ -218,12 +219,13 @@ class _Transformer(nn.Transformer):
                          num_decoder_layers=item.get("num_decoder_layers", 6), **_block_args(item))
         self.causal = item.get("causal", False)
 
-    def forward(self, source, target, padding=None):
+    def forward(self, source, target, padding=None, target_padding=None):
         s, t = source.shape[1], target.shape[1]
         mask = (lambda q, k: causal_mask(q, k)) if self.causal else (lambda q, k: None)
         return super().forward(source, target, src_mask=mask(s, s), tgt_mask=causal_mask(t, t), memory_mask=mask(t, s),
                                src_key_padding_mask=_padding(padding), memory_key_padding_mask=_padding(padding),
-                               src_is_causal=self.causal, tgt_is_causal=True)
+                               tgt_key_padding_mask=_padding(target_padding), src_is_causal=self.causal,
+                               tgt_is_causal=True)
 
 
 def _make_sequence_layer(item, in_shape):

@@ -27,7 +27,8 @@ SHIPPED = ["seeds_mlp", "linear_regression", "fashion_mlp", "small_cnn", "fashio
 
 # Layer kinds and options no shipped model uses: GRU and bidirectional layers, a ReLU RNN, tanh, sigmoid,
 # softmax and GELU layers, mean over time, stand-alone attention, a decoder layer with a causal memory
-# whose keys skip padding, post-norm blocks without biases, a layer norm without affine parameters.
+# whose keys, and its own, skip padding, post-norm blocks without biases, a layer norm without affine
+# parameters.
 EXTRA_MODELS = {
     "sequence_mix": ("lstm_generator", {
         "name": "sequence_mix", "input": {"shape": [24], "dtype": "i64"},
@@ -42,7 +43,7 @@ EXTRA_MODELS = {
             {"name": "attend", "type": "multihead_attention", "embed_dim": 32, "num_heads": 4, "causal": True,
              "inputs": ["pos"]},
             {"name": "decode", "type": "transformer_decoder_layer", "d_model": 32, "nhead": 4, "dim_feedforward": 48,
-             "memory_causal": True, "bias": False, "inputs": ["attend", "pos", "padding"]},
+             "memory_causal": True, "bias": False, "inputs": ["attend", "pos", "padding", "padding"]},
             {"name": "encode", "type": "transformer_encoder_layer", "d_model": 32, "nhead": 2, "dim_feedforward": 40,
              "activation": "gelu", "inputs": ["decode"]},
             {"name": "norm", "type": "layernorm", "normalized_shape": 32, "elementwise_affine": False,

@@ -162,7 +162,8 @@ kestrel::ModelSpec gpt(const std::string& extra = "") {
                                    "gpt.json");
 }
 
-// With `padded`, the source's token 0 is padding (a key-padding mask as the transformer's third input).
+// With `padded`, token 0 is padding in the source and the target (key-padding masks as the transformer's
+// third and fourth inputs).
 kestrel::ModelSpec encoder_decoder(bool padded = false) {
   return kestrel::ModelSpec::parse(R"({"name": "tiny_transformer", "input": {"shape": [6], "dtype": "i64"}, "nodes": [
       {"name": "embed", "type": "embedding", "num_embeddings": 20, "embedding_dim": 8, "inputs": ["input"]},
@@ -170,13 +171,13 @@ kestrel::ModelSpec encoder_decoder(bool padded = false) {
       {"name": "positions", "type": "positional_encoding", "max_len": 64, "inputs": ["embed"]},
       {"name": "transformer", "type": "transformer", "d_model": 8, "nhead": 2, "num_encoder_layers": 1,
        "num_decoder_layers": 2, "dim_feedforward": 16, "causal": true, "inputs": ["positions", "positions")" +
-                                       std::string(padded ? R"(, "padding")" : "") + R"(]},
+                                       std::string(padded ? R"(, "padding", "padding")" : "") + R"(]},
       {"name": "head", "type": "linear", "out_features": 20, "inputs": ["transformer"]}]})",
                                    padded ? "padded_transformer.json" : "transformer.json");
 }
 
 // Causal attention layers of every kind whose keys skip token 0 (padding): an encoder layer, a stand-alone
-// attention and a decoder layer's attention over its memory.
+// attention and a decoder layer's attention over its memory and its own.
 kestrel::ModelSpec padded_gpt() {
   return kestrel::ModelSpec::parse(R"({"name": "padded_gpt", "input": {"shape": [8], "dtype": "i64"}, "nodes": [
       {"name": "embed", "type": "embedding", "num_embeddings": 20, "embedding_dim": 8, "inputs": ["input"]},
@@ -187,7 +188,7 @@ kestrel::ModelSpec padded_gpt() {
       {"name": "attend", "type": "multihead_attention", "embed_dim": 8, "num_heads": 2, "causal": true,
        "inputs": ["block", "padding"]},
       {"name": "decode", "type": "transformer_decoder_layer", "d_model": 8, "nhead": 2, "dim_feedforward": 16,
-       "memory_causal": true, "inputs": ["attend", "positions", "padding"]},
+       "memory_causal": true, "inputs": ["attend", "positions", "padding", "padding"]},
       {"name": "head", "type": "linear", "out_features": 20, "inputs": ["decode"]}]})",
                                    "padded_gpt.json");
 }
@@ -299,24 +300,29 @@ TEST(Attention, PaddedKeysGetNoWeight) {
 
 // What sits at padded positions reaches no real position through a key-padding mask: changing the
 // padding token's embedding changes only the padded positions' outputs (and, without the mask, the others').
+// With `decoder`, the second block is a decoder layer over the first's output whose memory and own keys
+// both skip the padding (its causal self-attention then sees padding only where a padded position
+// precedes a real one, which the tokens below have in both samples).
 TEST(Transformer, KeyPaddingMaskHidesThePadding) {
-  auto spec = [](bool masked) {
+  auto spec = [](bool masked, bool decoder) {
     const std::string mask = masked ? R"(, "padding")" : "";
+    const std::string second =
+        decoder ? R"("type": "transformer_decoder_layer", "inputs": ["block1", "block1")" + mask + mask
+                : R"("type": "transformer_encoder_layer", "inputs": ["block1")" + mask;
     return kestrel::ModelSpec::parse(R"({"input": {"shape": [6], "dtype": "i64"}, "nodes": [
         {"name": "embed", "type": "embedding", "num_embeddings": 20, "embedding_dim": 8, "inputs": ["input"]},
         {"name": "padding", "type": "key_padding_mask", "inputs": ["input"]},
         {"name": "positions", "type": "positional_encoding", "max_len": 6, "inputs": ["embed"]},
         {"name": "block1", "type": "transformer_encoder_layer", "d_model": 8, "nhead": 2, "dim_feedforward": 16,
          "inputs": ["positions")" + mask + R"(]},
-        {"name": "block2", "type": "transformer_encoder_layer", "d_model": 8, "nhead": 2, "dim_feedforward": 16,
-         "inputs": ["block1")" + mask + R"(]},
+        {"name": "block2", "d_model": 8, "nhead": 2, "dim_feedforward": 16, )" + second + R"(]},
         {"name": "head", "type": "linear", "out_features": 3, "inputs": ["block2"]}]})",
                                      "padded.json");
   };
   const Tensor tokens = Tensor::from_vector<int64_t>({0, 0, 0, 5, 6, 7, 0, 9, 3, 4, 1, 2}, {2, 6}, cpu());
-  for (bool masked : {true, false}) {
-    SCOPED_TRACE(masked ? "masked" : "unmasked");
-    kestrel::Model model(spec(masked), cpu(), 8);
+  for (auto [masked, decoder] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
+    SCOPED_TRACE(fmt::format("{} {}", masked ? "masked" : "unmasked", decoder ? "decoder" : "encoder"));
+    kestrel::Model model(spec(masked, decoder), cpu(), 8);
     uint64_t unused = 0;
     const auto before = model.forward(tokens, false, 0, unused).value().to_vector<float>();  // (2, 6, 3)
     Tensor padding_row = model.parameters()[0].var.value().select(0, 0);

@@ -219,12 +219,14 @@ Var decoder_block(const Var& x, const Var& memory, Params& p, const BlockConfig&
 
 std::string decoder_block_onnx(onnx::Graph& g, const std::string& x, const std::string& memory, onnx::HostParams& p,
                                const BlockConfig& b, bool memory_causal, int64_t positions, int64_t memory_positions,
-                               const std::string& memory_key_padding, const std::string& hint) {
+                               const std::string& memory_key_padding, const std::string& target_key_padding,
+                               const std::string& hint) {
   const onnx::AttentionWeights self_weights = onnx::take_attention(p), memory_weights = onnx::take_attention(p);
   onnx::HostParams ff = p, rest = p;
   rest.next += b.bias ? 4 : 2;
   auto self_attend = [&](const std::string& in) {  // causal, as torch's usual tgt_mask
-    return onnx::attention(g, in, in, self_weights, b.width, b.heads, positions, positions, true, "", hint + "/self_attn");
+    return onnx::attention(g, in, in, self_weights, b.width, b.heads, positions, positions, true, target_key_padding,
+                           hint + "/self_attn");
   };
   auto attend_memory = [&](const std::string& in) {
     return onnx::attention(g, in, memory, memory_weights, b.width, b.heads, positions, memory_positions, memory_causal,

@@ -117,6 +117,7 @@ std::string encoder_block_onnx(onnx::Graph& g, const std::string& x, onnx::HostP
                                bool causal, int64_t positions, const std::string& key_padding, const std::string& hint);
 std::string decoder_block_onnx(onnx::Graph& g, const std::string& x, const std::string& memory, onnx::HostParams& p,
                                const BlockConfig& b, bool memory_causal, int64_t positions, int64_t memory_positions,
-                               const std::string& memory_key_padding, const std::string& hint);
+                               const std::string& memory_key_padding, const std::string& target_key_padding,
+                               const std::string& hint);
 
 }  // namespace kestrel::transformer

@@ -218,17 +218,19 @@ class EncoderLayer : public AttentionLayer {
 };
 
 // torch.nn.TransformerDecoderLayer: inputs (target (N, T, E), memory (N, S, E) [, the memory's key
-// padding (N, S)]). Its self-attention is causal (torch's usual tgt_mask); memory_causal also masks the
-// memory (when it is the same sequence).
+// padding (N, S) [, the target's (N, T)]]: torch's memory_key_padding_mask and tgt_key_padding_mask). Its
+// self-attention is causal (torch's usual tgt_mask); memory_causal also masks the memory (when it is the
+// same sequence).
 class DecoderLayer : public AttentionLayer {
  public:
   explicit DecoderLayer(const Args& a) : block_(a), memory_causal_(a.boolean("memory_causal")) {}
   int arity() const override { return 2; }
-  int optional_inputs() const override { return 1; }
+  int optional_inputs() const override { return 2; }
   Shape infer(const std::vector<Shape>& in) const override {
     need_width("transformer_decoder_layer", in[0], block_.width);
     need_width("transformer_decoder_layer (memory)", in[1], block_.width);
     need_key_padding("transformer_decoder_layer", in, 2, in[1]);
+    need_key_padding("transformer_decoder_layer", in, 3, in[0]);
     if (memory_causal_ && in[1][1] != in[0][1])
       shape_error(fmt::format("transformer_decoder_layer: memory_causal needs as many memory positions as target "
                               "positions, got {} and {}",
@@ -246,7 +248,7 @@ class DecoderLayer : public AttentionLayer {
     std::vector<fn::AttentionCache> caches = load_caches(c, 2);
     fn::AttentionCache *self = cache_at(caches, 0), *memory = cache_at(caches, 1);
     const int64_t queries = in[0].value().size(1);
-    const Masking self_masking{true, mask(true, in[0], queries, queries + keys_seen(self), c)};
+    const Masking self_masking{true, mask(true, in[0], queries, queries + keys_seen(self), c), key_padding(in, 3)};
     const Masking memory_masking{memory_causal_,
                                  mask(memory_causal_, in[0], queries, in[1].value().size(1) + keys_seen(memory), c),
                                  key_padding(in, 2)};
@@ -257,7 +259,7 @@ class DecoderLayer : public AttentionLayer {
   std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
     onnx::HostParams p{io.params, 0, block_.bias};
     return decoder_block_onnx(g, io.inputs[0], io.inputs[1], p, block_, memory_causal_, io.input_shapes[0][1],
-                              io.input_shapes[1][1], onnx_key_padding(io, 2), io.name);
+                              io.input_shapes[1][1], onnx_key_padding(io, 2), onnx_key_padding(io, 3), io.name);
   }
 
  private:
@@ -266,7 +268,8 @@ class DecoderLayer : public AttentionLayer {
 };
 
 // torch.nn.Transformer (batch_first): inputs (src (N, S, E), tgt (N, T, E) [, src's key padding (N, S),
-// torch's src_key_padding_mask and memory_key_padding_mask in one]); encoder layers then a final norm,
+// torch's src_key_padding_mask and memory_key_padding_mask in one [, tgt's (N, T), its
+// tgt_key_padding_mask]]); encoder layers then a final norm,
 // decoder layers over its output then a final norm. causal masks every attention (encoder, decoder and
 // memory), so src = tgt = the same sequence makes a language model.
 class Transformer : public AttentionLayer {
@@ -275,11 +278,12 @@ class Transformer : public AttentionLayer {
       : block_(a), encoders_(a.integer("num_encoder_layers")), decoders_(a.integer("num_decoder_layers")),
         causal_(a.boolean("causal")) {}
   int arity() const override { return 2; }
-  int optional_inputs() const override { return 1; }
+  int optional_inputs() const override { return 2; }
   Shape infer(const std::vector<Shape>& in) const override {
     need_width("transformer (src)", in[0], block_.width);
     need_width("transformer (tgt)", in[1], block_.width);
     need_key_padding("transformer", in, 2, in[0]);
+    need_key_padding("transformer", in, 3, in[1]);
     if (causal_ && in[0][1] != in[1][1])
       shape_error(fmt::format("transformer: causal needs src and tgt of one length, got {} and {}",
                               batch_shape_str(in[0]), batch_shape_str(in[1])));
@@ -299,7 +303,7 @@ class Transformer : public AttentionLayer {
     const int64_t queries = in[1].value().size(1);
     std::vector<fn::AttentionCache> caches = load_caches(c, static_cast<size_t>(encoders_ + 2 * decoders_));
     size_t cache = 0;
-    const Tensor source_padding = key_padding(in, 2);  // (N, S)
+    const Tensor source_padding = key_padding(in, 2), target_padding = key_padding(in, 3);  // (N, S), (N, T)
     Var memory = in[0];
     for (int64_t i = 0; i < encoders_; ++i) {
       fn::AttentionCache* k = cache_at(caches, cache++);
@@ -311,7 +315,7 @@ class Transformer : public AttentionLayer {
     Var out = in[1];
     for (int64_t i = 0; i < decoders_; ++i) {
       fn::AttentionCache *self = cache_at(caches, cache++), *cross = cache_at(caches, cache++);
-      const Masking self_masking{true, mask(true, out, queries, queries + keys_seen(self), c)};
+      const Masking self_masking{true, mask(true, out, queries, queries + keys_seen(self), c), target_padding};
       const Masking memory_masking{causal_, mask(causal_, out, queries, memory.value().size(1) + keys_seen(cross), c),
                                    source_padding};
       out = decoder_block(out, memory, p, block_, self_masking, memory_masking, c, self, cross);
@@ -330,7 +334,7 @@ class Transformer : public AttentionLayer {
     std::string out = io.inputs[1];
     for (int64_t i = 0; i < decoders_; ++i)
       out = decoder_block_onnx(g, out, memory, p, block_, causal_, targets, sources, onnx_key_padding(io, 2),
-                               fmt::format("{}/decoder.{}", io.name, i));
+                               onnx_key_padding(io, 3), fmt::format("{}/decoder.{}", io.name, i));
     return norm_onnx(g, out, p, block_, io.name + "/decoder.norm");
   }
 
