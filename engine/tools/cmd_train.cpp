@@ -45,6 +45,9 @@ void add_train_commands(CLI::App& app, Action& action) {
   add_number_flag(t, "--bucket-mb", train.bucket_mb,
                   "Data parallelism: sum gradients over the ranks in buckets of about this many MiB (default 25)", 0.001,
                   1 << 16);
+  t->add_option("--devices", train.devices,
+                 "Data parallelism in one process: a comma-separated list of devices, one rank each on a thread of "
+                 "its own (cuda:0,cuda:1; cpu:0,cpu:1 with KESTREL_CPU_DEVICES=2). Overrides distributed.devices");
   add_number_flag(t, "--collective-timeout", train.collective_timeout,
                   "Data parallelism: seconds a collective waits for the other ranks before the run stops (default 60)",
                   0.1, 86400);
@@ -53,13 +56,19 @@ void add_train_commands(CLI::App& app, Action& action) {
               "a device read per op)");
   t->callback([&action] {
     action = [] {
-      Trainer trainer(resolve(train));
+      const RunConfig config = resolve(train);
       TrainOptions options;
       options.resume = train.resume;
       options.quiet = train.quiet;
       options.progress = train.progress ? 1 : train.no_progress ? 0 : -1;
-      TrainSummary s = trainer.fit(options);
-      if (!trainer.world().is_root()) return 0;  // rank 0 speaks for a data-parallel run
+      TrainSummary s;
+      if (!config.distributed.devices.empty()) {  // several devices of this process
+        s = MultiDeviceTrainer(config).fit(options);
+      } else {
+        Trainer trainer(config);
+        s = trainer.fit(options);
+        if (!trainer.world().is_root()) return 0;  // rank 0 speaks for a data-parallel run
+      }
       fmt::print("final: {} steps on {}, test loss {:.4f}, test accuracy {}, {:.0f} samples/s; outputs in {}\n", s.steps,
                  s.device, s.test.loss, percent(s.test.accuracy), s.samples_per_second, s.out_dir);
       return 0;

@@ -52,6 +52,13 @@ RunConfig resolve(const RunFlags& f) {
   if (f.detect_anomaly) config.detect_anomaly = true;
   if (!f.precision.empty()) config.precision = parse_dtype(f.precision);
   if (f.fit) config.fit_memory = true;
+  if (!f.devices.empty()) {
+    config.distributed.devices.clear();
+    std::stringstream list(f.devices);
+    std::string device;
+    while (std::getline(list, device, ','))
+      if (!device.empty()) config.distributed.devices.push_back(device);
+  }
   return config;
 }
 

@@ -9,7 +9,7 @@
 namespace kestrel::cli {
 
 struct RunFlags {
-  std::string config, backend, out, checkpoint, precision;
+  std::string config, backend, out, checkpoint, precision, devices;
   std::optional<int64_t> epochs, batch_size, accumulate_steps, max_steps, seed, count, train_subset, test_subset;
   std::optional<double> lr, bucket_mb, collective_timeout;
   bool resume = false, quiet = false, no_progress = false, progress = false, no_capture = false,

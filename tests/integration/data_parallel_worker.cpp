@@ -1,6 +1,7 @@
-// One rank of a data-parallel run driven through the C++ API (or a single process): trains a run config
-// and writes this rank's final parameters as raw f32 to OUT/params.rank<R>.f32, so test_data_parallel can
-// compare them across ranks and world sizes.
+// One rank of a data-parallel run driven through the C++ API (or a single process, or one process driving
+// the devices its config's distributed.devices names): trains a run config and writes each of its ranks'
+// final parameters as raw f32 to OUT/params.rank<R>.f32, so test_data_parallel can compare them across
+// ranks and world sizes.
 //
 //   data_parallel_worker CONFIG OUT [--interrupt-after STEPS] [--resume]
 #include <fmt/format.h>
@@ -26,13 +27,23 @@ int main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--resume") == 0) options.resume = true;
       if (std::strcmp(argv[i], "--interrupt-after") == 0 && i + 1 < argc) options.interrupt_after = std::stoll(argv[++i]);
     }
+    auto write_parameters = [&](kestrel::Trainer& trainer) {
+      std::vector<float> values;
+      for (double v : trainer.model().flat_parameters().to_doubles()) values.push_back(static_cast<float>(v));
+      std::ofstream out(fmt::format("{}/params.rank{}.f32", config.out_dir, trainer.world().rank()), std::ios::binary);
+      out.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * sizeof(float)));
+      return bool(out);
+    };
+    if (!config.distributed.devices.empty()) {  // several devices of this process: a file per rank
+      kestrel::MultiDeviceTrainer trainers(config);
+      trainers.fit(options);
+      bool written = true;
+      for (int r = 0; r < trainers.size(); ++r) written = write_parameters(trainers.rank(r)) && written;
+      return written ? 0 : 1;
+    }
     kestrel::Trainer trainer(config);
     trainer.fit(options);
-    std::vector<float> values;
-    for (double v : trainer.model().flat_parameters().to_doubles()) values.push_back(static_cast<float>(v));
-    std::ofstream out(fmt::format("{}/params.rank{}.f32", config.out_dir, trainer.world().rank()), std::ios::binary);
-    out.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * sizeof(float)));
-    return out ? 0 : 1;
+    return write_parameters(trainer) ? 0 : 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "data_parallel_worker: {}\n", e.what());
     if (kestrel::World::get().distributed()) kestrel::World::get().abort(1);

@@ -101,6 +101,39 @@ TEST(DataParallel, AnyWorldSizeTrainsLikeOneProcessAndRanksAgreeBitForBit) {
   }
 }
 
+// One process driving two devices (KESTREL_CPU_DEVICES=2 shows the host as cpu:0 and cpu:1) trains as
+// two processes do: the same shards, the same sums (two ranks' gradients added once), so the same bits.
+TEST(DataParallel, TwoDevicesOfOneProcessTrainAsTwoProcesses) {
+  RunFiles run = make_run("in_process", R"(, "distributed": {"devices": ["cpu:0", "cpu:1"]},
+      "checkpoint": {"every_steps": 4})");
+  RunFiles processes = make_run("in_process_mpi");
+  CliRun two = run_worker(2, processes, processes.out);
+  ASSERT_EQ(two.status, 0) << two.output;
+  CliRun threads = run_command("KESTREL_CPU_DEVICES=2 " KESTREL_DP_WORKER " " + run.config + " " + run.out);
+  ASSERT_EQ(threads.status, 0) << threads.output;
+  const std::vector<float> reference = read_parameters(processes.out, 0), rank0 = read_parameters(run.out, 0);
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(read_parameters(run.out, 1), rank0);
+  EXPECT_EQ(rank0, reference);
+  // Stopped as if killed after step 8's checkpoint (written by rank 0), then resumed: the same bits.
+  const std::string two_devices = "KESTREL_CPU_DEVICES=2 " KESTREL_DP_WORKER " " + run.config + " " + run.out + "_resumed";
+  CliRun first = run_command(two_devices + " --interrupt-after 8");
+  ASSERT_EQ(first.status, 0) << first.output;
+  CliRun rest = run_command(two_devices + " --resume");
+  ASSERT_EQ(rest.status, 0) << rest.output;
+  EXPECT_EQ(read_parameters(run.out + "_resumed", 0), rank0);
+
+  // Bad lists are refused by name: one device, a device twice, a device that is not there.
+  for (const std::string& devices : {R"(["cpu:0"])", R"(["cpu:0", "cpu:0"])", R"(["cpu:0", "cpu:7"])"}) {
+    RunFiles bad = make_run("in_process_bad", R"(, "distributed": {"devices": )" + devices + "}");
+    CliRun refused = run_command("KESTREL_CPU_DEVICES=2 " KESTREL_DP_WORKER " " + bad.config + " " + bad.out);
+    EXPECT_NE(refused.status, 0) << devices;
+    EXPECT_NE(refused.output.find(devices == R"(["cpu:0", "cpu:7"])" ? "cpu:7" : "/distributed/devices"),
+              std::string::npos)
+        << refused.output;
+  }
+}
+
 TEST(DataParallel, DeterministicModeIsBitIdenticalToOneProcessAtEveryWorldSize) {
   // Dropout in the model: each shard draws its own masks, wherever it runs.
   RunFiles run = make_run("deterministic", R"(, "distributed": {"deterministic": true, "shards": 12})");

@@ -78,6 +78,9 @@ struct DistributedConfig {
   // ZeRO stage 1: each rank keeps the optimizer state of 1/N of the parameters and updates those; the
   // ranks then all-gather the parameters.
   bool shard_optimizer = false;
+  // One process driving several devices ("cuda:0", "cuda:1"; "cpu:0", "cpu:1" with KESTREL_CPU_DEVICES),
+  // a rank each on a thread of its own (MultiDeviceTrainer); empty: the backend preference's one device.
+  std::vector<std::string> devices;
 };
 
 struct RunConfig {

@@ -21,12 +21,19 @@ class PeerFailed : public BackendError {
   using BackendError::BackendError;
 };
 
-// The processes a launcher started for this run; a world of one without a launcher.
+class LocalRendezvous;
+
+// The processes a launcher started for this run; a world of one without a launcher. Or the ranks of
+// one process driving several devices, a thread each (in_process).
 class World {
  public:
   // This process's world. Under a launcher (mpirun, srun: read from their environment variables) the
   // first call initialises MPI, which is finalised at exit; otherwise the world has one process.
   static World& get();
+  // `devices` ranks inside this process, one per device, each to be driven by a thread of its own: their
+  // host exchanges and collectives meet in the process. Not under a launcher (one process per machine
+  // then takes one device).
+  static std::vector<World> in_process(int devices);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -34,8 +41,11 @@ class World {
   int local_size() const { return local_size_; }
   bool is_root() const { return rank_ == 0; }
   bool distributed() const { return size_ > 1; }
-  // "mpirun" or "srun" (with its process count), or "" for a single process: for messages.
+  // "mpirun" or "srun" (with its process count), "threads (N devices)", or "" for a single process: for
+  // messages.
   const std::string& launcher() const { return launcher_; }
+  // Ranks of one process: where their exchanges meet (null for processes).
+  LocalRendezvous* rendezvous() const { return local_.get(); }
 
   // Makes sure MPI is initialised, also in a world of one (MPI's singleton), as backends' collectives
   // over MPI need. Throws Unsupported, naming `backend`, when this build has no MPI.
@@ -49,13 +59,18 @@ class World {
 
  private:
   World();
+  World(int rank, int size, std::shared_ptr<LocalRendezvous> local);
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string launcher_;
   bool mpi_ = false;  // this process initialised MPI (and finalises it at exit)
+  std::shared_ptr<LocalRendezvous> local_;
 };
 
 // A communicator over the world's processes on one device, with its own stream: collectives run beside
-// the device's computation, and wait() joins them.
+// the device's computation, and wait() joins them. Over the ranks of one process (World::in_process) the
+// collectives meet on the host instead: each copies this rank's tensor to host memory, combines every
+// rank's in rank order, and copies the result back before it returns (any backend; no overlap with the
+// device's work).
 class ProcessGroup {
  public:
   // timeout_seconds: how long one collective may wait for the other ranks before the group fails.
@@ -90,9 +105,13 @@ class ProcessGroup {
   kestrel_stream* ordered_after_device();  // the group's stream, made to wait for the device's stream
   void check(kestrel_status status, const std::string& what);
   void issued(std::string label, std::initializer_list<Tensor> tensors);
+  // In-process ranks: every rank's bytes of `tensor` (one round of the rendezvous).
+  std::vector<std::vector<char>> exchanged(const Tensor& tensor, const std::string& what);
 
   Device device_;
   int rank_, size_;
+  LocalRendezvous* local_ = nullptr;  // in-process ranks: where the collectives meet
+  double timeout_seconds_;
   kestrel_comm* comm_ = nullptr;
   kestrel_stream* stream_ = nullptr;
   kestrel_event* computed_ = nullptr;  // recorded on the device's stream before each collective

@@ -85,6 +85,9 @@ class Trainer {
   // Picks the device from the config's backend preference, loads data and builds the model. Under a
   // launcher also joins the other ranks (checking that they run the same thing).
   explicit Trainer(RunConfig config, Engine& engine = Engine::global());
+  // One rank of `world` (one of World::in_process's, on the device the config's distributed.devices
+  // names for it), constructed on that rank's thread.
+  Trainer(RunConfig config, Engine& engine, World& world);
   ~Trainer();
 
   TrainSummary fit(const TrainOptions& options = {});
@@ -134,6 +137,25 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<ProcessGroup> group_;  // the data-parallel ranks; null for one process
   std::unique_ptr<OptimizerShards> shards_;  // with "shard_optimizer"; the optimizer holds this rank's part
+};
+
+// One process driving several devices, as torch's DataParallel does (RunConfig's distributed.devices): a
+// Trainer per device, each on a thread of its own as one rank of an in-process world, running the same
+// data-parallel steps as processes started by a launcher (gradients summed over the ranks, rank 0
+// writing the run's files). A rank that fails stops the others, and fit() throws its error.
+class MultiDeviceTrainer {
+ public:
+  explicit MultiDeviceTrainer(RunConfig config, Engine& engine = Engine::global());
+  ~MultiDeviceTrainer();
+
+  // Trains on every device; rank 0's summary (and only rank 0 reports through `options`).
+  TrainSummary fit(const TrainOptions& options = {});
+  int size() const { return int(ranks_.size()); }
+  Trainer& rank(int r) { return *ranks_.at(size_t(r)); }
+
+ private:
+  std::vector<World> worlds_;
+  std::vector<std::unique_ptr<Trainer>> ranks_;
 };
 
 // Picks the device for a preference list ("cuda:1", "vulkan", "cpu") under a fallback policy ("next":

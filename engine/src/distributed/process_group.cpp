@@ -1,16 +1,68 @@
-// A backend communicator over the world's processes, driven from the host.
+// A backend communicator over the world's processes, driven from the host; over the ranks of one
+// process, collectives combined on the host.
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "../runtime/device_runtime.h"
 #include "../runtime/loaded_plugin.h"
 #include "kestrel/distributed.h"
+#include "kestrel/half.h"
+#include "local_rendezvous.h"
 
 namespace kestrel {
+
+namespace {
+
+// acc[i] += x[i] for n elements of `dtype`, rounded to the dtype after each addition as a transport
+// summing rank by rank would (16-bit formats added in f32).
+void add_into(char* acc, const char* x, int64_t n, DType dtype) {
+  auto each = [&](auto zero, auto add) {
+    using T = decltype(zero);
+    T* a = reinterpret_cast<T*>(acc);
+    const T* b = reinterpret_cast<const T*>(x);
+    for (int64_t i = 0; i < n; ++i) a[i] = add(a[i], b[i]);
+  };
+  auto plain = [](auto a, auto b) { return decltype(a)(a + b); };
+  switch (dtype) {
+    case DType::f32: return each(float{}, plain);
+    case DType::f64: return each(double{}, plain);
+    case DType::i32: return each(int32_t{}, plain);
+    case DType::i64: return each(int64_t{}, plain);
+    case DType::u8: return each(uint8_t{}, plain);
+    case DType::f16:
+      return each(uint16_t{}, [](uint16_t a, uint16_t b) {
+        return kestrel_f32_to_f16(kestrel_f16_to_f32(a) + kestrel_f16_to_f32(b));
+      });
+    case DType::bf16:
+      return each(uint16_t{}, [](uint16_t a, uint16_t b) {
+        return kestrel_f32_to_bf16(kestrel_bf16_to_f32(a) + kestrel_bf16_to_f32(b));
+      });
+  }
+}
+
+// The element-wise sum of `block` elements starting at element `first` of every rank's bytes, in rank order.
+std::vector<char> sum_over_ranks(const std::vector<std::vector<char>>& all, int64_t first, int64_t block, DType dtype) {
+  const size_t bytes = dtype_size(dtype), offset = size_t(first) * bytes;
+  std::vector<char> sum(all[0].begin() + long(offset), all[0].begin() + long(offset + size_t(block) * bytes));
+  for (size_t r = 1; r < all.size(); ++r) add_into(sum.data(), all[r].data() + offset, block, dtype);
+  return sum;
+}
+
+// Writes host bytes into `tensor` (contiguous, on its device).
+void upload(const Tensor& tensor, const char* bytes) {
+  Tensor target = tensor;
+  target.copy_from(Tensor::from_host(bytes, tensor.shape(), tensor.dtype(), tensor.device()));
+}
+
+}  // namespace
 
 bool ProcessGroup::supported(const Device& device) { return offers_collectives(device.runtime().api()); }
 
 ProcessGroup::ProcessGroup(const Device& device, World& world, double timeout_seconds)
-    : device_(device), rank_(world.rank()), size_(world.size()) {
+    : device_(device), rank_(world.rank()), size_(world.size()), local_(world.rendezvous()),
+      timeout_seconds_(timeout_seconds) {
+  if (local_) return;  // the ranks of this process meet on the host
   DeviceRuntime& runtime = device_.runtime();
   const kestrel_plugin_api& api = runtime.api();
   if (!supported(device_))
@@ -38,6 +90,7 @@ ProcessGroup::ProcessGroup(const Device& device, World& world, double timeout_se
 }
 
 ProcessGroup::~ProcessGroup() {
+  if (local_) return;
   const kestrel_plugin_api& api = device_.runtime().api();
   api.stream_synchronize(stream_);  // a failure was reported to whoever waited
   in_flight_.clear();
@@ -64,9 +117,16 @@ void ProcessGroup::issued(std::string label, std::initializer_list<Tensor> tenso
   in_flight_.insert(in_flight_.end(), tensors);
 }
 
+std::vector<std::vector<char>> ProcessGroup::exchanged(const Tensor& tensor, const std::string& what) {
+  std::vector<char> mine(size_t(tensor.numel()) * dtype_size(tensor.dtype()));
+  tensor.copy_to_host(mine.data());
+  return local_->exchange(rank_, std::move(mine), timeout_seconds_, fmt::format("{}: {}", device_.str(), what));
+}
+
 void ProcessGroup::all_reduce_sum(const Tensor& tensor, const std::string& label) {
   const kestrel_tensor t = tensor.descriptor();
   const std::string what = label.empty() ? fmt::format("all-reduce of {}", tensor.describe()) : label;
+  if (local_) return upload(tensor, sum_over_ranks(exchanged(tensor, what), 0, tensor.numel(), tensor.dtype()).data());
   check(device_.runtime().api().all_reduce_sum(comm_, ordered_after_device(), &t), what);
   issued(what, {tensor});
 }
@@ -74,6 +134,7 @@ void ProcessGroup::all_reduce_sum(const Tensor& tensor, const std::string& label
 void ProcessGroup::broadcast(const Tensor& tensor, int root, const std::string& label) {
   const kestrel_tensor t = tensor.descriptor();
   const std::string what = label.empty() ? fmt::format("broadcast of {} from rank {}", tensor.describe(), root) : label;
+  if (local_) return upload(tensor, exchanged(tensor, what)[size_t(root)].data());
   check(device_.runtime().api().broadcast(comm_, ordered_after_device(), &t, root), what);
   issued(what, {tensor});
 }
@@ -81,6 +142,10 @@ void ProcessGroup::broadcast(const Tensor& tensor, int root, const std::string& 
 void ProcessGroup::reduce_scatter_sum(const Tensor& input, const Tensor& output, const std::string& label) {
   const kestrel_tensor in = input.descriptor(), out = output.descriptor();
   const std::string what = label.empty() ? fmt::format("reduce-scatter of {}", input.describe()) : label;
+  if (local_) {
+    const int64_t block = output.numel();
+    return upload(output, sum_over_ranks(exchanged(input, what), rank_ * block, block, input.dtype()).data());
+  }
   check(device_.runtime().api().reduce_scatter_sum(comm_, ordered_after_device(), &in, &out), what);
   issued(what, {input, output});
 }
@@ -88,11 +153,17 @@ void ProcessGroup::reduce_scatter_sum(const Tensor& input, const Tensor& output,
 void ProcessGroup::all_gather(const Tensor& input, const Tensor& output, const std::string& label) {
   const kestrel_tensor in = input.descriptor(), out = output.descriptor();
   const std::string what = label.empty() ? fmt::format("all-gather of {}", input.describe()) : label;
+  if (local_) {
+    std::vector<char> joined;
+    for (const std::vector<char>& part : exchanged(input, what)) joined.insert(joined.end(), part.begin(), part.end());
+    return upload(output, joined.data());
+  }
   check(device_.runtime().api().all_gather(comm_, ordered_after_device(), &in, &out), what);
   issued(what, {input, output});
 }
 
 void ProcessGroup::wait(const std::string& context) {
+  if (local_) return;  // done as they were issued
   const kestrel_plugin_api& api = device_.runtime().api();
   const kestrel_status status = api.stream_synchronize(stream_);
   if (status == KESTREL_STATUS_OK) {
@@ -109,7 +180,10 @@ void ProcessGroup::wait(const std::string& context) {
 }
 
 void ProcessGroup::abort(int exit_code) {
-  device_.runtime().api().comm_abort(comm_, exit_code);
+  if (local_)
+    local_->fail(fmt::format("rank {} of this process stopped the run", rank_));
+  else
+    device_.runtime().api().comm_abort(comm_, exit_code);
   World::get().abort(exit_code);  // a backend whose abort returns: end this process
 }
 

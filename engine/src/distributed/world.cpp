@@ -1,4 +1,5 @@
-// The processes of a run: read from MPI when a launcher started them, else a world of one.
+// The processes of a run: read from MPI when a launcher started them, else a world of one; or the
+// ranks of one process, a thread per device.
 #include "kestrel/distributed.h"
 
 #include <fmt/format.h>
@@ -7,6 +8,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "local_rendezvous.h"
+
 #ifdef KESTREL_WITH_MPI
 #include <mpi.h>
 #endif
@@ -14,6 +17,10 @@
 namespace kestrel {
 
 namespace {
+
+// How long the ranks of one process wait for each other while setting a run up (loading data, building
+// the model): a rank that fails stops the others sooner (LocalRendezvous::fail).
+constexpr double kSetupTimeoutSeconds = 600;
 
 std::string environment(const char* name) {
   const char* value = std::getenv(name);
@@ -66,6 +73,21 @@ World& World::get() {
   return world;
 }
 
+std::vector<World> World::in_process(int devices) {
+  if (get().distributed())
+    throw Unsupported(fmt::format("several devices in one process (distributed.devices) under {}: start one process per "
+                                  "device instead (each takes the device of its local rank)",
+                                  get().launcher()));
+  auto local = std::make_shared<LocalRendezvous>(devices);
+  std::vector<World> worlds;
+  for (int rank = 0; rank < devices; ++rank) worlds.push_back(World(rank, devices, local));
+  return worlds;
+}
+
+World::World(int rank, int size, std::shared_ptr<LocalRendezvous> local)
+    : rank_(rank), size_(size), local_rank_(rank), local_size_(size),
+      launcher_(fmt::format("threads ({} devices)", size)), local_(std::move(local)) {}
+
 World::World() {
   launcher_ = detect_launcher();
   if (launcher_.empty()) return;
@@ -106,6 +128,13 @@ void World::require_mpi(const std::string& backend) {
 
 std::vector<std::string> World::all_gather(const std::string& mine) {
   if (size_ == 1) return {mine};
+  if (local_) {
+    std::vector<std::string> out;
+    for (const std::vector<char>& theirs :
+         local_->exchange(rank_, std::vector<char>(mine.begin(), mine.end()), kSetupTimeoutSeconds, "setting the run up"))
+      out.emplace_back(theirs.begin(), theirs.end());
+    return out;
+  }
 #ifdef KESTREL_WITH_MPI
   int length = static_cast<int>(mine.size());
   std::vector<int> lengths(size_), starts(size_);

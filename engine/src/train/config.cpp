@@ -181,6 +181,8 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   c.distributed.deterministic = distributed.boolean("deterministic", c.distributed.deterministic);
   c.distributed.shards = distributed.integer("shards", c.distributed.shards, 1, 1 << 16);
   c.distributed.shard_optimizer = distributed.boolean("shard_optimizer", c.distributed.shard_optimizer);
+  c.distributed.devices = distributed.strings("devices", c.distributed.devices,
+                                              "a non-empty array of devices, one per rank (\"cuda:0\", \"cuda:1\")");
   distributed.finish();
   if (c.distributed.deterministic && c.accumulate_steps != 1)
     throw ConfigError(fmt::format("{}: /distributed/deterministic: the batch is cut into /distributed/shards micro-shards "

@@ -4,6 +4,7 @@
 #include "kestrel/trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -105,8 +106,10 @@ void check_precision(const RunConfig& config, const Device& device) {
 
 }  // namespace
 
-Trainer::Trainer(RunConfig config, Engine& engine)
-    : config_(std::move(config)), engine_(engine), world_(World::get()) {
+Trainer::Trainer(RunConfig config, Engine& engine) : Trainer(std::move(config), engine, World::get()) {}
+
+Trainer::Trainer(RunConfig config, Engine& engine, World& world)
+    : config_(std::move(config)), engine_(engine), world_(world) {
   config_.micro_batch_size();  // flags may have changed either number since the file was read
   check_batch_split(world_, config_);
   ModelSpec spec = ModelSpec::load(config_.model_path);
@@ -120,7 +123,10 @@ Trainer::Trainer(RunConfig config, Engine& engine)
   train_ = std::make_shared<const data::Dataset>(std::move(data.train));
   test_ = std::make_shared<const data::Dataset>(std::move(data.test));
   vocabulary_ = std::move(data.vocabulary);
-  device_ = rank_device(engine_, select_device(engine_, config_.backends, config_.fallback), world_, config_);
+  // Ranks of one process take the devices the config names, one each; processes, theirs by local rank.
+  device_ = world_.rendezvous() ? engine_.device(config_.distributed.devices.at(size_t(world_.rank())))
+                                : rank_device(engine_, select_device(engine_, config_.backends, config_.fallback),
+                                              world_, config_);
   model_ = std::make_unique<Model>(std::move(spec), device_, config_.seed);
   check_precision(config_, device_);
   if (world_.distributed()) {
@@ -181,7 +187,12 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
   RunReport report(config_, plan, identity(), state, resuming, options, root);
   if (!replaced.empty()) report.message(replaced);
   if (!fitted.empty()) report.message(fitted);
-  if (group_)
+  if (group_ && world_.rendezvous())
+    report.message(fmt::format("kestrel: data-parallel over {} devices of this process ({}): {} samples per device and "
+                               "step, gradients summed on the host in {:g} MiB buckets during backward",
+                               world_.size(), fmt::join(config_.distributed.devices, ", "),
+                               config_.batch_size / world_.size(), config_.distributed.bucket_cap_mb));
+  else if (group_)
     report.message(fmt::format("kestrel: data-parallel over {} ranks started by {}: {} samples per rank and step, "
                                "gradients summed in {:g} MiB buckets during backward",
                                world_.size(), world_.launcher(), config_.batch_size / world_.size(),
