@@ -110,7 +110,9 @@ py::dict eval_dict(const EvalResult& r) {
 }
 
 // progress(dict) is called after every optimizer step; returning False stops the run with a checkpoint.
-py::dict fit(Trainer& trainer, const std::function<py::object(py::dict)>& progress, bool resume) {
+// Trainer or MultiDeviceTrainer (whose rank 0 calls it).
+template <class AnyTrainer>
+py::dict fit(AnyTrainer& trainer, const std::function<py::object(py::dict)>& progress, bool resume) {
   TrainOptions options;
   options.quiet = true;
   options.resume = resume;
@@ -190,6 +192,10 @@ PYBIND11_MODULE(_kestrel, m) {
       .def_readwrite("out_dir", &RunConfig::out_dir)
       .def_readwrite("backends", &RunConfig::backends)
       .def_property(
+          "devices", [](const RunConfig& c) { return c.distributed.devices; },
+          [](RunConfig& c, std::vector<std::string> devices) { c.distributed.devices = std::move(devices); },
+          "Several devices of this process, a rank each (MultiDeviceTrainer); empty: one device")
+      .def_property(
           "lr", [](const RunConfig& c) { return c.optimizer.lr; }, [](RunConfig& c, double lr) { c.optimizer.lr = lr; })
       .def_property(
           "train_subset", [](const RunConfig& c) { return c.data.train_subset; },
@@ -203,7 +209,7 @@ PYBIND11_MODULE(_kestrel, m) {
       .def(py::init([](const RunConfig& config) { return std::make_unique<Trainer>(config); }), py::arg("config"))
       .def(py::init([](const std::string& path) { return std::make_unique<Trainer>(RunConfig::load(path)); }),
            py::arg("path"))
-      .def("fit", &fit, py::arg("progress") = nullptr, py::arg("resume") = false,
+      .def("fit", &fit<Trainer>, py::arg("progress") = nullptr, py::arg("resume") = false,
            "Trains; progress(dict) after every step may return False to stop (a checkpoint is written)")
       .def("evaluate", [](Trainer& t) { return eval_dict(t.evaluate()); })
       .def("predict", &predict, py::arg("inputs"), "The model's outputs for a batch of inputs (numpy in, numpy out)")
@@ -212,4 +218,17 @@ PYBIND11_MODULE(_kestrel, m) {
            "Writes the model with its weights as ONNX (opset 17): input 'input', output 'output', any batch size")
       .def_property_readonly("device", [](const Trainer& t) { return t.device().str(); })
       .def_property_readonly("parameter_count", [](Trainer& t) { return t.model().spec().parameter_count(); });
+
+  py::class_<MultiDeviceTrainer>(m, "MultiDeviceTrainer",
+                                 "Trains a run config data-parallel over the devices its `devices` names, a rank each")
+      .def(py::init([](const RunConfig& config) {
+             py::gil_scoped_release no_gil;  // the ranks' threads build their trainers
+             return std::make_unique<MultiDeviceTrainer>(config);
+           }),
+           py::arg("config"))
+      .def("fit", &fit<MultiDeviceTrainer>, py::arg("progress") = nullptr, py::arg("resume") = false,
+           "Train on every device; rank 0's summary (progress is called on rank 0's steps)")
+      .def_property_readonly("size", &MultiDeviceTrainer::size)
+      .def("rank", &MultiDeviceTrainer::rank, py::arg("rank"), py::return_value_policy::reference_internal,
+           "Rank r's Trainer (its device, model, evaluation)");
 }

@@ -95,6 +95,25 @@ def test_train_stop_resume_evaluate_predict(tmp_path):
     np.testing.assert_array_equal(other.predict(images), scores)
 
 
+def test_two_devices_of_one_process_train_as_one_device(tmp_path):
+    if not any(d["id"] == "cpu:1" for d in kestrel.devices()):
+        pytest.skip("one CPU device: KESTREL_CPU_DEVICES=2 shows the host as two (ctest sets it)")
+    config = small_config(tmp_path / "two", epochs=1)
+    config.devices = ["cpu:0", "cpu:1"]
+    trainers = kestrel.MultiDeviceTrainer(config)
+    assert trainers.size == 2 and [trainers.rank(r).device for r in range(2)] == ["cpu:0", "cpu:1"]
+    steps = []
+    summary = trainers.fit(progress=lambda state: steps.append(state["step"]))
+    assert summary["steps"] == 10 and steps == list(range(1, 11))
+    # The ranks hold the same weights; rank 0 wrote the run. (Two processes give the same bits:
+    # test_data_parallel. A single device draws other dropout masks, so it learns as well, not alike.)
+    x = np.random.default_rng(1).random((3, 1, 28, 28), dtype=np.float32)
+    np.testing.assert_array_equal(trainers.rank(0).predict(x), trainers.rank(1).predict(x))
+    assert json.loads((tmp_path / "two" / "run" / "summary.json").read_text())["steps"] == 10
+    alone = kestrel.Trainer(small_config(tmp_path / "one", epochs=1)).fit()
+    assert abs(summary["test_accuracy"] - alone["test_accuracy"]) < 0.05
+
+
 def test_errors_are_python_exceptions(tmp_path):
     with pytest.raises(ValueError, match="nonexistent"):
         kestrel.RunConfig.load("/nonexistent/run.json")

@@ -5,12 +5,13 @@
     trainer = kestrel.Trainer("models/fashion_mlp.train.json")
     summary = trainer.fit(progress=lambda p: p["step"] < 100)   # False stops, with a checkpoint
     trainer.evaluate(), trainer.predict(images)         # numpy in, numpy out
+    config.devices = ["cuda:0", "cuda:1"]; kestrel.MultiDeviceTrainer(config).fit()   # a rank per device
 """
-from ._kestrel import (Error, InvalidArgument, NonFiniteLoss, OutOfMemory, RunConfig, Tensor, Trainer, devices,
-                       memory_stats)
+from ._kestrel import (Error, InvalidArgument, MultiDeviceTrainer, NonFiniteLoss, OutOfMemory, RunConfig, Tensor,
+                       Trainer, devices, memory_stats)
 
-__all__ = ["Error", "InvalidArgument", "NonFiniteLoss", "OutOfMemory", "RunConfig", "Tensor", "Trainer", "devices",
-           "from_dlpack", "memory_stats"]
+__all__ = ["Error", "InvalidArgument", "MultiDeviceTrainer", "NonFiniteLoss", "OutOfMemory", "RunConfig", "Tensor",
+           "Trainer", "devices", "from_dlpack", "memory_stats"]
 
 
 def from_dlpack(array, device="auto"):
