@@ -28,7 +28,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORKLOADS = [("seeds_mlp", "models/seeds_mlp.json", 128), ("fashion_mlp", "models/fashion_mlp.json", 64),
              ("fashion_mlp", "models/fashion_mlp.json", 512), ("fashion_convnet", "models/convnet.json", 64),
              ("fashion_convnet", "models/convnet.json", 512), ("lstm_generator", "models/lstm_generator.json", 32),
-             ("gpt_char", "models/gpt_char.json", 32), ("gru_generator", "bench/models/gru_generator.json", 32)]
+             ("gpt_char", "models/gpt_char.json", 32), ("gru_generator", "bench/models/gru_generator.json", 32),
+             ("transformer_classifier", "models/transformer_classifier.json", 32)]
 
 
 def measure(step, device, steps, repetitions=5):
@@ -77,6 +78,13 @@ def main():
             if model.tokens:  # character ids, a label per position (as bench_train.cpp)
                 x = torch.randint(0, 113, [batch] + list(model.input_shape), device=args.device)
                 y = torch.randint(0, 113, [batch] + list(model.input_shape), device=args.device)
+                with torch.no_grad():
+                    classes = model(x[:1]).shape
+                if len(classes) == 2:  # a class per document, left-padded with id 0 as bench/synthetic_batch.h does
+                    length = x.shape[1]
+                    for n in range(batch):
+                        x[n, :(97 * n) % length] = 0
+                    y = torch.arange(batch, device=args.device) % classes[1]
             else:
                 x = torch.randn([batch] + list(model.input_shape), device=args.device)
                 y = torch.randint(0, 10, (batch,), device=args.device)

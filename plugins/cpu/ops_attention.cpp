@@ -4,7 +4,10 @@
 // units (KESTREL_VECTOR_CLONES); one query row's scores at a time live in a row-sized buffer, never a
 // (Tq x Tk) matrix. Backward recomputes the weights from the log-sum-exp forward left, and the dropout
 // mask (1.8) from Philox, row by row. A key-padding mask (1.9) becomes a per-key bias of the entry's
-// scores (-1e29 on padded keys). f32 arithmetic for f32 and 16-bit storage, double for f64.
+// scores (-1e29 on padded keys); where every query of an entry sees a real key and padding is an eighth
+// of the keys or more, the padded keys are left out altogether (their weights are exactly 0; only the
+// sums' rounding moves with the keys' lanes), so a padded batch's attention costs what its real keys do.
+// f32 arithmetic for f32 and 16-bit storage, double for f64.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -55,6 +58,33 @@ const Acc<E>* stage_key_bias(const Geometry& g, const typename E::storage* mask,
   return out.data();
 }
 
+// An entry's real (unpadded) keys, when the loops may skip the others: each query sees at least one real
+// key (a query seeing only padding weighs the padded keys evenly, which needs them all).
+struct RealKeys {
+  std::vector<int64_t> index;    // the real keys' positions, ascending
+  std::vector<int64_t> visible;  // per query, how many of them it sees (a prefix of `index`)
+};
+
+// Entry b's real keys from the (N, Tk) mask, or null to keep every key (no mask, no padding, or a query
+// seeing padding only).
+template <class S, class E>
+const RealKeys* select_real_keys(const Geometry& g, const S* mask, int64_t b, RealKeys& out) {
+  if (!mask) return nullptr;
+  const S* row = mask + (b / g.per_sample) * g.keys;
+  out.index.clear();
+  for (int64_t j = 0; j < g.keys; ++j)
+    if (E::load(row[j]) == 0) out.index.push_back(j);
+  // Worth its gathers only where padding is a good part of the keys (an eighth or more).
+  if (out.index.size() * 8 > size_t(g.keys) * 7 || out.index.empty() || out.index.front() >= g.visible(0)) return nullptr;
+  out.visible.resize(size_t(g.queries));
+  size_t seen = 0;
+  for (int64_t i = 0; i < g.queries; ++i) {
+    while (seen < out.index.size() && out.index[seen] < g.visible(i)) ++seen;
+    out.visible[size_t(i)] = int64_t(seen);
+  }
+  return &out;
+}
+
 // The dropout factor of each weight of row `row` (batch entry * Tq + query) for keys [0, seen): 1 / keep
 // where RANDOM's Bernoulli draw keeps element row * Tk + j of the (B,Tq,Tk) weights, else 0.
 template <class A>
@@ -69,18 +99,29 @@ template <class A>
   }
 }
 
-// One batch entry's (rows, depth) matrix in the arithmetic type, row-major...
-template <class E>
-void stage_rows(const typename E::storage* m, int64_t rows, int64_t depth, std::vector<Acc<E>>& out) {
-  out.resize(size_t(rows * depth));
-  for (int64_t e = 0; e < rows * depth; ++e) out[e] = Acc<E>(E::load(m[e]));
+// The dropout factors of query i's weights over the keys the loops run over (its `seen` real keys when
+// `real` is given, drawn at their positions among all keys); every: Tk scratch.
+template <class A>
+[[gnu::always_inline]] inline void kept_factors(const Geometry& g, int64_t b, int64_t i, int64_t seen,
+                                                const RealKeys* real, A* factors, A* every) {
+  if (!real) return dropout_factors(g, b * g.queries + i, seen, factors);
+  dropout_factors(g, b * g.queries + i, g.visible(i), every);
+  for (int64_t j = 0; j < seen; ++j) factors[j] = every[real->index[size_t(j)]];
 }
-// ... or transposed, (depth, rows).
+
+// One batch entry's (rows, depth) matrix in the arithmetic type, row-major or transposed (depth, rows),
+// only the rows `real` selects when given.
+enum class Layout { rows, columns };
 template <class E>
-void stage_columns(const typename E::storage* m, int64_t rows, int64_t depth, std::vector<Acc<E>>& out) {
-  out.resize(size_t(rows * depth));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t d = 0; d < depth; ++d) out[d * rows + r] = Acc<E>(E::load(m[r * depth + d]));
+void stage(const typename E::storage* m, int64_t rows, int64_t depth, std::vector<Acc<E>>& out, Layout layout,
+           const RealKeys* real = nullptr) {
+  const int64_t kept = real ? int64_t(real->index.size()) : rows;
+  out.resize(size_t(kept * depth));
+  for (int64_t r = 0; r < kept; ++r) {
+    const typename E::storage* from = m + (real ? real->index[size_t(r)] : r) * depth;
+    for (int64_t d = 0; d < depth; ++d)
+      out[layout == Layout::rows ? r * depth + d : d * kept + r] = Acc<E>(E::load(from[d]));
+  }
 }
 
 // y[0, n) += a * x[0, n)
@@ -109,18 +150,19 @@ template <class A>
   return sum;
 }
 
-// Batch entry b's forward on staged arrays: q (Tq, D), k_t (D, Tk), v (Tk, D), bias (Tk) or null ->
-// out (Tq, D), lse (Tq); weights, factors: Tk scratch.
+// Batch entry b's forward on staged arrays: q (Tq, D), k_t (D, K), v (K, D) over K keys (Tk, or the real
+// ones `real` selects), bias (Tk) or null -> out (Tq, D), lse (Tq); weights, factors, every: Tk scratch.
 template <class A>
-[[gnu::always_inline]] inline void entry_forward(const Geometry& g, int64_t b, const A* q, const A* k_t, const A* v,
-                                                 const A* bias, A* out, A* lse, A* weights, A* factors) {
-  const int64_t depth = g.depth;
+[[gnu::always_inline]] inline void entry_forward(const Geometry& g, int64_t b, const RealKeys* real, const A* q,
+                                                 const A* k_t, const A* v, const A* bias, A* out, A* lse, A* weights,
+                                                 A* factors, A* every) {
+  const int64_t depth = g.depth, keys = real ? int64_t(real->index.size()) : g.keys;
   for (int64_t i = 0; i < g.queries; ++i) {
-    const int64_t seen = g.visible(i);
+    const int64_t seen = real ? real->visible[size_t(i)] : g.visible(i);
     A top;
-    const A sum = exp_scores(q + i * depth, k_t, depth, g.keys, seen, A(g.scale), bias, weights, top);
+    const A sum = exp_scores(q + i * depth, k_t, depth, keys, seen, A(g.scale), real ? nullptr : bias, weights, top);
     if (g.dropout()) {
-      dropout_factors(g, b * g.queries + i, seen, factors);
+      kept_factors(g, b, i, seen, real, factors, every);
       for (int64_t j = 0; j < seen; ++j) weights[j] *= factors[j];
     }
     A* row = out + i * depth;
@@ -132,37 +174,39 @@ template <class A>
 
 // With p = softmax(s) recomputed from the log-sum-exp, m_j each weight's dropout factor (1 without
 // dropout) and dp_j = m_j dout . v_j: ds_j = scale * p_j (dp_j - sum_l p_l dp_l); dq = sum_j ds_j k_j;
-// dk_j += ds_j q; dv_j += m_j p_j dout. Batch entry b on staged arrays: q, dout (Tq, D); k (Tk, D), k_t
-// and v_t (D, Tk); bias (Tk) or null; lse (Tq) -> dq (Tq, D), dk and dv (Tk, D), summed over the entry's
-// queries; p, ds, factors: Tk scratch.
+// dk_j += ds_j q; dv_j += m_j p_j dout. Batch entry b on staged arrays: q, dout (Tq, D); k (K, D), k_t
+// and v_t (D, K) over K keys (Tk, or the real ones `real` selects); bias (Tk) or null; lse (Tq) -> dq
+// (Tq, D), dk and dv (K, D), summed over the entry's queries; p, ds, factors, every: Tk scratch.
 template <class A>
-[[gnu::always_inline]] inline void entry_backward(const Geometry& g, int64_t b, const A* q, const A* dout, const A* k,
-                                                  const A* k_t, const A* v_t, const A* bias, const A* lse, A* dq, A* dk,
-                                                  A* dv, A* p, A* ds, A* factors) {
-  const int64_t depth = g.depth;
-  std::fill(dk, dk + g.keys * depth, A(0));
-  std::fill(dv, dv + g.keys * depth, A(0));
+[[gnu::always_inline]] inline void entry_backward(const Geometry& g, int64_t b, const RealKeys* real, const A* q,
+                                                  const A* dout, const A* k, const A* k_t, const A* v_t, const A* bias,
+                                                  const A* lse, A* dq, A* dk, A* dv, A* p, A* ds, A* factors,
+                                                  A* every) {
+  const int64_t depth = g.depth, keys = real ? int64_t(real->index.size()) : g.keys;
+  if (real) bias = nullptr;  // every key left is real
+  std::fill(dk, dk + keys * depth, A(0));
+  std::fill(dv, dv + keys * depth, A(0));
   for (int64_t i = 0; i < g.queries; ++i) {
-    const int64_t seen = g.visible(i);
+    const int64_t seen = real ? real->visible[size_t(i)] : g.visible(i);
     const A *qi = q + i * depth, *doi = dout + i * depth;
     std::fill(ds, ds + seen, A(0));
-    for (int64_t d = 0; d < depth; ++d) multiply_add(ds, doi[d], v_t + d * g.keys, seen);  // dp_j
+    for (int64_t d = 0; d < depth; ++d) multiply_add(ds, doi[d], v_t + d * keys, seen);  // dp_j
     const A scale = A(g.scale);
     if (bias) {
       // The weights as forward made them. A query that sees only padded keys has a log-sum-exp near
       // -1e29, which has lost its log(sum) to rounding, so exp(score - lse) would not give them back.
       A top;
-      const A sum = exp_scores(qi, k_t, depth, g.keys, seen, scale, bias, p, top);
+      const A sum = exp_scores(qi, k_t, depth, keys, seen, scale, bias, p, top);
       for (int64_t j = 0; j < seen; ++j) p[j] /= sum;
     } else {
       std::fill(p, p + seen, A(0));
-      for (int64_t d = 0; d < depth; ++d) multiply_add(p, qi[d], k_t + d * g.keys, seen);  // q . k_j
+      for (int64_t d = 0; d < depth; ++d) multiply_add(p, qi[d], k_t + d * keys, seen);  // q . k_j
       const A log_sum = lse[i];
       map_staged<A>(0, seen, [=](int64_t j) { return scale * p[j] - log_sum; }, [=](int64_t j, A e) { p[j] = e; },
                     [](A shift) { return std::exp(shift); });
     }
     if (g.dropout()) {
-      dropout_factors(g, b * g.queries + i, seen, factors);
+      kept_factors(g, b, i, seen, real, factors, every);
       for (int64_t j = 0; j < seen; ++j) ds[j] *= factors[j];
     }
     A delta = 0;
@@ -180,21 +224,33 @@ template <class A>
 
 // Per vector width (KESTREL_VECTOR_CLONES), for the two arithmetic types.
 template <class A>
-KESTREL_VECTOR_CLONES void entry_forward_cloned(const Geometry& g, int64_t b, const A* q, const A* k_t, const A* v,
-                                                const A* bias, A* out, A* lse, A* weights, A* factors) {
-  entry_forward(g, b, q, k_t, v, bias, out, lse, weights, factors);
+KESTREL_VECTOR_CLONES void entry_forward_cloned(const Geometry& g, int64_t b, const RealKeys* real, const A* q,
+                                                const A* k_t, const A* v, const A* bias, A* out, A* lse, A* weights,
+                                                A* factors, A* every) {
+  entry_forward(g, b, real, q, k_t, v, bias, out, lse, weights, factors, every);
 }
 template <class A>
-KESTREL_VECTOR_CLONES void entry_backward_cloned(const Geometry& g, int64_t b, const A* q, const A* dout, const A* k,
-                                                 const A* k_t, const A* v_t, const A* bias, const A* lse, A* dq, A* dk,
-                                                 A* dv, A* p, A* ds, A* factors) {
-  entry_backward(g, b, q, dout, k, k_t, v_t, bias, lse, dq, dk, dv, p, ds, factors);
+KESTREL_VECTOR_CLONES void entry_backward_cloned(const Geometry& g, int64_t b, const RealKeys* real, const A* q,
+                                                 const A* dout, const A* k, const A* k_t, const A* v_t, const A* bias,
+                                                 const A* lse, A* dq, A* dk, A* dv, A* p, A* ds, A* factors,
+                                                 A* every) {
+  entry_backward(g, b, real, q, dout, k, k_t, v_t, bias, lse, dq, dk, dv, p, ds, factors, every);
 }
 
-// A staged (rows, depth) block back into storage.
+// A staged (rows, depth) block back into storage: row r of `from` to row real->index[r] when given, the
+// other rows (the padded keys', whose gradients are 0) zero.
 template <class E>
-void store_rows(const std::vector<Acc<E>>& from, typename E::storage* to) {
-  for (size_t e = 0; e < from.size(); ++e) to[e] = E::store(typename E::compute(from[e]));
+void store_rows(const std::vector<Acc<E>>& from, typename E::storage* to, int64_t rows = 0, int64_t depth = 0,
+                const RealKeys* real = nullptr) {
+  if (!real) {
+    for (size_t e = 0; e < from.size(); ++e) to[e] = E::store(typename E::compute(from[e]));
+    return;
+  }
+  const typename E::storage zero = E::store(typename E::compute(0));
+  std::fill(to, to + rows * depth, zero);
+  for (size_t r = 0; r < real->index.size(); ++r)
+    for (int64_t d = 0; d < depth; ++d)
+      to[real->index[r] * depth + d] = E::store(typename E::compute(from[r * size_t(depth) + size_t(d)]));
 }
 
 void attention_forward(const kestrel_op& op) {
@@ -209,16 +265,19 @@ void attention_forward(const kestrel_op& op) {
     const S* mask = g.padding_input < 0 ? nullptr : data_of<S>(op.inputs[g.padding_input]);  // (N, Tk)
     const int64_t q_width = g.queries * g.depth, k_width = g.keys * g.depth;
     parallel_for_split("kestrel::attention", g.batch, g.batch * g.queries * k_width, [=](int64_t b) {
-      thread_local std::vector<A> queries, keys_t, values, bias, sum, scores, factors;
-      const A* key_bias = stage_key_bias<E>(g, mask, b, bias);
-      stage_rows<E>(q + b * q_width, g.queries, g.depth, queries);
-      stage_columns<E>(k + b * k_width, g.keys, g.depth, keys_t);
-      stage_rows<E>(v + b * k_width, g.keys, g.depth, values);
+      thread_local std::vector<A> queries, keys_t, values, bias, sum, scores, factors, every;
+      thread_local RealKeys selection;
+      const RealKeys* real = select_real_keys<S, E>(g, mask, b, selection);
+      const A* key_bias = real ? nullptr : stage_key_bias<E>(g, mask, b, bias);
+      stage<E>(q + b * q_width, g.queries, g.depth, queries, Layout::rows);
+      stage<E>(k + b * k_width, g.keys, g.depth, keys_t, Layout::columns, real);
+      stage<E>(v + b * k_width, g.keys, g.depth, values, Layout::rows, real);
       sum.resize(size_t(q_width));
       scores.resize(size_t(g.keys));
       factors.resize(size_t(g.keys));
-      entry_forward_cloned<A>(g, b, queries.data(), keys_t.data(), values.data(), key_bias, sum.data(),
-                              lse + b * g.queries, scores.data(), factors.data());
+      every.resize(size_t(g.keys));
+      entry_forward_cloned<A>(g, b, real, queries.data(), keys_t.data(), values.data(), key_bias, sum.data(),
+                              lse + b * g.queries, scores.data(), factors.data(), every.data());
       store_rows<E>(sum, out + b * q_width);
     });
   });
@@ -238,25 +297,29 @@ void attention_backward(const kestrel_op& op) {
     const S* mask = g.padding_input < 0 ? nullptr : data_of<S>(op.inputs[g.padding_input]);  // (N, Tk)
     const int64_t q_width = g.queries * g.depth, k_width = g.keys * g.depth;
     parallel_for_split("kestrel::attention_backward", g.batch, g.batch * g.queries * k_width, [=](int64_t b) {
-      thread_local std::vector<A> queries, grads, keys, keys_t, values_t, bias, dq_sum, dk_sum, dv_sum, p, ds, factors;
-      const A* key_bias = stage_key_bias<E>(g, mask, b, bias);
-      stage_rows<E>(q + b * q_width, g.queries, g.depth, queries);
-      stage_rows<E>(dout + b * q_width, g.queries, g.depth, grads);
-      stage_rows<E>(k + b * k_width, g.keys, g.depth, keys);
-      stage_columns<E>(k + b * k_width, g.keys, g.depth, keys_t);
-      stage_columns<E>(v + b * k_width, g.keys, g.depth, values_t);
+      thread_local std::vector<A> queries, grads, keys, keys_t, values_t, bias, dq_sum, dk_sum, dv_sum, p, ds, factors,
+          every;
+      thread_local RealKeys selection;
+      const RealKeys* real = select_real_keys<S, E>(g, mask, b, selection);
+      const A* key_bias = real ? nullptr : stage_key_bias<E>(g, mask, b, bias);
+      stage<E>(q + b * q_width, g.queries, g.depth, queries, Layout::rows);
+      stage<E>(dout + b * q_width, g.queries, g.depth, grads, Layout::rows);
+      stage<E>(k + b * k_width, g.keys, g.depth, keys, Layout::rows, real);
+      stage<E>(k + b * k_width, g.keys, g.depth, keys_t, Layout::columns, real);
+      stage<E>(v + b * k_width, g.keys, g.depth, values_t, Layout::columns, real);
       dq_sum.resize(size_t(q_width));
       dk_sum.resize(size_t(k_width));
       dv_sum.resize(size_t(k_width));
       p.resize(size_t(g.keys));
       ds.resize(size_t(g.keys));
       factors.resize(size_t(g.keys));
-      entry_backward_cloned<A>(g, b, queries.data(), grads.data(), keys.data(), keys_t.data(), values_t.data(),
+      every.resize(size_t(g.keys));
+      entry_backward_cloned<A>(g, b, real, queries.data(), grads.data(), keys.data(), keys_t.data(), values_t.data(),
                                key_bias, lse + b * g.queries, dq_sum.data(), dk_sum.data(), dv_sum.data(), p.data(),
-                               ds.data(), factors.data());
+                               ds.data(), factors.data(), every.data());
       store_rows<E>(dq_sum, dq + b * q_width);
-      store_rows<E>(dk_sum, dk + b * k_width);
-      store_rows<E>(dv_sum, dv + b * k_width);
+      store_rows<E>(dk_sum, dk + b * k_width, g.keys, g.depth, real);
+      store_rows<E>(dv_sum, dv + b * k_width, g.keys, g.depth, real);
     });
   });
 }
