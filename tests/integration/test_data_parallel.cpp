@@ -123,6 +123,24 @@ TEST(DataParallel, TwoDevicesOfOneProcessTrainAsTwoProcesses) {
   ASSERT_EQ(rest.status, 0) << rest.output;
   EXPECT_EQ(read_parameters(run.out + "_resumed", 0), rank0);
 
+  // The deterministic mode (all-gathers of every shard's gradient) matches one process bit for bit, and
+  // ZeRO-1 (reduce-scatter, all-gather) the unsharded two-device run, as they do across processes.
+  const std::string dropout_mlp = R"({"name": "dp_mlp", "input": {"shape": [32]}, "layers": [
+      {"type": "linear", "out_features": 64}, {"type": "relu"}, {"type": "dropout", "p": 0.25},
+      {"type": "linear", "out_features": 10}]})";
+  RunFiles fixed = make_run("in_process_deterministic", R"(, "distributed": {"deterministic": true, "shards": 4,
+      "devices": ["cpu:0", "cpu:1"]})");
+  std::ofstream(fixed.dir / "mlp.json", std::ios::trunc) << dropout_mlp;
+  RunFiles fixed_alone = make_run("in_process_deterministic_alone", R"(, "distributed": {"deterministic": true, "shards": 4})");
+  std::ofstream(fixed_alone.dir / "mlp.json", std::ios::trunc) << dropout_mlp;
+  ASSERT_EQ(run_command("KESTREL_CPU_DEVICES=2 " KESTREL_DP_WORKER " " + fixed.config + " " + fixed.out).status, 0);
+  ASSERT_EQ(run_worker(0, fixed_alone, fixed_alone.out).status, 0);
+  EXPECT_EQ(read_parameters(fixed.out, 1), read_parameters(fixed_alone.out, 0));
+  RunFiles sharded = make_run("in_process_zero", R"(, "distributed": {"shard_optimizer": true, "devices": ["cpu:0", "cpu:1"]})");
+  ASSERT_EQ(run_command("KESTREL_CPU_DEVICES=2 " KESTREL_DP_WORKER " " + sharded.config + " " + sharded.out).status, 0);
+  EXPECT_EQ(read_parameters(sharded.out, 0), rank0);
+  EXPECT_EQ(read_parameters(sharded.out, 1), rank0);
+
   // Bad lists are refused by name: one device, a device twice, a device that is not there.
   for (const std::string& devices : {R"(["cpu:0"])", R"(["cpu:0", "cpu:0"])", R"(["cpu:0", "cpu:7"])"}) {
     RunFiles bad = make_run("in_process_bad", R"(, "distributed": {"devices": )" + devices + "}");
