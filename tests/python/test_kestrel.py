@@ -110,6 +110,8 @@ def test_two_devices_of_one_process_train_as_one_device(tmp_path):
     x = np.random.default_rng(1).random((3, 1, 28, 28), dtype=np.float32)
     np.testing.assert_array_equal(trainers.rank(0).predict(x), trainers.rank(1).predict(x))
     assert json.loads((tmp_path / "two" / "run" / "summary.json").read_text())["steps"] == 10
+    evaluation = trainers.evaluate()
+    assert evaluation["samples"] == 200 and evaluation["loss"] == pytest.approx(summary["test_loss"], rel=1e-6)
     alone = kestrel.Trainer(small_config(tmp_path / "one", epochs=1)).fit()
     assert abs(summary["test_accuracy"] - alone["test_accuracy"]) < 0.05
 

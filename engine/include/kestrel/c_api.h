@@ -84,7 +84,9 @@ typedef struct kes_config kes_config;
 kes_status kes_config_load(const char* path, kes_config** config);
 kes_status kes_config_parse(const char* json, const char* base_dir, kes_config** config);
 /* Overrides, like the command line's flags. Integer keys: "epochs", "batch_size", "max_steps", "seed",
- * "accumulate_steps", "train_subset", "test_subset". Text keys: "out", "backend". Number keys: "lr". */
+ * "accumulate_steps", "train_subset", "test_subset". Text keys: "out", "backend", "devices" (a
+ * comma-separated list: the trainer then runs a rank per device of this process, and speaks through
+ * rank 0). Number keys: "lr". */
 kes_status kes_config_set_int(kes_config* config, const char* key, int64_t value);
 kes_status kes_config_set_text(kes_config* config, const char* key, const char* value);
 kes_status kes_config_set_number(kes_config* config, const char* key, double value);

@@ -98,7 +98,8 @@ class ProcessGroup {
   // `context` (say, "step 12"), names the ranks the backend found missing, and the labels of the
   // collectives that were in flight, numbered as the backend numbers them.
   void wait(const std::string& context);
-  // Ends the group's collectives on every rank (with MPI: the whole job, with `exit_code`).
+  // Ends the group's collectives on every rank (with MPI: the whole job, with `exit_code`; the ranks of
+  // one process: their waits, and this call throws PeerFailed).
   [[noreturn]] void abort(int exit_code);
 
  private:

@@ -150,11 +150,16 @@ class MultiDeviceTrainer {
 
   // Trains on every device; rank 0's summary (and only rank 0 reports through `options`).
   TrainSummary fit(const TrainOptions& options = {});
+  // The test set's loss and accuracy, evaluated by every rank on its share (a collective, as Trainer's).
+  EvalResult evaluate();
   int size() const { return int(ranks_.size()); }
+  // Rank r's trainer: its device, model and predictions (its own collectives need every rank: fit and
+  // evaluate here).
   Trainer& rank(int r) { return *ranks_.at(size_t(r)); }
 
  private:
   std::vector<World> worlds_;
+  double timeout_seconds_;  // the collectives' (distributed.timeout_seconds)
   std::vector<std::unique_ptr<Trainer>> ranks_;
 };
 

@@ -1,6 +1,8 @@
 // The C API (kestrel/c_api.h): errors, devices, tensors and run configs. Training is in c_trainer.cpp.
 #include <fmt/format.h>
 
+#include <sstream>
+
 #include <algorithm>
 #include <cstring>
 
@@ -159,9 +161,19 @@ kes_status kes_config_set_text(kes_config* config, const char* key, const char* 
     need(key, "key");
     need(value, "value");
     const std::string k = key;
-    if (k == "out") config->value.out_dir = value;
-    else if (k == "backend") config->value.backends = {value};
-    else throw InvalidArgument(fmt::format("kes_config_set_text: no text setting '{}' (out, backend)", k));
+    if (k == "out") {
+      config->value.out_dir = value;
+    } else if (k == "backend") {
+      config->value.backends = {value};
+    } else if (k == "devices") {  // "cuda:0,cuda:1": a rank per device of this process
+      std::vector<std::string>& devices = config->value.distributed.devices;
+      devices.clear();
+      std::stringstream list(value);
+      for (std::string device; std::getline(list, device, ',');)
+        if (!device.empty()) devices.push_back(device);
+    } else {
+      throw InvalidArgument(fmt::format("kes_config_set_text: no text setting '{}' (out, backend, devices)", k));
+    }
   });
 }
 

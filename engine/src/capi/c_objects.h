@@ -14,8 +14,11 @@ struct kes_config {
   kestrel::RunConfig value;
 };
 struct kes_trainer {
-  std::unique_ptr<kestrel::Trainer> value;
+  std::unique_ptr<kestrel::Trainer> value;             // one device...
+  std::unique_ptr<kestrel::MultiDeviceTrainer> ranks;  // ... or several of this process (the config's "devices")
   std::string device;  // kes_trainer_device's text
+  // The trainer that speaks for the run: the only one, or rank 0.
+  kestrel::Trainer& first() { return ranks ? ranks->rank(0) : *value; }
 };
 
 namespace kestrel::capi {

@@ -15,8 +15,11 @@ kes_status kes_trainer_create(const kes_config* config, kes_trainer** trainer) {
     need(config, "config");
     need(trainer, "trainer");
     auto made = std::make_unique<kes_trainer>();
-    made->value = std::make_unique<Trainer>(config->value);
-    made->device = made->value->device().str();
+    if (config->value.distributed.devices.empty())
+      made->value = std::make_unique<Trainer>(config->value);
+    else
+      made->ranks = std::make_unique<MultiDeviceTrainer>(config->value);
+    made->device = made->first().device().str();
     *trainer = made.release();
   });
 }
@@ -33,7 +36,7 @@ kes_status kes_trainer_fit(kes_trainer* trainer, int32_t resume, kes_progress_fn
         const kes_progress out{p.step, p.total_steps, p.epoch, p.loss, p.accuracy};
         return progress(&out, user_data) == 0;
       };
-    const TrainSummary s = trainer->value->fit(options);
+    const TrainSummary s = trainer->ranks ? trainer->ranks->fit(options) : trainer->value->fit(options);
     if (!summary) return;
     summary->steps = s.steps;
     summary->epochs = s.epochs;
@@ -50,7 +53,7 @@ kes_status kes_trainer_evaluate(kes_trainer* trainer, kes_evaluation* result) {
   return guarded([&] {
     need(trainer, "trainer");
     need(result, "result");
-    const EvalResult r = trainer->value->evaluate();
+    const EvalResult r = trainer->ranks ? trainer->ranks->evaluate() : trainer->value->evaluate();
     *result = {r.loss, r.accuracy, r.samples};
   });
 }
@@ -59,7 +62,8 @@ kes_status kes_trainer_load(kes_trainer* trainer, const char* path) {
   return guarded([&] {
     need(trainer, "trainer");
     need(path, "path");
-    trainer->value->load_weights(path);
+    if (!trainer->ranks) return trainer->value->load_weights(path);
+    for (int r = 0; r < trainer->ranks->size(); ++r) trainer->ranks->rank(r).load_weights(path);
   });
 }
 
@@ -68,7 +72,7 @@ kes_status kes_trainer_predict(kes_trainer* trainer, const kes_tensor* inputs, k
     need(trainer, "trainer");
     need(inputs, "inputs");
     need(outputs, "outputs");
-    Model& model = trainer->value->model();
+    Model& model = trainer->first().model();
     const Tensor& x = inputs->value;
     const Tensor on_device = x.device() == model.device() ? x : x.to(model.device());
     NoGradGuard no_grad;

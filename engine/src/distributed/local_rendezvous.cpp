@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "kestrel/distributed.h"
@@ -38,6 +39,13 @@ std::vector<std::vector<char>> LocalRendezvous::exchange(int rank, std::vector<c
   present_[size_t(rank)] = false;
   if (--departing_ == 0) changed_.notify_all();
   return all;
+}
+
+void LocalRendezvous::reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::fill(present_.begin(), present_.end(), false);
+  arrived_ = departing_ = 0;
+  failure_.clear();
 }
 
 void LocalRendezvous::fail(const std::string& why) {

@@ -23,6 +23,9 @@ class LocalRendezvous {
   // Ends the rendezvous for every rank: their current and later exchanges throw PeerFailed with `why`
   // (a rank that stops with an error says so, and the others do not wait for it).
   void fail(const std::string& why);
+  // Back to a fresh rendezvous, its failure forgotten: only while no rank is inside it (between one set
+  // of the ranks' threads and the next).
+  void reset();
 
  private:
   const int size_;

@@ -118,9 +118,21 @@ void ProcessGroup::issued(std::string label, std::initializer_list<Tensor> tenso
 }
 
 std::vector<std::vector<char>> ProcessGroup::exchanged(const Tensor& tensor, const std::string& what) {
-  std::vector<char> mine(size_t(tensor.numel()) * dtype_size(tensor.dtype()));
+  const size_t bytes = size_t(tensor.numel()) * dtype_size(tensor.dtype());
+  std::vector<char> mine(bytes);
   tensor.copy_to_host(mine.data());
-  return local_->exchange(rank_, std::move(mine), timeout_seconds_, fmt::format("{}: {}", device_.str(), what));
+  const std::string where = fmt::format("{}: {}", device_.str(), what);
+  std::vector<std::vector<char>> all = local_->exchange(rank_, std::move(mine), timeout_seconds_, where);
+  // Ranks that disagree on the collective (different sizes) stop here, as MPI's truncation error does.
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r].size() != bytes) {
+      const std::string why = fmt::format("{}: rank {} gave {} bytes where rank {} gave {}: the ranks issued different "
+                                          "collectives",
+                                          where, r, all[r].size(), rank_, bytes);
+      local_->fail(why);
+      throw PeerFailed(why);
+    }
+  return all;
 }
 
 void ProcessGroup::all_reduce_sum(const Tensor& tensor, const std::string& label) {
@@ -180,10 +192,12 @@ void ProcessGroup::wait(const std::string& context) {
 }
 
 void ProcessGroup::abort(int exit_code) {
-  if (local_)
-    local_->fail(fmt::format("rank {} of this process stopped the run", rank_));
-  else
-    device_.runtime().api().comm_abort(comm_, exit_code);
+  if (local_) {  // the other ranks of this process stop waiting; this one's caller ends the run
+    const std::string why = fmt::format("rank {} of this process stopped the run", rank_);
+    local_->fail(why);
+    throw PeerFailed(why);
+  }
+  device_.runtime().api().comm_abort(comm_, exit_code);
   World::get().abort(exit_code);  // a backend whose abort returns: end this process
 }
 

@@ -20,6 +20,7 @@ namespace {
 // are PeerFailed) is rethrown once every thread has ended.
 template <class Fn>
 void on_every_rank(std::vector<World>& worlds, Fn fn) {
+  worlds.front().rendezvous()->reset();  // a failure of an earlier call is forgotten
   std::vector<std::exception_ptr> errors(worlds.size());
   std::mutex first_mutex;
   int first = -1;
@@ -41,20 +42,26 @@ void on_every_rank(std::vector<World>& worlds, Fn fn) {
   if (first >= 0) std::rethrow_exception(errors[size_t(first)]);
 }
 
-std::vector<World> worlds_for(const RunConfig& config) {
+// The ranks' worlds, once the devices are known to exist and to differ. The devices are resolved here, on
+// the calling thread, so the ranks' threads only look them up.
+std::vector<World> worlds_for(const RunConfig& config, Engine& engine) {
   const std::vector<std::string>& devices = config.distributed.devices;
   if (devices.size() < 2)
     throw ConfigError(fmt::format("{}: /distributed/devices: several devices in one process need two or more, got {}; "
                                   "for one device use the backend preference (--backend)",
                                   config.source, devices.size()));
-  if (std::set<std::string>(devices.begin(), devices.end()).size() != devices.size())
-    throw ConfigError(fmt::format("{}: /distributed/devices names a device twice: one device per rank", config.source));
+  std::set<std::string> seen;
+  for (const std::string& spec : devices)
+    if (!seen.insert(engine.device(spec).str()).second)
+      throw ConfigError(fmt::format("{}: /distributed/devices: {} is {} again: one device per rank", config.source,
+                                    spec, engine.device(spec).str()));
   return World::in_process(int(devices.size()));
 }
 
 }  // namespace
 
-MultiDeviceTrainer::MultiDeviceTrainer(RunConfig config, Engine& engine) : worlds_(worlds_for(config)) {
+MultiDeviceTrainer::MultiDeviceTrainer(RunConfig config, Engine& engine)
+    : worlds_(worlds_for(config, engine)), timeout_seconds_(config.distributed.timeout_seconds) {
   ranks_.resize(worlds_.size());
   // The trainers meet while they are built (the same run on every rank, rank 0's weights).
   on_every_rank(worlds_, [&](int r) { ranks_[size_t(r)] = std::make_unique<Trainer>(config, engine, worlds_[size_t(r)]); });
@@ -70,12 +77,20 @@ TrainSummary MultiDeviceTrainer::fit(const TrainOptions& options) {
     // Rank 0 asks the caller's callback; every rank then stops (or goes on) at the same step.
     if (options.on_step)
       mine.on_step = [&, r](const TrainProgress& progress) {
-        const std::string answer = r == 0 ? (options.on_step(progress) ? "go" : "stop") : "";
-        return worlds_[size_t(r)].all_gather(answer).front() == "go";
+        const char answer = r == 0 && !options.on_step(progress) ? 's' : 'g';  // stop or go
+        const std::vector<std::vector<char>> all = worlds_[size_t(r)].rendezvous()->exchange(
+            r, {answer}, timeout_seconds_, fmt::format("step {}: rank 0's word on going on", progress.step));
+        return all.front().front() == 'g';
       };
     summaries[size_t(r)] = ranks_[size_t(r)]->fit(mine);
   });
   return summaries.front();
+}
+
+EvalResult MultiDeviceTrainer::evaluate() {
+  std::vector<EvalResult> results(ranks_.size());
+  on_every_rank(worlds_, [&](int r) { results[size_t(r)] = ranks_[size_t(r)]->evaluate(); });
+  return results.front();
 }
 
 }  // namespace kestrel
