@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from kestrel_models import KestrelModel, read_idx, read_safetensors, text_windows  # noqa: E402
+from kestrel_models import KestrelModel, read_idx, read_safetensors, text_categories, text_windows  # noqa: E402
 from kestrel_random import DROPOUT_KEY_XOR, bernoulli, epoch_permutation  # noqa: E402
 
 SEED = 42
@@ -74,8 +74,27 @@ def without_inner_dropout(spec):
     return changed
 
 
-def batch_of(spec, tokens):
+# A sequence classifier (an (N, C) output) trains on these fortune categories, as transformer_classifier's
+# and rnn_classifier's run configs do; a model of token ids with a label per position on the corpus's windows.
+CATEGORIES = ["computers", "definitions", "people", "science"]
+
+
+def data_config(tokens, classifier):
+    """The data section of Kestrel's run config: the first 64 samples of the model's kind of data."""
+    subsets = {"train_subset": 64, "test_subset": 64}
+    if classifier:
+        return {"dataset": "text", "task": "categories", "path": CORPUS, "categories": CATEGORIES, "separator": "%",
+                "balance": True, "validation_fraction": 0.1, **subsets}
+    if tokens:
+        return {"dataset": "text", "path": CORPUS, "exclude": ["*.dat"], **subsets}
+    return {"dataset": "fashion-mnist", "mean": [0.2860], "std": [0.3530], **subsets}
+
+
+def batch_of(spec, tokens, classifier):
     """The first 64 samples as Kestrel's run config below loads them, and how the loss reads them."""
+    if classifier:
+        (x, y), _ = text_categories(CORPUS, CATEGORIES, "%", spec["input"]["shape"][0], 0.1, balance=True)
+        return torch.from_numpy(x[:64].copy()), torch.from_numpy(y[:64].copy())
     if not tokens:
         images = read_idx(f"{FOLDER}/train-images-idx3-ubyte.gz")[:64].astype(np.float32) / 255.0
         return torch.from_numpy((images - 0.2860) / 0.3530), torch.from_numpy(read_idx(f"{FOLDER}/train-labels-idx1-ubyte.gz")[:64])
@@ -97,8 +116,10 @@ def main():
     inner_dropout_off = without_inner_dropout(spec)
     tokens = spec["input"].get("dtype") == "i64"
     (work / "model.json").write_text(json.dumps(spec))
-    data = ({"dataset": "text", "path": CORPUS, "exclude": ["*.dat"], "train_subset": 64, "test_subset": 64} if tokens
-            else {"dataset": "fashion-mnist", "mean": [0.2860], "std": [0.3530], "train_subset": 64, "test_subset": 64})
+    with torch.no_grad():  # a class per sequence, or a label per position?
+        probe = KestrelModel(work / "model.json").eval()(torch.zeros([1] + spec["input"]["shape"], dtype=torch.int64))
+    classifier = tokens and probe.dim() == 2
+    data = data_config(tokens, classifier)
     (work / "run.json").write_text(json.dumps({
         "model": "model.json", "out": "run",
         "data": data,
@@ -107,7 +128,7 @@ def main():
     subprocess.run([str(ROOT / args.build / "bin" / "kestrel"), "train", str(work / "run.json"), "--backend", args.backend,
                     "--quiet"], check=True)
 
-    x, y = batch_of(spec, tokens)
+    x, y = batch_of(spec, tokens, classifier)
     checkpoint = lambda step: read_safetensors(work / "run" / "checkpoints" / f"step-{step:09d}.safetensors")[0]
     worst_ratio = 0.0
     draws_per_step = None
