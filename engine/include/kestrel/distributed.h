@@ -4,6 +4,7 @@
 // each reads its rank from MPI. The collectives themselves belong to the backend (the CPU plugin's over
 // MPI; NCCL for CUDA), reached through the plugin ABI's collective entries.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -106,8 +107,10 @@ class ProcessGroup {
   kestrel_stream* ordered_after_device();  // the group's stream, made to wait for the device's stream
   void check(kestrel_status status, const std::string& what);
   void issued(std::string label, std::initializer_list<Tensor> tensors);
-  // In-process ranks: every rank's bytes of `tensor` (one round of the rendezvous).
-  std::vector<std::vector<char>> exchanged(const Tensor& tensor, const std::string& what);
+  // In-process ranks: one round of the rendezvous on `tensor`'s bytes; `read` sees every rank's in place
+  // (checked to be the same size) before this rank departs.
+  void exchanged(const Tensor& tensor, const std::string& what,
+                 const std::function<void(const std::vector<std::vector<char>>&)>& read);
 
   Device device_;
   int rank_, size_;

@@ -1,5 +1,5 @@
 // Rounds of all-to-all exchange between the threads of one process: a round fills every rank's slot,
-// then each rank copies them all, and the next round waits until the last rank has copied.
+// then each rank reads them all, and the next round waits until the last rank has departed.
 #include "local_rendezvous.h"
 
 #include <fmt/format.h>
@@ -13,6 +13,13 @@ namespace kestrel {
 
 std::vector<std::vector<char>> LocalRendezvous::exchange(int rank, std::vector<char> mine, double timeout_seconds,
                                                          const std::string& what) {
+  std::vector<std::vector<char>> all = arrive(rank, std::move(mine), timeout_seconds, what);
+  depart(rank);
+  return all;
+}
+
+const std::vector<std::vector<char>>& LocalRendezvous::arrive(int rank, std::vector<char> mine, double timeout_seconds,
+                                                              const std::string& what) {
   std::unique_lock<std::mutex> lock(mutex_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   auto failed = [&] { return !failure_.empty(); };
@@ -35,10 +42,13 @@ std::vector<std::vector<char>> LocalRendezvous::exchange(int rank, std::vector<c
     changed_.notify_all();
   }
   if (failed()) throw PeerFailed(failure_);
-  std::vector<std::vector<char>> all = slots_;
+  return slots_;  // nobody writes them until every rank has departed
+}
+
+void LocalRendezvous::depart(int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
   present_[size_t(rank)] = false;
   if (--departing_ == 0) changed_.notify_all();
-  return all;
 }
 
 void LocalRendezvous::reset() {

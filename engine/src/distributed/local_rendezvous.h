@@ -20,6 +20,11 @@ class LocalRendezvous {
   // `timeout_seconds` (naming those missing and `what`), or when another rank failed the rendezvous.
   std::vector<std::vector<char>> exchange(int rank, std::vector<char> mine, double timeout_seconds,
                                           const std::string& what);
+  // The same round read in place: every rank's bytes stay as they are until this rank departs (the next
+  // round waits for every rank's departure), so large ones need not be copied.
+  const std::vector<std::vector<char>>& arrive(int rank, std::vector<char> mine, double timeout_seconds,
+                                               const std::string& what);
+  void depart(int rank);
   // Ends the rendezvous for every rank: their current and later exchanges throw PeerFailed with `why`
   // (a rank that stops with an error says so, and the others do not wait for it).
   void fail(const std::string& why);

@@ -117,12 +117,18 @@ void ProcessGroup::issued(std::string label, std::initializer_list<Tensor> tenso
   in_flight_.insert(in_flight_.end(), tensors);
 }
 
-std::vector<std::vector<char>> ProcessGroup::exchanged(const Tensor& tensor, const std::string& what) {
+void ProcessGroup::exchanged(const Tensor& tensor, const std::string& what,
+                             const std::function<void(const std::vector<std::vector<char>>&)>& read) {
   const size_t bytes = size_t(tensor.numel()) * dtype_size(tensor.dtype());
   std::vector<char> mine(bytes);
   tensor.copy_to_host(mine.data());
   const std::string where = fmt::format("{}: {}", device_.str(), what);
-  std::vector<std::vector<char>> all = local_->exchange(rank_, std::move(mine), timeout_seconds_, where);
+  const std::vector<std::vector<char>>& all = local_->arrive(rank_, std::move(mine), timeout_seconds_, where);
+  struct Departure {
+    LocalRendezvous* rendezvous;
+    int rank;
+    ~Departure() { rendezvous->depart(rank); }
+  } departure{local_, rank_};
   // Ranks that disagree on the collective (different sizes) stop here, as MPI's truncation error does.
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r].size() != bytes) {
@@ -132,13 +138,16 @@ std::vector<std::vector<char>> ProcessGroup::exchanged(const Tensor& tensor, con
       local_->fail(why);
       throw PeerFailed(why);
     }
-  return all;
+  read(all);
 }
 
 void ProcessGroup::all_reduce_sum(const Tensor& tensor, const std::string& label) {
   const kestrel_tensor t = tensor.descriptor();
   const std::string what = label.empty() ? fmt::format("all-reduce of {}", tensor.describe()) : label;
-  if (local_) return upload(tensor, sum_over_ranks(exchanged(tensor, what), 0, tensor.numel(), tensor.dtype()).data());
+  if (local_)
+    return exchanged(tensor, what, [&](const auto& all) {
+      upload(tensor, sum_over_ranks(all, 0, tensor.numel(), tensor.dtype()).data());
+    });
   check(device_.runtime().api().all_reduce_sum(comm_, ordered_after_device(), &t), what);
   issued(what, {tensor});
 }
@@ -146,7 +155,7 @@ void ProcessGroup::all_reduce_sum(const Tensor& tensor, const std::string& label
 void ProcessGroup::broadcast(const Tensor& tensor, int root, const std::string& label) {
   const kestrel_tensor t = tensor.descriptor();
   const std::string what = label.empty() ? fmt::format("broadcast of {} from rank {}", tensor.describe(), root) : label;
-  if (local_) return upload(tensor, exchanged(tensor, what)[size_t(root)].data());
+  if (local_) return exchanged(tensor, what, [&](const auto& all) { upload(tensor, all[size_t(root)].data()); });
   check(device_.runtime().api().broadcast(comm_, ordered_after_device(), &t, root), what);
   issued(what, {tensor});
 }
@@ -156,7 +165,9 @@ void ProcessGroup::reduce_scatter_sum(const Tensor& input, const Tensor& output,
   const std::string what = label.empty() ? fmt::format("reduce-scatter of {}", input.describe()) : label;
   if (local_) {
     const int64_t block = output.numel();
-    return upload(output, sum_over_ranks(exchanged(input, what), rank_ * block, block, input.dtype()).data());
+    return exchanged(input, what, [&](const auto& all) {
+      upload(output, sum_over_ranks(all, rank_ * block, block, input.dtype()).data());
+    });
   }
   check(device_.runtime().api().reduce_scatter_sum(comm_, ordered_after_device(), &in, &out), what);
   issued(what, {input, output});
@@ -166,9 +177,11 @@ void ProcessGroup::all_gather(const Tensor& input, const Tensor& output, const s
   const kestrel_tensor in = input.descriptor(), out = output.descriptor();
   const std::string what = label.empty() ? fmt::format("all-gather of {}", input.describe()) : label;
   if (local_) {
-    std::vector<char> joined;
-    for (const std::vector<char>& part : exchanged(input, what)) joined.insert(joined.end(), part.begin(), part.end());
-    return upload(output, joined.data());
+    return exchanged(input, what, [&](const auto& all) {
+      std::vector<char> joined;
+      for (const std::vector<char>& part : all) joined.insert(joined.end(), part.begin(), part.end());
+      upload(output, joined.data());
+    });
   }
   check(device_.runtime().api().all_gather(comm_, ordered_after_device(), &in, &out), what);
   issued(what, {input, output});
