@@ -109,6 +109,17 @@ py::dict eval_dict(const EvalResult& r) {
   return out;
 }
 
+// Trainer or MultiDeviceTrainer: a data-parallel evaluation waits for the other ranks, without the GIL.
+template <class AnyTrainer>
+py::dict evaluate(AnyTrainer& trainer) {
+  EvalResult r;
+  {
+    py::gil_scoped_release no_gil;
+    r = trainer.evaluate();
+  }
+  return eval_dict(r);
+}
+
 // progress(dict) is called after every optimizer step; returning False stops the run with a checkpoint.
 // Trainer or MultiDeviceTrainer (whose rank 0 calls it).
 template <class AnyTrainer>
@@ -211,15 +222,7 @@ PYBIND11_MODULE(_kestrel, m) {
            py::arg("path"))
       .def("fit", &fit<Trainer>, py::arg("progress") = nullptr, py::arg("resume") = false,
            "Trains; progress(dict) after every step may return False to stop (a checkpoint is written)")
-      .def("evaluate",
-           [](Trainer& t) {
-             EvalResult r;
-             {
-               py::gil_scoped_release no_gil;  // a data-parallel evaluation waits for the other ranks
-               r = t.evaluate();
-             }
-             return eval_dict(r);
-           })
+      .def("evaluate", &evaluate<Trainer>)
       .def("predict", &predict, py::arg("inputs"), "The model's outputs for a batch of inputs (numpy in, numpy out)")
       .def("load", &Trainer::load_weights, py::arg("path"), "Weights from a .safetensors file, checkpoint.json or run folder")
       .def("export_onnx", [](Trainer& t, const std::string& path) { export_onnx(t.model(), path); }, py::arg("path"),
@@ -236,15 +239,7 @@ PYBIND11_MODULE(_kestrel, m) {
            py::arg("config"))
       .def("fit", &fit<MultiDeviceTrainer>, py::arg("progress") = nullptr, py::arg("resume") = false,
            "Train on every device; rank 0's summary (progress is called on rank 0's steps)")
-      .def("evaluate",
-           [](MultiDeviceTrainer& t) {
-             EvalResult r;
-             {
-               py::gil_scoped_release no_gil;
-               r = t.evaluate();
-             }
-             return eval_dict(r);
-           })
+      .def("evaluate", &evaluate<MultiDeviceTrainer>)
       .def_property_readonly("size", &MultiDeviceTrainer::size)
       .def("rank", &MultiDeviceTrainer::rank, py::arg("rank"), py::return_value_policy::reference_internal,
            "Rank r's Trainer (its device, model, predictions; evaluate and fit here, which need every rank)");

@@ -49,8 +49,11 @@ std::vector<char> sum_over_ranks(const std::vector<std::vector<char>>& all, int6
   return sum;
 }
 
-// Writes host bytes into `tensor` (contiguous, on its device).
+// Writes host bytes into `tensor` (contiguous, on its device): in place where the backend's memory is the
+// host's (the CPU's), else through a staging tensor.
 void upload(const Tensor& tensor, const char* bytes) {
+  if (void* host = tensor.host_data())
+    return void(std::memcpy(host, bytes, size_t(tensor.numel()) * dtype_size(tensor.dtype())));
   Tensor target = tensor;
   target.copy_from(Tensor::from_host(bytes, tensor.shape(), tensor.dtype(), tensor.device()));
 }
