@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../plugins/mpi/mpi_transport.hpp"
@@ -56,7 +57,9 @@ void truncated_broadcast(int rank) {
 // Scenario 2: rank 0 queues an all-reduce that rank 1 joins only after rank 0's transport is destroyed.
 void destroyed_while_waiting(int rank) {
   constexpr double kTimeout = 1.0;
-  float value = float(rank + 1);
+  // Static: rank 0's detached worker writes the late sum here after this function has returned.
+  static float value;
+  value = float(rank + 1);
   if (rank == 0) {
     auto transport = std::make_unique<Transport>("cpu", rank, 2);
     transport->set_timeout(kTimeout);
@@ -77,6 +80,14 @@ void destroyed_while_waiting(int rank) {
     if (value != 3.0f) fail(rank, "the late all-reduce gave " + std::to_string(value));
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    // Rank 1's all-reduce completing does not mean rank 0's detached worker has left MPI: wait for its sum
+    // before MPI_Finalize, which must not run while another thread is inside a collective.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (*static_cast<volatile float*>(&value) != 3.0f)
+      if (std::chrono::steady_clock::now() > until) fail(rank, "the detached worker's late all-reduce never completed");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // and for it to return from MPI
+  }
 }
 
 }  // namespace
