@@ -8,7 +8,7 @@ KESTREL_JOBS=${KESTREL_JOBS:-$(nproc 2>/dev/null || echo 2)}
 # Everything the build, the tests and the default training run need, as Debian 12 packages.
 KESTREL_PACKAGES=(
   build-essential cmake pkg-config python3 python3-jsonschema python3-venv
-  libtrilinos-kokkos-dev libopenblas-dev
+  libtrilinos-kokkos-dev libopenblas-dev libopenblas-openmp-dev
   libboost-dev nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin

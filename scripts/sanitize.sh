@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The engine, the CPU plugin and the tests built with sanitizers, and the tests that exercise them run:
 #   bash scripts/sanitize.sh            # AddressSanitizer + UndefinedBehaviorSanitizer, build-asan/
-#   bash scripts/sanitize.sh thread     # ThreadSanitizer on the loader and the CPU plugin's threads, build-tsan/
+#   bash scripts/sanitize.sh thread     # ThreadSanitizer on the engine's threads (the loader's, the trainer's), build-tsan/
 # No CUDA, Vulkan or benchmarks (their drivers are not built with the sanitizers). Which tests run, and
 # why, is in SANITIZED_TESTS below; extra arguments go to ctest.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -29,13 +29,14 @@ case "$mode" in
   thread)
     build="$KESTREL_ROOT/build-tsan"
     sanitizers="thread"
-    # The threads: the loader's workers and the CPU plugin's pool (conformance's large cases use it).
+    # The threads: the loader's workers (and the trainer's, the engine's own).
     SANITIZED_TESTS='^(test_loader|test_training|conformance)$'
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
-    # OpenBLAS's worker threads hand results back through its own spin-waits in uninstrumented code, so
-    # TSan cannot see that ordering and reports its memsets as racing with whoever reads the product
-    # next. One OpenBLAS thread leaves TSan checking Kestrel's threads (the loader, the plugin's pool).
-    export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+    # The CPU plugin's loops and OpenBLAS run on OpenMP's threads, which hand results back through
+    # barriers in libgomp, uninstrumented code: TSan cannot see that ordering and reports the loops'
+    # writes as racing with whoever reads them next. One OpenMP thread (and one OpenBLAS thread) leaves
+    # TSan checking Kestrel's own threads.
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
     ;;
   *) echo "usage: bash scripts/sanitize.sh [address|thread] [ctest arguments]" >&2; exit 2 ;;
 esac

@@ -1,9 +1,10 @@
-// Host threads for large loops while Kokkos has none. Kokkos spreads a parallel_for over its execution
-// space's threads, but Debian's Kokkos is Serial-only, so on its own the plugin would run every
-// element-wise op and optimizer update on one core while OpenBLAS uses all of them for the GEMMs. Large
-// loops are therefore spread over a small pool of host threads kept by the plugin (threads started once
-// and parked between ops, rather than started for every op). Column sums (bias gradients of linear
-// layers) stay on one thread: they were slower on the pool.
+// Threads for large loops. Kokkos spreads a parallel_for over its execution space's threads, but
+// Debian's Kokkos is Serial-only, so on its own the plugin would run every element-wise op and optimizer
+// update on one core while OpenBLAS uses all of them for the GEMMs. Large loops are therefore spread over
+// OpenMP's threads: Kokkos's own when Kokkos was built with OpenMP, and the same threads OpenBLAS's OpenMP
+// build runs the GEMMs on. A loop gets threads only when it is large enough to pay for waking them; small
+// loops (an LSTM step's are many) run on the calling thread. Column sums (bias gradients of linear layers)
+// stay on one thread: they were slower spread.
 // Every piece writes its own outputs and computes them as the serial loop would, so results do not
 // depend on the thread count.
 #pragma once
@@ -17,8 +18,8 @@ namespace kestrel_cpu {
 // One thread per this many elements touched: below it a thread costs more to wake than it saves.
 constexpr int64_t kGrain = int64_t(1) << 15;
 
-// 1 when Kokkos has threads of its own; otherwise KESTREL_CPU_THREADS (KESTREL_CPU_UPDATE_THREADS, its
-// earlier name, is read too), or the number of CPUs the process may run on (its affinity mask).
+// Kokkos's thread count when it has several; otherwise KESTREL_CPU_THREADS (KESTREL_CPU_UPDATE_THREADS,
+// its earlier name, is read too), else OpenMP's (OMP_NUM_THREADS, or the CPUs the process may run on).
 int host_threads();
 
 // How many threads a loop of `count` indices touching `elements` elements in all gets.
@@ -32,12 +33,12 @@ struct ChunkRef {
   const void* self;
 };
 
-// Runs chunk over [0, count) in pieces on `threads` threads: the caller and pooled helpers. Pieces are
-// handed out one at a time rather than in equal shares: a helper's core may be busy for a while
-// (OpenBLAS's worker yielding between GEMMs, another process, a virtual CPU the hypervisor has paused),
-// and with equal shares the whole loop would wait for the slowest thread. Called while another thread's
-// loop is on the pool, it runs on the calling thread alone. A chunk must not call it again (no nesting).
-void run_pieces(int threads, int64_t count, ChunkRef chunk);
+// Runs chunk over [0, count) in pieces on `threads` OpenMP threads (the caller among them). Pieces are
+// handed out one at a time rather than in equal shares: a thread's core may be busy for a while (another
+// process, a virtual CPU the hypervisor has paused), and with equal shares the whole loop would wait for
+// the slowest thread. Called while another thread's loop is running, it runs on the
+// calling thread alone. A chunk must not call it again (no nesting).
+void run_pieces(const char* label, int threads, int64_t count, ChunkRef chunk);
 
 // chunk(begin, end) over [0, count), like Kokkos::parallel_for over Range(0, count) with the loop inside
 // the body; `elements` is how many elements the whole loop reads or writes. The body must not throw:
@@ -46,13 +47,11 @@ void run_pieces(int threads, int64_t count, ChunkRef chunk);
 template <class Chunk>
 void parallel_chunks(const char* label, int64_t count, int64_t elements, const Chunk& chunk) {
   const int threads = threads_for(count, elements);
-  if (threads <= 1) {  // Kokkos's own threads, if it has any, take one piece each
-    const int64_t pieces = std::clamp<int64_t>(Exec().concurrency(), 1, std::max<int64_t>(count, 1));
-    Kokkos::parallel_for(label, Range(0, pieces),
-                         [&](int64_t p) { chunk(p * count / pieces, (p + 1) * count / pieces); });
+  if (threads <= 1) {  // not worth waking a thread: run here
+    if (count > 0) chunk(int64_t(0), count);
     return;
   }
-  run_pieces(threads, count, ChunkRef{[](const void* self, int64_t begin, int64_t end) noexcept {
+  run_pieces(label, threads, count, ChunkRef{[](const void* self, int64_t begin, int64_t end) noexcept {
                                         (*static_cast<const Chunk*>(self))(begin, end);
                                       },
                                       &chunk});
@@ -61,8 +60,8 @@ void parallel_chunks(const char* label, int64_t count, int64_t elements, const C
 // body(i) for i in [0, count), like Kokkos::parallel_for over Range(0, count).
 template <class Body>
 void parallel_for_split(const char* label, int64_t count, int64_t elements, Body body) {
-  if (threads_for(count, elements) <= 1) {
-    Kokkos::parallel_for(label, Range(0, count), body);
+  if (threads_for(count, elements) <= 1) {  // not worth waking a thread: run here
+    for (int64_t i = 0; i < count; ++i) body(i);
     return;
   }
   parallel_chunks(label, count, elements, [&](int64_t begin, int64_t end) {

@@ -93,7 +93,15 @@ kestrel_status initialize() {
     if (dladdr(reinterpret_cast<void*>(&initialize), &self) && self.dli_fname)
       dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
     if (!Kokkos::is_initialized()) {
-      Kokkos::initialize();
+      // Without warnings: Kokkos's OpenMP backend otherwise tells every command that OMP_PROC_BIND is
+      // unset. Thread placement is the user's to choose (README, "Backends").
+#if KOKKOS_VERSION >= 30700
+      Kokkos::initialize(Kokkos::InitializationSettings().set_disable_warnings(true));
+#else
+      Kokkos::InitArguments arguments;
+      arguments.disable_warnings = true;
+      Kokkos::initialize(arguments);
+#endif
       std::atexit([] {
         if (Kokkos::is_initialized()) Kokkos::finalize();
       });
@@ -136,10 +144,15 @@ kestrel_status device_properties(int32_t device, kestrel_device_properties* prop
     std::ostringstream runtime;
     runtime << "Kokkos " << KOKKOS_VERSION / 10000 << "." << KOKKOS_VERSION / 100 % 100 << "." << KOKKOS_VERSION % 100
             << " " << Exec::name() << " (" << kokkos_threads << (kokkos_threads == 1 ? " thread)" : " threads)");
-    // Which kernels OpenBLAS chose for this CPU (its Prescott fallback is ~5x slower than AVX-512).
+    // Which kernels OpenBLAS chose for this CPU (its Prescott fallback is ~5x slower than AVX-512), and
+    // whose threads it runs on: OpenMP's are the ones an OpenMP Kokkos shares.
     using CoreName = char* (*)();
-    if (auto core = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename")))
+    using Parallel = int (*)();
+    if (auto core = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"))) {
       runtime << ", OpenBLAS " << core();
+      if (auto parallel = reinterpret_cast<Parallel>(dlsym(RTLD_DEFAULT, "openblas_get_parallel")))
+        runtime << (parallel() == 2 ? " (OpenMP)" : parallel() == 1 ? " (pthreads)" : " (one thread)");
+    }
     copy_string(props->runtime, sizeof(props->runtime), runtime.str());
     props->dtype_mask = (1u << KESTREL_DTYPE_COUNT) - 1;
     // OpenBLAS has no preferred row alignment. KESTREL_CPU_GEMM_ROW_ALIGNMENT=<bytes> asks for one as a

@@ -23,7 +23,7 @@ void launch_fill(const kestrel_op& op) {
         std::fill(y.base + begin, y.base + end, stored);
       });
     else
-      Kokkos::parallel_for("kestrel::fill", Range(0, y.numel), [=](int64_t i) { y.base[y.at(i)] = stored; });
+      parallel_for_split("kestrel::fill", y.numel, y.numel, [=](int64_t i) { y.base[y.at(i)] = stored; });
   });
 }
 

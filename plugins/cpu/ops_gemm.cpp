@@ -42,7 +42,7 @@ struct BlasOperand {
     } else {
       packed.resize(rows * cols);
       T* dst = packed.data();
-      Kokkos::parallel_for("kestrel::gemm_pack", Range(0, rows * cols), [=](int64_t i) {
+      parallel_for_split("kestrel::gemm_pack", rows * cols, rows * cols, [=](int64_t i) {
         dst[i] = base[(i / cols) * row_stride + (i % cols) * col_stride];
       });
       set(packed.data(), 'N', std::max<int64_t>(cols, 1));
@@ -79,7 +79,7 @@ void blas_gemm(const BlasOperand<T>& a, const BlasOperand<T>& b, int64_t m, int6
 // of OpenBLAS's (its own count: OPENBLAS_NUM_THREADS, else the cores).
 constexpr int64_t kSmallProduct = int64_t(1) << 24;
 // A small product of at least kSplitProduct multiply-adds and kSplitColumns columns is split into two
-// column halves on the plugin's pool instead, each on one OpenBLAS thread: on the VM's 2 cores the LSTM's
+// column halves on two of the plugin's threads instead (cpu_parallel.hpp), each on one OpenBLAS thread: on the VM's 2 cores the LSTM's
 // per-step (32, 256) x (256, 1024) product takes 0.58 of its time on one OpenBLAS thread (bench_ops
 // gemm_lstm_step, bench/results/2026-11-25-vm-cpu-lstm-sequence-node.md; quarters were slower). Always halves, whatever the thread count: OpenBLAS's result for a block of
 // columns may differ in the last bit from the whole product's, and results must not depend on threads.
@@ -101,7 +101,7 @@ void use_blas_threads_for(int64_t multiply_adds) {
 }
 
 // C (m, n, row stride ldc) = alpha * A @ B + beta * C on all of OpenBLAS's threads, on one, or in
-// halves on the pool (see above); the first half is a multiple of 16 columns wide, whole vector registers.
+// halves on two threads (see above); the first half is a multiple of 16 columns wide, whole vector registers.
 template <class T>
 void multiply(const BlasOperand<T>& a, const BlasOperand<T>& b, int64_t m, int64_t n, int64_t k, T alpha, T beta, T* c,
               int64_t ldc) {
@@ -159,10 +159,10 @@ void gemm_batched(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, co
     T* target = c_rows ? c : c_scratch.data();
     const int64_t n = s.n, rs = s.c_strides[0], cs = s.c_strides[1];
     if (!c_rows && beta != T(0))
-      Kokkos::parallel_for("kestrel::gemm_gather_c", Range(0, s.m * n),
+      parallel_for_split("kestrel::gemm_gather_c", s.m * n, s.m * n,
                            [=](int64_t i) { target[i] = c[(i / n) * rs + (i % n) * cs]; });
     if (s.k == 0) {  // BLAS rejects empty operands; the product is zero
-      Kokkos::parallel_for("kestrel::gemm_scale", Range(0, s.m * n), [=](int64_t i) {
+      parallel_for_split("kestrel::gemm_scale", s.m * n, s.m * n, [=](int64_t i) {
         T& out = target[(i / n) * ldc + i % n];
         out = beta == T(0) ? T(0) : beta * out;
       });
@@ -172,7 +172,7 @@ void gemm_batched(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, co
       multiply(a, b, s.m, n, s.k, alpha, beta, target, ldc);
     }
     if (!c_rows)
-      Kokkos::parallel_for("kestrel::gemm_scatter_c", Range(0, s.m * n),
+      parallel_for_split("kestrel::gemm_scatter_c", s.m * n, s.m * n,
                            [=](int64_t i) { c[(i / n) * rs + (i % n) * cs] = target[i]; });
   }
 }
@@ -182,7 +182,7 @@ void gemm_batched(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, co
 template <class E>
 void widen(const typename E::storage* base, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
            float* out) {
-  Kokkos::parallel_for("kestrel::gemm_widen", Range(0, rows * cols),
+  parallel_for_split("kestrel::gemm_widen", rows * cols, rows * cols,
                        [=](int64_t i) { out[i] = E::load(base[(i / cols) * row_stride + (i % cols) * col_stride]); });
 }
 
@@ -193,7 +193,7 @@ void multiply_widened(const typename E::storage* a, const int64_t a_strides[2], 
                       const int64_t b_strides[2], int64_t m, int64_t k, int64_t n, float alpha, float beta, float* c,
                       std::vector<float>& a_scratch, std::vector<float>& b_scratch) {
   if (k == 0) {  // BLAS rejects empty operands; the product is zero
-    Kokkos::parallel_for("kestrel::gemm_scale", Range(0, m * n),
+    parallel_for_split("kestrel::gemm_scale", m * n, m * n,
                          [=](int64_t i) { c[i] = beta == 0.0f ? 0.0f : beta * c[i]; });
     return;
   }
@@ -223,7 +223,7 @@ void gemm_widened(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, co
     if (beta != 0.0f) widen<O>(c_out, s.m, n, rs, cs, product);
     multiply_widened<E>(a_base + batch * s.a_batch_stride, s.a_strides, b_base + batch * s.b_batch_stride, s.b_strides,
                         s.m, s.k, n, alpha, beta, product, a, b);
-    Kokkos::parallel_for("kestrel::gemm_narrow", Range(0, s.m * n),
+    parallel_for_split("kestrel::gemm_narrow", s.m * n, s.m * n,
                          [=](int64_t i) { c_out[(i / n) * rs + (i % n) * cs] = O::store(product[i]); });
   }
 }
@@ -320,7 +320,7 @@ void linear_widened(const kestrel_op& op, kestrel_activation act) {
   auto narrow = [&](const kestrel_tensor& out, const std::vector<float>& values) {
     S* dst = static_cast<S*>(out.buffer->data) + out.offset;  // contiguous (supports_linear)
     const float* src = values.data();
-    Kokkos::parallel_for("kestrel::linear_narrow", Range(0, rows * n), [=](int64_t i) { dst[i] = E::store(src[i]); });
+    parallel_for_split("kestrel::linear_narrow", rows * n, rows * n, [=](int64_t i) { dst[i] = E::store(src[i]); });
   };
   narrow(op.outputs[0], y);
   if (op.num_outputs == 2) narrow(op.outputs[1], pre);

@@ -61,7 +61,7 @@ void launch_gather(const kestrel_op& op) {
       using S = typename decltype(elem)::storage;
       const S* x = static_cast<const S*>(data.buffer->data) + data.offset;
       View<S> y = view_of<S>(out);
-      Kokkos::parallel_for("kestrel::gather", Range(0, y.numel),
+      parallel_for_split("kestrel::gather", y.numel, y.numel,
                            [=](int64_t i) { y.base[y.at(i)] = x[target_offset(index, data, axis, i)]; });
     });
   });
@@ -69,10 +69,10 @@ void launch_gather(const kestrel_op& op) {
 
 // in0 src, in1 index (same shape) -> out updated in place: out[.., index[.., i, ..], ..] += src[.., i, ..]
 bool supports_scatter_add(const kestrel_op& op) {
-  // Accumulation uses Kokkos atomics, which have no 16-bit float form.
+  // Sums in the storage type, which 16-bit floats would round at every step: those are left to the engine.
   const kestrel_dtype d = op.outputs[0].dtype;
-  const bool atomic_ok = d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_I32 || d == KESTREL_DTYPE_I64;
-  return kestrel::plugin_shapes::scatter_add_fits(op) && atomic_ok;
+  const bool summable = d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_I32 || d == KESTREL_DTYPE_I64;
+  return kestrel::plugin_shapes::scatter_add_fits(op) && summable;
 }
 
 void launch_scatter_add(const kestrel_op& op) {
@@ -88,9 +88,8 @@ void launch_scatter_add(const kestrel_op& op) {
                     std::is_same_v<S, int64_t>) {
         View<S> src = view_of<S>(src_desc);
         S* y = static_cast<S*>(out.buffer->data) + out.offset;
-        Kokkos::parallel_for("kestrel::scatter_add", Range(0, src.numel), [=](int64_t i) {
-          Kokkos::atomic_add(&y[target_offset(index, out, axis, i)], src.base[src.at(i)]);
-        });
+        // In order on one thread: indices may repeat, and a sum's bits must not depend on threads.
+        for (int64_t i = 0; i < src.numel; ++i) y[target_offset(index, out, axis, i)] += src.base[src.at(i)];
       }
     });
   });

@@ -72,7 +72,7 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
   const int64_t outputs = numel(out), count = plan.reduced_count;
   if (fn == KESTREL_REDUCE_ARGMAX) {
     int64_t* y = static_cast<int64_t*>(out.buffer->data) + out.offset;
-    Kokkos::parallel_for("kestrel::argmax", Range(0, outputs), [=](int64_t o) {
+    parallel_for_split("kestrel::argmax", outputs, outputs * count, [=](int64_t o) {
       int64_t base, out_at;
       plan.kept_offsets(o, base, out_at);
       C best = E::load(x[base]);
@@ -99,13 +99,13 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
     const int64_t row_stride = plan.reduced_strides[0], out_stride = plan.kept_out_strides[0];
     for (int64_t r = 0; r < count; ++r) {
       const S* row = x + r * row_stride;
-      Kokkos::parallel_for("kestrel::reduce_rows", Range(0, outputs), [=](int64_t o) { a[o] += Acc(E::load(row[o])); });
+      for (int64_t o = 0; o < outputs; ++o) a[o] += Acc(E::load(row[o]));
     }
-    Kokkos::parallel_for("kestrel::reduce_rows_store", Range(0, outputs), [=](int64_t o) {
+    for (int64_t o = 0; o < outputs; ++o) {
       Acc total = a[o];
       if (fn == KESTREL_REDUCE_MEAN) total = count ? total / Acc(count) : Acc(std::numeric_limits<double>::quiet_NaN());
       y[o * out_stride] = E::store(static_cast<C>(total));
-    });
+    }
     return;
   }
   const int64_t run = plan.reduced_rank ? plan.reduced_shape[plan.reduced_rank - 1] : 0;
@@ -134,7 +134,7 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
     });
     return;
   }
-  Kokkos::parallel_for("kestrel::reduce", Range(0, outputs), [=](int64_t o) {
+  parallel_for_split("kestrel::reduce", outputs, outputs * count, [=](int64_t o) {
     int64_t base, out_at;
     plan.kept_offsets(o, base, out_at);
     Acc acc = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN ? Acc(0) : Acc(E::load(x[base]));

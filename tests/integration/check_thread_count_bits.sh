@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CPU backend's results do not depend on its thread count: a few training steps of the LSTM and the
-# GPT-style models at KESTREL_CPU_THREADS=1 and =3 (the pool's pieces, the GEMMs' column halves, the
+# GPT-style models at KESTREL_CPU_THREADS=1 and =3 (the OpenMP threads' pieces, the GEMMs' column halves, the
 # vector math's staged blocks) must write byte-identical checkpoints.
 #   check_thread_count_bits.sh KESTREL SOURCE
 set -euo pipefail
