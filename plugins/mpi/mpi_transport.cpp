@@ -126,6 +126,7 @@ struct Transport::State {
   void work();
   void watch();
   std::string inspect(uint64_t ticket);
+  void wait_before_finalize();
 };
 
 void Transport::State::work() {
@@ -218,6 +219,24 @@ void Transport::State::watch() {
   }
 }
 
+// MPI_Finalize must not run while another thread is inside a collective: OpenMPI tears the communicator
+// down under it (a crash at exit). MPI_Finalize first deletes MPI_COMM_SELF's attributes (the MPI
+// standard's hook for "user functions at process termination"), so a transport destroyed with its worker
+// blocked leaves an attribute there whose delete callback runs this: it waits up to the timeout for the
+// worker to leave MPI (the late collective may yet complete: a slow rank joins it after all) and
+// otherwise ends the job, which the host should have done on the failure (MPI cannot cancel the call).
+void Transport::State::wait_before_finalize() {
+  std::unique_lock<std::mutex> lock(mutex);
+  if (changed.wait_for(lock, std::chrono::duration<double>(timeout), [&] { return !running; })) return;
+  std::fprintf(stderr,
+               "kestrel: MPI_Finalize was called on rank %d while its collective #%llu (%s) is still blocked in MPI "
+               "after the transport failed (%s); MPI cannot finalise with a collective in flight, so the job ends "
+               "(MPI_Abort). After a collective fails, end the job (the communicator's abort) instead.\n",
+               rank, static_cast<unsigned long long>(current.ticket), current.what.c_str(), failure.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 Transport::Transport(const char* backend, int32_t rank, int32_t world_size) : state_(std::make_unique<State>()) {
   int initialised = 0;
   MPI_Initialized(&initialised);
@@ -262,9 +281,20 @@ Transport::~Transport() {
   }
   if (stuck) {
     // The worker is blocked in MPI (the host did not abort): it can be neither joined nor freed. Should the
-    // collective complete after all, the worker skips the rest of the queue and ends.
+    // collective complete after all, the worker skips the rest of the queue and ends; MPI_Finalize waits
+    // for that (wait_before_finalize). Registering the wait is an MPI call beside the worker's, which only
+    // MPI_THREAD_MULTIPLE allows; with less, the host may not finalise with a thread in MPI either.
     s.worker.detach();
     s.watchdog.detach();
+    if (s.can_inspect) {
+      const auto wait = [](MPI_Comm, int, void* state, void*) {
+        static_cast<State*>(state)->wait_before_finalize();
+        return MPI_SUCCESS;
+      };
+      int key = MPI_KEYVAL_INVALID;
+      if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, wait, &key, nullptr) == MPI_SUCCESS)
+        MPI_Comm_set_attr(MPI_COMM_SELF, key, &s);
+    }
     (void)state_.release();
     return;
   }

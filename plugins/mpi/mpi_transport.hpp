@@ -25,7 +25,8 @@ class Transport {
   Transport(const char* backend, int32_t rank, int32_t world_size);
   // Waits for the queued collectives, each within the timeout. After a failure (a timeout included) a
   // collective may block in MPI for good: then the threads are left to the process's end (the host aborts
-  // the job).
+  // the job). Should the host finalise MPI instead, MPI_Finalize first waits up to the timeout for that
+  // collective to complete, and ends the job if it does not.
   ~Transport();
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
