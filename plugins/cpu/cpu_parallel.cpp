@@ -1,4 +1,5 @@
 #include <omp.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -7,6 +8,17 @@
 #include "cpu_parallel.hpp"
 
 namespace kestrel_cpu {
+
+namespace {
+std::atomic<bool> forked{false};
+}  // namespace
+
+void watch_for_fork() {
+  static const int registered = pthread_atfork(nullptr, nullptr, [] { forked.store(true); });
+  (void)registered;
+}
+
+bool in_forked_child() { return forked.load(std::memory_order_relaxed); }
 
 int host_threads() {
   static const int threads = [] {
@@ -45,7 +57,7 @@ struct Loop {
 void run_pieces(const char* label, int threads, int64_t count, ChunkRef chunk) {
   static std::mutex in_use;  // one loop on the threads at a time; other callers run theirs alone
   std::unique_lock<std::mutex> mine(in_use, std::try_to_lock);
-  if (!mine.owns_lock() || threads <= 1) {
+  if (!mine.owns_lock() || threads <= 1 || in_forked_child()) {
     chunk.call(chunk.self, 0, count);
     return;
   }

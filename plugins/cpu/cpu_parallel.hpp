@@ -22,6 +22,15 @@ constexpr int64_t kGrain = int64_t(1) << 15;
 // its earlier name, is read too), else OpenMP's (OMP_NUM_THREADS, or the CPUs the process may run on).
 int host_threads();
 
+// A child forked after the parent's OpenMP threads ran has none of them, and libgomp would wait for them
+// for good at the child's first parallel region (Python's multiprocessing forks; so do death tests). So
+// in a forked child the plugin's loops run on the calling thread, the GEMMs on one BLAS thread, and
+// Kokkos is not finalised at exit (its OpenMP backend's finalisation is a parallel region too), as
+// PyTorch's intra-op threads do after fork. watch_for_fork registers the handler; the plugin calls it
+// when it initialises.
+void watch_for_fork();
+bool in_forked_child();
+
 // How many threads a loop of `count` indices touching `elements` elements in all gets.
 inline int threads_for(int64_t count, int64_t elements) {
   return int(std::clamp<int64_t>(std::min<int64_t>(elements / kGrain, count), 1, host_threads()));

@@ -92,6 +92,7 @@ kestrel_status initialize() {
     Dl_info self{};
     if (dladdr(reinterpret_cast<void*>(&initialize), &self) && self.dli_fname)
       dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    watch_for_fork();
     if (!Kokkos::is_initialized()) {
       // Without warnings: Kokkos's OpenMP backend otherwise tells every command that OMP_PROC_BIND is
       // unset. Thread placement is the user's to choose (README, "Backends").
@@ -103,7 +104,7 @@ kestrel_status initialize() {
       Kokkos::initialize(arguments);
 #endif
       std::atexit([] {
-        if (Kokkos::is_initialized()) Kokkos::finalize();
+        if (Kokkos::is_initialized() && !in_forked_child()) Kokkos::finalize();
       });
     }
   });

@@ -96,7 +96,7 @@ void use_blas_threads_for(int64_t multiply_adds) {
   }();
   static std::atomic<int> current{all};
   if (!set || all <= 1) return;  // not OpenBLAS, or one thread anyway
-  const int wanted = multiply_adds < kSmallProduct ? 1 : all;
+  const int wanted = multiply_adds < kSmallProduct || in_forked_child() ? 1 : all;
   if (current.exchange(wanted) != wanted) set(wanted);
 }
 

@@ -69,6 +69,25 @@ TEST(PluginFaults, ADeviceKeptPastMainIsReleasedBeforeTheDriverExits) {
       testing::ExitedWithCode(0), "");
 }
 
+// A process forked after the CPU plugin's threads have run (Python's multiprocessing, a death test) has
+// none of those threads: libgomp would wait for them at the child's first parallel loop, and Kokkos's
+// OpenMP backend in its finalisation at exit. The child computes on one thread and exits.
+TEST(PluginFaults, AChildForkedAfterTheCpuThreadsRanComputesAndExits) {
+  kestrel::Engine engine;
+  const kestrel::Device cpu = engine.device("cpu:0");
+  const auto product_sum = [&cpu] {  // a threaded fill, product and sum (well over the threads' grain)
+    auto a = kestrel::Tensor::full({512, 512}, 0.5, kestrel::DType::f32, cpu);
+    auto b = kestrel::ops::binary(KESTREL_BINARY_ADD, a, a);  // ones
+    return kestrel::ops::reduce(KESTREL_REDUCE_SUM, kestrel::ops::matmul(a, b)).to_vector<float>()[0];
+  };
+  ASSERT_EQ(product_sum(), 0.5f * 512 * 512 * 512);
+  EXPECT_EXIT(
+      {
+        std::exit(product_sum() == 0.5f * 512 * 512 * 512 ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
+}
+
 // A FIFO named like a plugin is skipped without being opened (opening it would wait for a writer).
 TEST(PluginFaults, AFifoNamedLikeAPluginIsSkipped) {
   namespace fs = std::filesystem;
