@@ -63,6 +63,32 @@ __device__ __forceinline__ T nan_max(T a, T b) { return (a > b || a != a) ? a : 
 template <class T>
 __device__ __forceinline__ T nan_min(T a, T b) { return (a < b || a != a) ? a : b; }
 
+// ---- block reductions ----
+struct MaxOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return nan_max(a, b); }
+};
+struct SumOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+
+// Every thread of the block gets op over the block's values v (blockDim.x a multiple of 32, at most 1024):
+// within each warp by shuffles, then over the warps' results in the first warp's lanes, the lanes past
+// the last warp holding `identity` (op's neutral value: 0 for sums, -infinity for maxima).
+template <class T, class Op>
+__device__ T block_all_reduce(T v, T identity, Op op) {
+  __shared__ T partial[32];
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x / 32) ? partial[lane] : identity;
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  __syncthreads();  // partial is reused by the next call
+  return v;
+}
+
 // ---- strided indexing ----
 // N operands of the same shape, each with its own strides. The host coalesces the dimensions first
 // (drops extent-1 axes, merges axes that are contiguous in every operand), so contiguous tensors become

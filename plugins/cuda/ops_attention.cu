@@ -34,25 +34,6 @@ __device__ __forceinline__ int64_t visible_keys(int64_t i, int64_t queries, int6
   return causal ? i + keys - queries + 1 : keys;
 }
 
-// Every thread of the block gets op over the block's values (blockDim.x a multiple of 32, at most 1024).
-template <class Op>
-__device__ float block_all_reduce(float v, float identity, Op op) {
-  __shared__ float partial[32];
-  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < int(blockDim.x / 32) ? partial[lane] : identity;
-  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  __syncthreads();  // partial is reused by the next call
-  return v;
-}
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct Sum {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
 
 // One block per query row of the chunk. scores: (rows, Tk) f32, already scaled; weights: (rows, Tk) in
 // the op's dtype (the same memory as scores for f32: each element is read before it is overwritten, by
@@ -64,10 +45,10 @@ __global__ void softmax_rows(const float* scores, typename E::storage* weights, 
   const float* s = scores + row * keys;
   float top = -INFINITY;
   for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) top = fmaxf(top, s[j]);
-  top = block_all_reduce(top, -INFINITY, Max{});
+  top = block_all_reduce(top, -INFINITY, MaxOp{});
   float sum = 0;
   for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) sum += expf(s[j] - top);
-  const float log_sum = top + logf(block_all_reduce(sum, 0.0f, Sum{}));
+  const float log_sum = top + logf(block_all_reduce(sum, 0.0f, SumOp{}));
   typename E::storage* w = weights + row * keys;
   for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) w[j] = E::store(j < seen ? expf(s[j] - log_sum) : 0.0f);
   if (threadIdx.x == 0) lse[row] = log_sum;
@@ -84,7 +65,7 @@ __global__ void softmax_grad_rows(const float* scores, const float* dprobs, cons
   const float log_sum = lse[row];
   float delta = 0;
   for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) delta += expf(s[j] - log_sum) * dp[j];
-  delta = block_all_reduce(delta, 0.0f, Sum{});
+  delta = block_all_reduce(delta, 0.0f, SumOp{});
   typename E::storage *w = weights + row * keys, *ds = dscores + row * keys;
   for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
     const float p = j < seen ? expf(s[j] - log_sum) : 0.0f;

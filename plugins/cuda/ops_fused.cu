@@ -20,29 +20,6 @@ int row_block(int64_t cols) {
 template <class E>
 using RowAcc = std::conditional_t<std::is_same<typename E::storage, uint16_t>::value, float, double>;
 
-// Tree reduction over a power-of-two block; every thread gets the result.
-template <class T, class Op>
-__device__ T block_reduce(T v, T* shared, Op op) {
-  shared[threadIdx.x] = v;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-    if (threadIdx.x < stride) shared[threadIdx.x] = op(shared[threadIdx.x], shared[threadIdx.x + stride]);
-    __syncthreads();
-  }
-  T result = shared[0];
-  __syncthreads();  // shared is reused by the caller's next reduction
-  return result;
-}
-
-struct MaxOp {
-  template <class T>
-  __device__ T operator()(T a, T b) const { return nan_max(a, b); }
-};
-struct SumOp {
-  template <class T>
-  __device__ T operator()(T a, T b) const { return a + b; }
-};
-
 // One contiguous row's largest value and sum(exp(x - top)), computed by the whole block. Callers shift
 // by top and divide by (or subtract the log of) the sum rather than subtract log(sum) + top: where every
 // entry is huge and negative (-1e29 on attention's padded keys), log(sum) vanishes beside top in rounding
@@ -53,25 +30,24 @@ struct RowStats {
 };
 
 template <class E>
-__device__ RowStats<E> row_stats(const typename E::storage* xr, int64_t cols, RowAcc<E>* shared) {
+__device__ RowStats<E> row_stats(const typename E::storage* xr, int64_t cols) {
   using A = RowAcc<E>;
   A top = A(E::load(xr[0]));
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) top = nan_max(top, A(E::load(xr[j])));
-  top = block_reduce(top, shared, MaxOp{});
+  top = block_all_reduce(top, A(-INFINITY), MaxOp{});
   A sum = 0;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) sum += exp(A(E::load(xr[j])) - top);
-  return {top, block_reduce(sum, shared, SumOp{})};
+  return {top, block_all_reduce(sum, A(0), SumOp{})};
 }
 
 template <class E>
 __global__ void softmax_kernel(const typename E::storage* x, typename E::storage* y, int64_t rows, int64_t cols,
                                bool log_mode) {
   using A = RowAcc<E>;
-  __shared__ A shared[kMaxRowBlock];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const typename E::storage* xr = x + r * cols;
     typename E::storage* yr = y + r * cols;
-    const RowStats<E> row = row_stats<E>(xr, cols, shared);
+    const RowStats<E> row = row_stats<E>(xr, cols);
     const A log_sum = log(row.sum);
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
       const A shifted = A(E::load(xr[j])) - row.top;
@@ -85,13 +61,12 @@ __global__ void cross_entropy_kernel(const typename E::storage* x, const L* labe
                                      typename E::storage* grad, int64_t rows, int64_t cols, DeviceErrorSlot* error) {
   using A = RowAcc<E>;
   using C = typename E::compute;
-  __shared__ A shared[kMaxRowBlock];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const typename E::storage* xr = x + r * cols;
     const long long label = static_cast<long long>(labels[r]);
     const bool valid = label >= 0 && label < cols;
     if (!valid && threadIdx.x == 0) report_error(error, DEVICE_ERROR_LABEL, label, cols);
-    const RowStats<E> row = row_stats<E>(xr, cols, shared);
+    const RowStats<E> row = row_stats<E>(xr, cols);
     if (threadIdx.x == 0)
       loss[r] = E::store(valid ? C(log(row.sum) - (A(E::load(xr[label])) - row.top)) : C(NAN));
     if (grad)

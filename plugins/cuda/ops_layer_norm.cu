@@ -18,18 +18,10 @@ constexpr int kTileColumns = 32, kTileRows = 8;  // the weight gradient's block:
 template <class E>
 using Acc = std::conditional_t<std::is_same<typename E::storage, uint16_t>::value, float, double>;
 
-// Every thread of the block gets the block's sum (blockDim.x a multiple of 32, at most 1024).
+// Every thread of the block gets the block's sum.
 template <class T>
 __device__ T block_sum(T v) {
-  __shared__ T partial[32];
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < int(blockDim.x / 32) ? partial[lane] : T(0);
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  __syncthreads();  // partial is reused by the next call
-  return v;
+  return block_all_reduce(v, T(0), SumOp{});
 }
 
 // x, y: (R, C); weight, bias: (C) or null; mean, rstd: (R).
