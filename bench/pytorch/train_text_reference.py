@@ -11,6 +11,10 @@ then prints what Kestrel's summary reports for the held-out part:
     python3 bench/pytorch/train_text_reference.py models/gpt_char.train.json --seeds 42 43 7 --max-steps 300
     python3 bench/pytorch/train_text_reference.py models/rnn_classifier.train.json --seeds 42 43 7
 
+--start-from RUN starts from the weights of a Kestrel run folder instead of torch's draws (e.g. after
+`kestrel train CONFIG --max-steps 1 --seed S --out RUN`), the rest of the recipe (sample order, dropout)
+still torch's: whether a gap between the frameworks follows their initial draws or their training.
+
 The schedule spans the run as Kestrel's does when max_steps ends it before the epochs would (run_report.h):
 linear warm-up over warmup_steps, then lr * (1 + cos(pi * progress)) / 2 (engine/src/optim/optimizer.cpp).
 """
@@ -25,7 +29,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from kestrel_models import KestrelModel, text_categories, text_windows  # noqa: E402
+from kestrel_models import KestrelModel, read_safetensors, text_categories, text_windows  # noqa: E402
 
 
 def recipe(config_path):
@@ -86,13 +90,18 @@ def data(r):
     return [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in splits]
 
 
-def train(r, seed, max_steps, device):
-    """The held-out (loss, accuracy) after max_steps steps, or the config's epochs when max_steps is 0."""
+def train(r, seed, max_steps, device, start_from=None):
+    """The held-out (loss, accuracy) after max_steps steps, or the config's epochs when max_steps is 0;
+    from torch's initial draws, or from the weights of the Kestrel run folder start_from."""
     torch.manual_seed(seed)
     (train_x, train_y), (valid_x, valid_y) = data(r)
     if not max_steps:
         max_steps = r["epochs"] * math.ceil(len(train_y) / r["batch"])
-    model = KestrelModel(r["model"]).to(device)
+    model = KestrelModel(r["model"])
+    if start_from:
+        state = json.loads((pathlib.Path(start_from) / "checkpoint.json").read_text())
+        model.load_kestrel_state(read_safetensors(pathlib.Path(start_from) / state["weights"])[0])
+    model.to(device)
     kind = torch.optim.AdamW if r["optimizer"] == "adamw" else torch.optim.Adam
     optimizer = kind(model.parameters(), lr=r["lr"], weight_decay=r["weight_decay"])
     generator = torch.Generator().manual_seed(seed)
@@ -121,12 +130,14 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[42])
     parser.add_argument("--max-steps", type=int, default=0, help="0: the config's epochs")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--start-from", metavar="RUN", help="a Kestrel run folder whose weights the model starts from")
     args = parser.parse_args()
     r = recipe(args.config)
     for seed in args.seeds:
         started = time.time()
-        loss, accuracy = train(r, seed, args.max_steps, args.device)
-        print(json.dumps({"config": args.config, "seed": seed, "validation_loss": loss, "validation_accuracy": accuracy,
+        loss, accuracy = train(r, seed, args.max_steps, args.device, args.start_from)
+        print(json.dumps({"config": args.config, "seed": seed, "start_from": args.start_from,
+                          "validation_loss": loss, "validation_accuracy": accuracy,
                           "bits_per_char": loss / math.log(2), "perplexity": math.exp(loss),
                           "steps": args.max_steps or f"{r['epochs']} epochs", "seconds": round(time.time() - started),
                           "torch": torch.__version__, "device": args.device}), flush=True)
