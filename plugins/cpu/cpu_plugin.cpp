@@ -95,7 +95,7 @@ kestrel_status initialize() {
     watch_for_fork();
     if (!Kokkos::is_initialized()) {
       // Without warnings: Kokkos's OpenMP backend otherwise tells every command that OMP_PROC_BIND is
-      // unset. Thread placement is the user's to choose (README, "Backends").
+      // unset. Thread placement is the user's to choose (README, "Devices and backends").
 #if KOKKOS_VERSION >= 30700
       Kokkos::initialize(Kokkos::InitializationSettings().set_disable_warnings(true));
 #else
@@ -107,6 +107,9 @@ kestrel_status initialize() {
         if (Kokkos::is_initialized() && !in_forked_child()) Kokkos::finalize();
       });
     }
+    // Counted now, before any GEMM: OpenBLAS's OpenMP build sets OpenMP's default thread count when a small
+    // product asks it for one thread, and host_threads() reads that default.
+    (void)host_threads();
   });
 }
 
