@@ -50,10 +50,11 @@ struct Loop {
 
 // The threads are OpenMP's (libgomp's): with an OpenMP Kokkos they are Kokkos's own, and the GEMMs run on
 // them too (OpenBLAS's OpenMP build, plugins/cpu/CMakeLists.txt), so element-wise loops and BLAS share one
-// set of threads rather than two sets spinning against each other. OpenMP parks them after a short spin
-// between loops (OMP_WAIT_POLICY), which the many loops of a recurrent step, ~100 us apart, fall within.
-// This replaced a pool of the plugin's own threads: side by side it was as fast or faster on every
-// workload (bench/results/2026-11-26-vm-cpu-openmp-kokkos.md).
+// set of threads rather than two sets spinning against each other. Between loops libgomp lets them spin
+// a while before it parks them (OMP_WAIT_POLICY, GOMP_SPINCOUNT), as the former pool did.
+// This replaced a pool of the plugin's own threads: side by side it was level on the MLP (within the
+// rounds' noise) and faster on the ConvNet and the sequence models
+// (bench/results/2026-11-26-vm-cpu-openmp-kokkos.md).
 void run_pieces(const char* label, int threads, int64_t count, ChunkRef chunk) {
   static std::mutex in_use;  // one loop on the threads at a time; other callers run theirs alone
   std::unique_lock<std::mutex> mine(in_use, std::try_to_lock);

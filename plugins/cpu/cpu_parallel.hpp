@@ -45,8 +45,8 @@ struct ChunkRef {
 // Runs chunk over [0, count) in pieces on `threads` OpenMP threads (the caller among them). Pieces are
 // handed out one at a time rather than in equal shares: a thread's core may be busy for a while (another
 // process, a virtual CPU the hypervisor has paused), and with equal shares the whole loop would wait for
-// the slowest thread. Called while another thread's loop is running, it runs on the
-// calling thread alone. A chunk must not call it again (no nesting).
+// the slowest thread. Called while another thread's loop is running, it runs on the calling thread
+// alone. A chunk must not call it again (no nesting).
 void run_pieces(const char* label, int threads, int64_t count, ChunkRef chunk);
 
 // chunk(begin, end) over [0, count), like Kokkos::parallel_for over Range(0, count) with the loop inside

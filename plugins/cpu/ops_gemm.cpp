@@ -79,9 +79,10 @@ void blas_gemm(const BlasOperand<T>& a, const BlasOperand<T>& b, int64_t m, int6
 // of OpenBLAS's (its own count: OPENBLAS_NUM_THREADS, else the cores).
 constexpr int64_t kSmallProduct = int64_t(1) << 24;
 // A small product of at least kSplitProduct multiply-adds and kSplitColumns columns is split into two
-// column halves on two of the plugin's threads instead (cpu_parallel.hpp), each on one OpenBLAS thread: on the VM's 2 cores the LSTM's
-// per-step (32, 256) x (256, 1024) product takes 0.58 of its time on one OpenBLAS thread (bench_ops
-// gemm_lstm_step, bench/results/2026-11-25-vm-cpu-lstm-sequence-node.md; quarters were slower). Always halves, whatever the thread count: OpenBLAS's result for a block of
+// column halves on two of the plugin's threads instead (cpu_parallel.hpp), each on one OpenBLAS thread:
+// on the VM's 2 cores the LSTM's per-step (32, 256) x (256, 1024) product takes 0.58 of its time on one
+// OpenBLAS thread (bench_ops gemm_lstm_step, bench/results/2026-11-25-vm-cpu-lstm-sequence-node.md;
+// quarters were slower). Always halves, whatever the thread count: OpenBLAS's result for a block of
 // columns may differ in the last bit from the whole product's, and results must not depend on threads.
 constexpr int64_t kSplitProduct = int64_t(1) << 20;
 constexpr int64_t kSplitColumns = 128;
