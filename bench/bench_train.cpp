@@ -147,10 +147,10 @@ int main(int argc, char** argv) {
                                          train_step, device, w, false, true)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
-          // What the fused ops save, side by side: attention with a key-padding mask (plugin ABI 1.9)
-          // and the recurrent cells (LSTM 1.7, GRU 1.9).
+          // What the fused ops save, side by side: attention with a key-padding mask (plugin ABI 1.9),
+          // the recurrent cells (LSTM 1.7, GRU 1.9) and the convolutions (1.10).
           if (std::string(w.name) == "transformer_classifier" || std::string(w.name) == "gru_generator" ||
-              std::string(w.name) == "lstm_generator")
+              std::string(w.name) == "lstm_generator" || std::string(w.name) == "fashion_convnet")
             benchmark::RegisterBenchmark(fmt::format("train_step_composed/{}/{}/b{}", w.name, device.str(), w.batch).c_str(),
                                          train_step, device, w, captures, false)
                 ->Unit(benchmark::kMillisecond)

@@ -44,7 +44,7 @@ std::pair<std::string, std::string> cell_of(const std::string& case_name) {
 std::string render(const std::string& row, const Cell& c) {
   // The families of optional fused ops: "fused linear", "attention forward", "layer_norm backward", ...
   bool fused = false;
-  for (const char* family : {"fused", "attention", "layer_norm", "lstm_cell", "gru_cell"}) fused = fused || row.rfind(family, 0) == 0;
+  for (const char* family : {"fused", "attention", "layer_norm", "lstm_cell", "gru_cell", "conv"}) fused = fused || row.rfind(family, 0) == 0;
   if (c.failed) return fmt::format("FAIL {}/{}", c.failed, c.failed + c.passed);
   if (c.passed) return fmt::format("{} {}", fused ? "fused" : "yes", c.passed);
   if (c.unsupported) return fused ? "composed" : "-";

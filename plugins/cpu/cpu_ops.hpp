@@ -53,6 +53,24 @@ bool supports_lstm_cell(const kestrel_op& op);  // lstm_cell, lstm_cell_backward
 void launch_lstm_cell(const kestrel_op& op);
 bool supports_gru_cell(const kestrel_op& op);  // gru_cell, gru_cell_backward (ABI 1.9)
 void launch_gru_cell(const kestrel_op& op);
+bool supports_conv(const kestrel_op& op);  // conv2d, conv2d_backward_data, conv2d_backward_filter (ABI 1.10)
+void launch_conv(const kestrel_op& op);
+
+// Products inside other kernels' loops (ops_gemm.cpp). A row-major (rows, cols) matrix with row stride
+// ld, or, when transposed, the (cols, rows) matrix so stored read as its transpose.
+template <class T>
+struct MatrixBlock {
+  const T* data;
+  int64_t ld;
+  bool transposed = false;
+};
+// C (m, n, row stride ldc) = alpha * A (m, k) @ B (k, n) + beta * C, on the calling thread's BLAS call.
+// Products made on several of the plugin's threads at once call blas_on_one_thread first, so that each
+// runs on its own thread alone rather than all of them competing for OpenBLAS's.
+template <class T>
+void gemm_block(const MatrixBlock<T>& a, const MatrixBlock<T>& b, int64_t m, int64_t n, int64_t k, T alpha, T beta,
+                T* c, int64_t ldc);
+void blas_on_one_thread();
 
 // Elementwise helpers used by several families: out[i] = f(in[i]) over equal shapes, any strides.
 // Strided operands are walked row by row (the last axis), so the index arithmetic is paid once per row

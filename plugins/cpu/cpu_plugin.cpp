@@ -309,7 +309,7 @@ const kestrel::plugin_sdk::FamilyTable<Family> families{KESTREL_REQUIRED_FAMILIE
                                                         KESTREL_FAMILY(softmax), KESTREL_FAMILY(softmax_cross_entropy),
                                                         KESTREL_FAMILY(optimizer), KESTREL_FAMILY(attention),
                                                         KESTREL_FAMILY(layer_norm), KESTREL_FAMILY(lstm_cell),
-                                                        KESTREL_FAMILY(gru_cell)};
+                                                        KESTREL_FAMILY(gru_cell), KESTREL_FAMILY(conv)};
 
 int32_t supports_op(kestrel_context*, const kestrel_op* op) { return kestrel::plugin_sdk::supports(families, op); }
 

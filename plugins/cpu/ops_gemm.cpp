@@ -119,6 +119,25 @@ void multiply(const BlasOperand<T>& a, const BlasOperand<T>& b, int64_t m, int64
   });
 }
 
+}  // namespace
+
+void blas_on_one_thread() { use_blas_threads_for(0); }
+
+template <class T>
+void gemm_block(const MatrixBlock<T>& a, const MatrixBlock<T>& b, int64_t m, int64_t n, int64_t k, T alpha, T beta,
+                T* c, int64_t ldc) {
+  // A block stored transposed has unit row steps: BlasOperand reads it with BLAS's transpose flag.
+  const BlasOperand<T> a_op(a.data, m, k, a.transposed ? 1 : a.ld, a.transposed ? a.ld : 1);
+  const BlasOperand<T> b_op(b.data, k, n, b.transposed ? 1 : b.ld, b.transposed ? b.ld : 1);
+  blas_gemm(a_op, b_op, m, n, k, alpha, beta, c, ldc);
+}
+template void gemm_block<float>(const MatrixBlock<float>&, const MatrixBlock<float>&, int64_t, int64_t, int64_t, float,
+                                float, float*, int64_t);
+template void gemm_block<double>(const MatrixBlock<double>&, const MatrixBlock<double>&, int64_t, int64_t, int64_t,
+                                 double, double, double*, int64_t);
+
+namespace {
+
 struct GemmShape {
   int64_t batch, m, n, k;
   int64_t a_batch_stride, b_batch_stride, c_batch_stride;

@@ -7,27 +7,14 @@
 #include <vector>
 
 #include "kestrel/plugin_shapes.hpp"
+#include "cpu_columns.hpp"
 #include "cpu_ops.hpp"
 
 namespace kestrel_cpu {
 
 namespace {
 
-using Geometry = kestrel::plugin_shapes::WindowGeometry;
 constexpr auto geometry = kestrel::plugin_shapes::window_geometry;
-
-// The indices i in [0, count) with 0 <= i * step + offset < extent: which outputs of a row a tap
-// reaches, or which taps of a window fall inside the image. Loops over the span need no bounds checks.
-struct Span {
-  int64_t lo, hi;
-};
-inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }  // b > 0
-Span inside(int64_t count, int64_t step, int64_t offset, int64_t extent) {
-  // Capped at count: a tap wholly in a padding wider than the row reaches none of it.
-  const int64_t lo = std::min<int64_t>(count, std::max<int64_t>(0, ceil_div(-offset, step)));
-  const int64_t hi = std::min<int64_t>(count, ceil_div(extent - offset, step));
-  return {lo, std::max(lo, hi)};
-}
 
 // For each output position along one axis, the span of window taps inside the image (computed once per
 // launch, not once per plane).
@@ -52,28 +39,10 @@ void im2col(const Geometry g, const kestrel_tensor& in, const kestrel_tensor& ou
   const Image4 xi(in);
   const S zero = E::store(0);
   const int64_t rows_per_image = g.c * g.kh * g.kw, spatial = g.oh * g.ow;
-  const bool unit_steps = g.sw == 1 && g.dw == 1 && xi.s[3] == 1;
+  const int64_t strides[3] = {xi.s[1], xi.s[2], xi.s[3]};
   parallel_for_split("kestrel::im2col", g.n * rows_per_image, g.n * rows_per_image * spatial, [=](int64_t row) {
-    const int64_t n = row / rows_per_image, r = row % rows_per_image, c = r / (g.kh * g.kw);
-    const int ky = int((r / g.kw) % g.kh), kx = int(r % g.kw);
-    const Span across = inside(g.ow, g.sw, g.w_at(0, kx), g.w);
-    S* dst = cols + row * spatial;
-    for (int64_t oy = 0; oy < g.oh; ++oy, dst += g.ow) {
-      const int64_t y = g.h_at(oy, ky);
-      if (y < 0 || y >= g.h) {
-        std::fill(dst, dst + g.ow, zero);
-        continue;
-      }
-      const S* src = x + xi.at(n, c, y, 0);
-      std::fill(dst, dst + across.lo, zero);
-      if (unit_steps) {  // the common convolution: a run of the input row, copied as a block
-        const S* from = src + g.w_at(across.lo, kx);
-        std::copy(from, from + (across.hi - across.lo), dst + across.lo);
-      } else {
-        for (int64_t ox = across.lo; ox < across.hi; ++ox) dst[ox] = src[g.w_at(ox, kx) * xi.s[3]];
-      }
-      std::fill(dst + across.hi, dst + g.ow, zero);
-    }
+    columns_row(g, x + (row / rows_per_image) * xi.s[0], strides, row % rows_per_image, 0, g.oh, cols + row * spatial,
+                zero);
   });
 }
 

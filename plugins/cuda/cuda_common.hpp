@@ -3,6 +3,9 @@
 // device code; device helpers live in cuda_kernels.cuh.
 #pragma once
 #include <cublas_v2.h>
+#ifdef KESTREL_CUDA_CUDNN
+#include <cudnn.h>
+#endif
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -74,6 +77,9 @@ struct kestrel_stream {
   cudaStream_t cuda = nullptr;
   cublasHandle_t blas = nullptr;
   void* blas_workspace = nullptr;  // given to cuBLAS so it never allocates (required for graph capture)
+#ifdef KESTREL_CUDA_CUDNN
+  cudnnHandle_t dnn = nullptr;  // made at the stream's first convolution (ops_conv.cu)
+#endif
   kestrel_cuda::DeviceErrorSlot* error_host = nullptr;   // pinned, mapped
   kestrel_cuda::DeviceErrorSlot* error_device = nullptr; // the same memory as the device sees it
   // The communicator of the last collective enqueued (cuda_comm.cpp), when, and what: host waits on the

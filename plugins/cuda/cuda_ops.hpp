@@ -42,6 +42,8 @@ bool supports_lstm_cell(const kestrel_op& op);  // lstm_cell, lstm_cell_backward
 void launch_lstm_cell(kestrel_stream& s, const kestrel_op& op);
 bool supports_gru_cell(const kestrel_op& op);  // gru_cell, gru_cell_backward (ABI 1.9)
 void launch_gru_cell(kestrel_stream& s, const kestrel_op& op);
+bool supports_conv(const kestrel_op& op);  // conv2d and its two gradients through cuDNN (ABI 1.10)
+void launch_conv(kestrel_stream& s, const kestrel_op& op);
 
 // A batch of matrices in device memory: element (b, r, c) at base + (b * bs + r * rs + c * cs) elements.
 struct MatrixView {
@@ -56,6 +58,9 @@ void batched_gemm(kestrel_stream& s, kestrel_dtype operands, kestrel_dtype resul
 // out = cast(in) elementwise, equal shapes, any strides and dtypes (ops_elementwise.cu). Used by GEMM to
 // pack operands that cuBLAS cannot read directly.
 void strided_copy(kestrel_stream& s, const TensorRef& in, const TensorRef& out);
+
+// KESTREL_CUDA_TF32=1 lets f32 GEMMs and convolutions use TF32 tensor cores (ops_gemm.cu).
+bool tf32_enabled();
 
 // Raises the error a kernel launch left behind (bad configuration, missing kernel image for this GPU).
 void check_launch(const char* what);

@@ -78,6 +78,9 @@ void stream_destroy(kestrel_stream* stream) {
     list.erase(std::remove(list.begin(), list.end(), stream), list.end());
   }
   cublasDestroy(stream->blas);
+#ifdef KESTREL_CUDA_CUDNN
+  if (stream->dnn) cudnnDestroy(stream->dnn);
+#endif
   cudaFree(stream->blas_workspace);
   cudaFreeHost(stream->error_host);
   cudaStreamDestroy(stream->cuda);
@@ -163,7 +166,11 @@ const kestrel::plugin_sdk::FamilyTable<Family> families{KESTREL_REQUIRED_FAMILIE
                                                         KESTREL_FAMILY(softmax), KESTREL_FAMILY(softmax_cross_entropy),
                                                         KESTREL_FAMILY(optimizer), KESTREL_FAMILY(attention),
                                                         KESTREL_FAMILY(layer_norm), KESTREL_FAMILY(lstm_cell),
-                                                        KESTREL_FAMILY(gru_cell)};
+                                                        KESTREL_FAMILY(gru_cell),
+#ifdef KESTREL_CUDA_CUDNN
+                                                        KESTREL_FAMILY(conv),
+#endif
+                                                        };
 
 int32_t supports_op(kestrel_context*, const kestrel_op* op) { return kestrel::plugin_sdk::supports(families, op); }
 

@@ -14,6 +14,16 @@
 
 namespace kestrel_cuda {
 
+// KESTREL_CUDA_TF32=1 lets f32 GEMMs use TF32 tensor cores (about 8x faster on an H100, 10-bit
+// mantissa products). Off by default: the conformance tolerances assume full f32 products.
+bool tf32_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KESTREL_CUDA_TF32");
+    return v && v[0] == '1';
+  }();
+  return enabled;
+}
+
 namespace {
 
 using Mat = MatrixView;  // row, column and batch strides in elements
@@ -58,16 +68,6 @@ cudaDataType cuda_type(kestrel_dtype d) {
     case KESTREL_DTYPE_BF16: return CUDA_R_16BF;
     default: return CUDA_R_32F;
   }
-}
-
-// KESTREL_CUDA_TF32=1 lets f32 GEMMs use TF32 tensor cores (about 8x faster on an H100, 10-bit
-// mantissa products). Off by default: the conformance tolerances assume full f32 products.
-bool tf32_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("KESTREL_CUDA_TF32");
-    return v && v[0] == '1';
-  }();
-  return enabled;
 }
 
 template <class E>

@@ -96,6 +96,7 @@ void attention_cases(Runner& r);
 void layer_norm_cases(Runner& r);
 void lstm_cell_cases(Runner& r);
 void gru_cell_cases(Runner& r);
+void conv_cases(Runner& r);
 void capture_cases(Runner& r);
 void collective_cases(Runner& r);
 

@@ -96,6 +96,11 @@ TEST_P(Gradcheck, Conv2d) {
             {random_f64({1, 3, 6, 6}, 7), random_f64({2, 3, 2, 2}, 8)});
   gradcheck([](auto& v) { return fn::conv2d(v[0], v[1], v[2], window(2, 1, 1, 2)); },
             {random_f64({1, 1, 5, 5}, 9), random_f64({2, 1, 2, 2}, 10), random_f64({2}, 11)});
+  // With the ReLU fused in (the backward ops then mask the gradient themselves), and a 1x1 kernel.
+  gradcheck([](auto& v) { return fn::conv2d(v[0], v[1], v[2], window(3, 1, 1), KESTREL_ACTIVATION_RELU); },
+            {random_f64({2, 2, 5, 4}, 12), random_f64({3, 2, 3, 3}, 13), random_f64({3}, 14)});
+  gradcheck([](auto& v) { return fn::conv2d(v[0], v[1], v[2], window(1, 1, 0), KESTREL_ACTIVATION_RELU); },
+            {random_f64({2, 3, 4, 4}, 15), random_f64({2, 3, 1, 1}, 16), random_f64({2}, 17)});
 }
 
 TEST_P(Gradcheck, Pooling) {

@@ -43,8 +43,10 @@ Var cast(const Var& x, DType dtype);
 // layer applies it to the last axis of a higher-rank input by folding the others into N.)
 // The activation is fused into the product where the backend offers it.
 Var linear(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation = KESTREL_ACTIVATION_NONE);
-// x: (N, C, H, W), weight: (O, C, KH, KW), bias: (O) or undefined -> (N, O, OH, OW). Via im2col + GEMM.
-Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& window);
+// x: (N, C, H, W), weight: (O, C, KH, KW), bias: (O) or undefined -> (N, O, OH, OW); activation none or
+// relu. The backend's fused convolution where it has one, else im2col + GEMM.
+Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& window,
+           kestrel_activation activation = KESTREL_ACTIVATION_NONE);
 Var max_pool2d(const Var& x, const ops::Window& window);
 Var avg_pool2d(const Var& x, const ops::Window& window);  // padding counts, as torch's default
 

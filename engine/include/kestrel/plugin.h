@@ -67,6 +67,10 @@
  *        key_padding): one more input, the (N,Tk) key-padding mask of B = N * heads entries, before the
  *        counter base; a plugin that does not mask answers 0, and the engine composes. GRU_CELL and
  *        GRU_CELL_BACKWARD: a GRU step's gate math after its products, as LSTM_CELL is the LSTM's.
+ *   1.10 CONV2D, CONV2D_BACKWARD_DATA and CONV2D_BACKWARD_FILTER: a 2-D convolution (with its bias and a
+ *        ReLU) and its two gradients as fused ops, so a backend can convolve without the (C*KH*KW, N*OH*OW)
+ *        column matrix that the composed im2col + GEMM path writes and reads in memory (cuDNN's three
+ *        calls; on the CPU, columns of one image at a time, kept in cache).
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -79,7 +83,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 9
+#define KESTREL_PLUGIN_ABI_MINOR 10
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -242,7 +246,17 @@ typedef enum kestrel_op_kind {
    * (N,3H), in3 h (N,H) -> out0 (N,3H) the input product's gradient, out1 (N,3H) the state product's
    * (they differ in the n block, which r scales), out2 (N,H) dh through z * h alone (the state
    * product's share is the engine's GEMM). Rows as forward's. */
-  KESTREL_OP_GRU_CELL_BACKWARD = 44
+  KESTREL_OP_GRU_CELL_BACKWARD = 44,
+  /* Since 1.10. 2-D convolution as torch.nn.functional.conv2d with groups = 1 (cross-correlation), one
+   * float dtype, every tensor contiguous: in0 x (N,C,H,W), in1 weight (O,C,KH,KW) [, in2 bias (O)] ->
+   * out0 y (N,O,OH,OW) = act(conv(x, weight) + bias), act NONE or RELU.  params: kestrel_conv_params */
+  KESTREL_OP_CONV2D = 45,
+  /* Since 1.10. in0 dy (N,O,OH,OW), in1 weight (O,C,KH,KW) [, in2 y (N,O,OH,OW) with RELU] -> out0 dx
+   * (N,C,H,W), written. */
+  KESTREL_OP_CONV2D_BACKWARD_DATA = 46,
+  /* Since 1.10. in0 dy (N,O,OH,OW), in1 x (N,C,H,W) [, in2 y (N,O,OH,OW) with RELU] -> out0 dweight
+   * (O,C,KH,KW) [, out1 dbias (O)], written (not accumulated). */
+  KESTREL_OP_CONV2D_BACKWARD_FILTER = 47
 } kestrel_op_kind;
 
 typedef enum kestrel_unary_fn {
@@ -330,6 +344,15 @@ typedef struct kestrel_attention_params {
   int32_t key_padding;                            /* 1.9 */
 } kestrel_attention_params;
 typedef struct kestrel_layer_norm_params { size_t struct_size; double eps; } kestrel_layer_norm_params;
+/* Convolution (1.10): the window's steps; its extent is the weight's (KH, KW), OH and OW as for
+ * kestrel_window_params. activation (NONE or RELU) applies to CONV2D's output y. The backward ops take
+ * dy, the gradient of y; with RELU they also take y, and use dy where y > 0 and 0 elsewhere, so ReLU's
+ * derivative costs no pass of its own over memory. */
+typedef struct kestrel_conv_params {
+  size_t struct_size;
+  int32_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  kestrel_activation activation;
+} kestrel_conv_params;
 typedef struct kestrel_linear_params {
   size_t struct_size; kestrel_activation activation;
 } kestrel_linear_params;

@@ -15,7 +15,7 @@ namespace kestrel::plugin_sdk {
 
 enum class OpFamily {
   fill, copy, unary, binary, reduce, gemm, gather, scatter_add, random, window, linear, softmax,
-  softmax_cross_entropy, optimizer, attention, layer_norm, lstm_cell, gru_cell,
+  softmax_cross_entropy, optimizer, attention, layer_norm, lstm_cell, gru_cell, conv,
   count  // also the answer for a kind this header does not know (a newer ABI's)
 };
 
@@ -40,6 +40,8 @@ inline OpFamily op_family(kestrel_op_kind kind) {
     case KESTREL_OP_LAYER_NORM: case KESTREL_OP_LAYER_NORM_BACKWARD: return OpFamily::layer_norm;
     case KESTREL_OP_LSTM_CELL: case KESTREL_OP_LSTM_CELL_BACKWARD: return OpFamily::lstm_cell;
     case KESTREL_OP_GRU_CELL: case KESTREL_OP_GRU_CELL_BACKWARD: return OpFamily::gru_cell;
+    case KESTREL_OP_CONV2D: case KESTREL_OP_CONV2D_BACKWARD_DATA: case KESTREL_OP_CONV2D_BACKWARD_FILTER:
+      return OpFamily::conv;
   }
   return OpFamily::count;
 }
@@ -108,6 +110,9 @@ inline const char* op_kind_name(kestrel_op_kind kind) {
     case KESTREL_OP_LSTM_CELL_BACKWARD: return "lstm_cell_backward";
     case KESTREL_OP_GRU_CELL: return "gru_cell";
     case KESTREL_OP_GRU_CELL_BACKWARD: return "gru_cell_backward";
+    case KESTREL_OP_CONV2D: return "conv2d";
+    case KESTREL_OP_CONV2D_BACKWARD_DATA: return "conv2d_backward_data";
+    case KESTREL_OP_CONV2D_BACKWARD_FILTER: return "conv2d_backward_filter";
   }
   return "unknown-op";
 }

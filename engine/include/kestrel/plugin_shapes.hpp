@@ -495,6 +495,67 @@ inline bool window_fits(const kestrel_op& op) {
   }
 }
 
+// ---- convolution (1.10) ----
+
+// The geometry of a convolution of x (N,C,H,W) with a weight (O,C,KH,KW): the window the weight spans
+// with the op's steps (c is the input's channels; the output's are the weight's O).
+inline WindowGeometry conv_geometry(const kestrel_conv_params& p, const kestrel_tensor& x, const kestrel_tensor& weight) {
+  WindowGeometry g{x.shape[0], x.shape[1], x.shape[2], x.shape[3], 0, 0, int(weight.shape[2]), int(weight.shape[3]),
+                   p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w};
+  g.oh = window_output_extent(g.h, g.kh, g.sh, g.ph, g.dh);
+  g.ow = window_output_extent(g.w, g.kw, g.sw, g.pw, g.dw);
+  return g;
+}
+
+// CONV2D: in0 x (N,C,H,W), in1 weight (O,C,KH,KW) [, in2 bias (O)] -> out0 y (N,O,OH,OW).
+// CONV2D_BACKWARD_DATA: in0 dy (N,O,OH,OW), in1 weight [, in2 y] -> out0 dx (N,C,H,W).
+// CONV2D_BACKWARD_FILTER: in0 dy, in1 x [, in2 y] -> out0 dweight (O,C,KH,KW) [, out1 dbias (O)].
+// The backward ops take y exactly when the activation is RELU. One float dtype throughout; at least one
+// output pixel.
+inline bool conv_fits(const kestrel_op& op) {
+  auto* p = params<kestrel_conv_params>(op);
+  if (!p || p->stride_h < 1 || p->stride_w < 1 || p->pad_h < 0 || p->pad_w < 0 || p->dilation_h < 1 ||
+      p->dilation_w < 1 || (p->activation != KESTREL_ACTIVATION_NONE && p->activation != KESTREL_ACTIVATION_RELU))
+    return false;
+  if (op.num_inputs < 2 || op.num_outputs < 1) return false;
+  const kestrel_dtype dtype = op.outputs[0].dtype;
+  if (!is_float_dtype(dtype)) return false;
+  for (int i = 0; i < op.num_inputs; ++i)
+    if (op.inputs[i].dtype != dtype) return false;
+  for (int i = 0; i < op.num_outputs; ++i)
+    if (op.outputs[i].dtype != dtype) return false;
+  // Which tensor is x, which the weight and which dy, by op kind.
+  const kestrel_tensor *x = nullptr, *weight = nullptr, *y = nullptr;
+  switch (op.kind) {
+    case KESTREL_OP_CONV2D:
+      if (op.num_inputs > 3 || op.num_outputs != 1) return false;
+      x = &op.inputs[0], weight = &op.inputs[1], y = &op.outputs[0];
+      break;
+    case KESTREL_OP_CONV2D_BACKWARD_DATA:
+      if (op.num_outputs != 1) return false;
+      y = &op.inputs[0], weight = &op.inputs[1], x = &op.outputs[0];
+      break;
+    case KESTREL_OP_CONV2D_BACKWARD_FILTER:
+      if (op.num_outputs > 2) return false;
+      y = &op.inputs[0], x = &op.inputs[1], weight = &op.outputs[0];
+      break;
+    default: return false;
+  }
+  if (op.kind != KESTREL_OP_CONV2D) {
+    const bool relu = p->activation == KESTREL_ACTIVATION_RELU;
+    if (op.num_inputs != (relu ? 3 : 2) || (relu && !same_shape(op.inputs[2], op.inputs[0]))) return false;
+  }
+  if (x->rank != 4 || weight->rank != 4 || weight->shape[1] != x->shape[1] || weight->shape[2] < 1 ||
+      weight->shape[3] < 1)
+    return false;
+  const WindowGeometry g = conv_geometry(*p, *x, *weight);
+  if (g.oh < 1 || g.ow < 1 || !shape4(*y, g.n, weight->shape[0], g.oh, g.ow)) return false;
+  const bool bias = (op.kind == KESTREL_OP_CONV2D && op.num_inputs == 3) ||
+                    (op.kind == KESTREL_OP_CONV2D_BACKWARD_FILTER && op.num_outputs == 2);
+  const kestrel_tensor* b = op.kind == KESTREL_OP_CONV2D ? &op.inputs[2] : &op.outputs[1];
+  return !bias || (b->rank == 1 && b->shape[0] == weight->shape[0]);
+}
+
 }  // namespace kestrel::plugin_shapes
 
 #endif  // KESTREL_PLUGIN_SHAPES_HPP

@@ -1,6 +1,8 @@
 // Linear and 2-D convolution layers: forward and backward side by side.
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "../runtime/device_runtime.h"
 #include "autocast.h"
 #include "weight_grad.h"
@@ -31,7 +33,8 @@ Tensor activation_grad(kestrel_activation activation, const Tensor& dy, const Te
 
 Var linear_same_dtype(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation);
 Var linear_autocast(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation);
-Var conv2d_same_dtype(const Var& x, const Var& weight, const Var& bias, const ops::Window& window);
+Var conv2d_same_dtype(const Var& x, const Var& weight, const Var& bias, const ops::Window& window,
+                      kestrel_activation activation);
 
 }  // namespace
 
@@ -40,9 +43,9 @@ Var linear(const Var& x, const Var& weight, const Var& bias, kestrel_activation 
   return linear_autocast(x, weight, bias, activation);
 }
 
-Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& window) {
-  if (!autocasts(x)) return conv2d_same_dtype(x, weight, bias, window);
-  return cast(conv2d_same_dtype(lowered(x), lowered(weight), lowered(bias), window), DType::f32);
+Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& window, kestrel_activation activation) {
+  if (!autocasts(x)) return conv2d_same_dtype(x, weight, bias, window, activation);
+  return cast(conv2d_same_dtype(lowered(x), lowered(weight), lowered(bias), window, activation), DType::f32);
 }
 
 namespace {
@@ -140,13 +143,69 @@ Var linear_autocast(const Var& x, const Var& weight, const Var& bias, kestrel_ac
                   });
 }
 
-Var conv2d_same_dtype(const Var& x, const Var& weight, const Var& bias, const ops::Window& window) {
-  const Tensor& input = x.value();  // (N, C, H, W)
+kestrel_conv_params conv_params(const ops::Window& w, kestrel_activation activation) {
+  return {abi_size<kestrel_conv_params>, w.stride_h, w.stride_w, w.pad_h, w.pad_w, w.dilation_h, w.dilation_w, activation};
+}
+
+// The fused CONV2D op (plugin ABI 1.10) where the device runs it and both its gradients; nothing
+// otherwise, and the caller composes. It keeps x for backward, not the column matrix.
+std::optional<Var> fused_conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& window,
+                                kestrel_activation activation, const Shape& out_shape) {
+  if (!ops::fused_ops_enabled()) return std::nullopt;
+  const Tensor input = x.value().contiguous();                                          // (N, C, H, W)
+  const Tensor w = weight.value().contiguous();                                         // (O, C, KH, KW)
+  const Tensor b = bias.defined() ? bias.value().contiguous() : Tensor();               // (O)
+  Tensor y = Tensor::empty(out_shape, input.dtype(), input.device());                  // (N, O, OH, OW)
+  const kestrel_conv_params params = conv_params(window, activation);
+  kestrel_op forward = ops::make_op(KESTREL_OP_CONV2D, &params, {input, w}, {y});
+  // Backward's descriptors, forward's tensors standing in for the gradients (same shapes and dtypes);
+  // with ReLU they read y too, and apply its derivative themselves.
+  const std::vector<Tensor> relu_output = activation == KESTREL_ACTIVATION_RELU ? std::vector<Tensor>{y} : std::vector<Tensor>{};
+  // Copied into backward's closure: the ops it makes point at its params.
+  auto backward_op = [params, relu_output](kestrel_op_kind kind, const Tensor& dy, const Tensor& other, const Tensor& grad) {
+    std::vector<Tensor> inputs{dy, other};
+    inputs.insert(inputs.end(), relu_output.begin(), relu_output.end());
+    return ops::make_op(kind, &params, inputs, {grad});
+  };
+  const kestrel_op data = backward_op(KESTREL_OP_CONV2D_BACKWARD_DATA, y, w, input);
+  kestrel_op filter = backward_op(KESTREL_OP_CONV2D_BACKWARD_FILTER, y, input, w);
+  if (b.defined()) {
+    forward.inputs[forward.num_inputs++] = b.descriptor();
+    filter.outputs[filter.num_outputs++] = b.descriptor();
+  }
+  const Device& device = input.device();
+  if (!ops::supports(device, data) || !ops::supports(device, filter) || !ops::launch_if_supported(device, forward))
+    return std::nullopt;
+  std::vector<Var> parents{x, weight};
+  if (bias.defined()) parents.push_back(bias);
+  return make_var(y, parents, "conv2d",
+                  [x = x.node(), weight = weight.node(), bias = bias.node(), input, w, b, backward_op](const Tensor& dy) {
+                    const Tensor dz = dy.contiguous();  // (N, O, OH, OW), the gradient of y
+                    const bool bias_grad = bias && bias->requires_grad;
+                    if (weight->requires_grad || bias_grad) {
+                      Tensor dw = Tensor::empty(w.shape(), w.dtype(), w.device());  // (O, C, KH, KW)
+                      Tensor db = bias_grad ? Tensor::empty(b.shape(), b.dtype(), b.device()) : Tensor();  // (O)
+                      kestrel_op op = backward_op(KESTREL_OP_CONV2D_BACKWARD_FILTER, dz, input, dw);
+                      if (bias_grad) op.outputs[op.num_outputs++] = db.descriptor();
+                      ops::launch(dz.device(), op);
+                      accumulate_grad(*weight, dw);
+                      if (bias_grad) accumulate_grad(*bias, db);
+                    }
+                    if (x->requires_grad) {
+                      Tensor dx = Tensor::empty(input.shape(), input.dtype(), input.device());  // (N, C, H, W)
+                      ops::launch(dz.device(), backward_op(KESTREL_OP_CONV2D_BACKWARD_DATA, dz, w, dx));
+                      accumulate_grad(*x, dx);
+                    }
+                  });
+}
+
+// The composed convolution: im2col, one GEMM, the bias and the activation as primitives.
+Var composed_conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& window,
+                    kestrel_activation activation, const Shape& out_shape) {
+  const Tensor& input = x.value();   // (N, C, H, W)
   const Tensor& w = weight.value();  // (O, C, KH, KW)
-  if (input.rank() != 4 || w.rank() != 4 || input.size(1) != w.size(1))
-    throw InvalidArgument(fmt::format("conv2d: input {} does not fit weight {}", input.describe(), w.describe()));
-  const int64_t n = input.size(0), channels = input.size(1), out_channels = w.size(0);
-  const int64_t oh = window.out_h(input.size(2)), ow = window.out_w(input.size(3)), spatial = oh * ow;
+  const int64_t n = out_shape[0], channels = input.size(1), out_channels = out_shape[1];
+  const int64_t spatial = out_shape[2] * out_shape[3];
   // The batch is folded into one GEMM: (O, C*KH*KW) @ (C*KH*KW, N*L). One large product keeps the BLAS
   // busy where N small ones would each pay its start-up cost.
   Tensor cols = ops::im2col(input, window);                                       // (N, C*KH*KW, L)
@@ -154,14 +213,15 @@ Var conv2d_same_dtype(const Var& x, const Var& weight, const Var& bias, const op
   Tensor w2 = w.reshape({out_channels, -1});                                      // (O, C*KH*KW)
   Tensor y = ops::matmul(w2, cols2).view({out_channels, n, spatial}).permute({1, 0, 2});  // (N, O, L) view
   y = bias.defined() ? math::add(y, bias.value().view({1, out_channels, 1})) : y.contiguous();
+  if (activation == KESTREL_ACTIVATION_RELU) y = math::unary(KESTREL_UNARY_RELU, y);
   std::vector<Var> parents{x, weight};
   if (bias.defined()) parents.push_back(bias);
   return make_var(
-      y.view({n, out_channels, oh, ow}), parents, "conv2d",
-      [x = x.node(), weight = weight.node(), bias = bias.node(), window, cols2, n, channels, out_channels,
-       spatial](const Tensor& dy) {
+      y.view(out_shape), parents, "conv2d",
+      [x = x.node(), weight = weight.node(), bias = bias.node(), window, cols2, n, channels, out_channels, spatial,
+       activation, y](const Tensor& dy) {
         const int64_t h = x->value.size(2), wd = x->value.size(3), taps = cols2.size(0);
-        Tensor dy3 = dy.reshape({n, out_channels, spatial});  // (N, O, L)
+        Tensor dy3 = activation_grad(activation, dy.reshape(y.shape()), y, Tensor());  // (N, O, L)
         if (bias && bias->requires_grad) accumulate_grad(*bias, math::sum(dy3, {0, 2}, false));
         Tensor dy2 = dy3.permute({1, 0, 2}).contiguous().view({out_channels, n * spatial});  // (O, N*L)
         // dW = dy2 @ cols2^T: the sum over the batch happens inside the GEMM (K = N * L).
@@ -173,6 +233,19 @@ Var conv2d_same_dtype(const Var& x, const Var& weight, const Var& bias, const op
           accumulate_grad(*x, ops::col2im(dcols.permute({1, 0, 2}), window, channels, h, wd));
         }
       });
+}
+
+Var conv2d_same_dtype(const Var& x, const Var& weight, const Var& bias, const ops::Window& window,
+                      kestrel_activation activation) {
+  const Tensor& input = x.value();   // (N, C, H, W)
+  const Tensor& w = weight.value();  // (O, C, KH, KW)
+  if (input.rank() != 4 || w.rank() != 4 || input.size(1) != w.size(1))
+    throw InvalidArgument(fmt::format("conv2d: input {} does not fit weight {}", input.describe(), w.describe()));
+  if (activation != KESTREL_ACTIVATION_NONE && activation != KESTREL_ACTIVATION_RELU)
+    throw InvalidArgument("conv2d: the fused activation is none or relu");
+  const Shape out_shape{input.size(0), w.size(0), window.out_h(input.size(2)), window.out_w(input.size(3))};
+  if (auto y = fused_conv2d(x, weight, bias, window, activation, out_shape)) return *y;
+  return composed_conv2d(x, weight, bias, window, activation, out_shape);
 }
 
 }  // namespace

@@ -109,18 +109,28 @@ class Conv2d : public Layer {
     return p;
   }
   Var forward(const std::vector<Var>& in, LayerContext& c) const override {
-    return fn::conv2d(in[0], c.params[0], bias_ ? c.params[1] : Var(), window_);
+    return fn::conv2d(in[0], c.params[0], bias_ ? c.params[1] : Var(), window_, activation_);
   }
   std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {
     std::vector<std::string> inputs{io.inputs[0], g.initializer(io.params[0])};
     if (bias_) inputs.push_back(g.initializer(io.params[1]));
-    return g.node("Conv", inputs, io.name, window_attributes(window_, true));
+    const std::string y = g.node("Conv", inputs, io.name, window_attributes(window_, true));
+    return onnx::activation(g, y, activation_, io.name);  // a fused activation's layer passes through
   }
+  // A relu after the convolution runs inside it (the fused op's epilogue, or right after the composed
+  // product); a gelu stays a layer of its own.
+  bool fuse_activation(kestrel_activation act) override {
+    if (act != KESTREL_ACTIVATION_RELU) return false;
+    activation_ = act;
+    return true;
+  }
+  kestrel_activation activation() const override { return activation_; }
 
  private:
   int64_t out_;
   ops::Window window_;
   bool bias_;
+  kestrel_activation activation_ = KESTREL_ACTIVATION_NONE;
 };
 
 class Pool2d : public Layer {

@@ -217,7 +217,8 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
     spec.output_ = found->second;
   }
 
-  // Fold relu/gelu into the linear layer before it when nothing else reads the linear's output.
+  // Fold relu/gelu into the linear layer (relu into the convolution) before it when nothing else reads
+  // that layer's output.
   std::vector<int> consumers(layers.size(), 0);
   for (const auto& info : spec.layers_)
     for (int index : info.inputs)
@@ -225,8 +226,9 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
   for (size_t i = 0; i < layers.size(); ++i) {
     kestrel_activation act = layers[i]->activation();
     int source_index = spec.layers_[i].inputs[0];
-    if (act == KESTREL_ACTIVATION_NONE || source_index < 0 || spec.layers_[source_index].type != "linear") continue;
-    if (consumers[source_index] != 1 || source_index == spec.output_ || spec.layers_[i].type == "linear") continue;
+    auto fusing = [](const std::string& type) { return type == "linear" || type == "conv2d"; };
+    if (act == KESTREL_ACTIVATION_NONE || source_index < 0 || !fusing(spec.layers_[source_index].type)) continue;
+    if (consumers[source_index] != 1 || source_index == spec.output_ || fusing(spec.layers_[i].type)) continue;
     if (layers[source_index]->fuse_activation(act)) mark_activation_fused(*layers[i]);
   }
   for (auto& layer : layers) spec.impls_.push_back(std::move(layer));
@@ -304,7 +306,7 @@ std::string ModelSpec::summary() const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     const auto& layer = layers_[i];
     std::string type = layer.type;
-    if (impls_[i]->activation() != KESTREL_ACTIVATION_NONE && layer.type == "linear")
+    if (impls_[i]->activation() != KESTREL_ACTIVATION_NONE && (layer.type == "linear" || layer.type == "conv2d"))
       type += impls_[i]->activation() == KESTREL_ACTIVATION_RELU ? "+relu" : "+gelu";
     rows.push_back({fmt::format("{} ({})", layer.name, type), batch_shape_str(layer.output_shape),
                     std::to_string(layer.parameters)});
