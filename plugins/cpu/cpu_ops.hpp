@@ -1,6 +1,8 @@
 // The CPU plugin's op families. Each has `supports_*` (checks dtypes, ranks and shapes; never throws)
 // and `launch_*` (runs it; called only after supports_* said yes; throws Failure on bad data).
 #pragma once
+#include <mutex>
+
 #include "cpu_common.hpp"
 #include "cpu_parallel.hpp"
 #include "cpu_vector_math.hpp"
@@ -64,13 +66,17 @@ struct MatrixBlock {
   int64_t ld;
   bool transposed = false;
 };
-// C (m, n, row stride ldc) = alpha * A (m, k) @ B (k, n) + beta * C, on the calling thread's BLAS call.
-// Products made on several of the plugin's threads at once call blas_on_one_thread first, so that each
-// runs on its own thread alone rather than all of them competing for OpenBLAS's.
+// C (m, n, row stride ldc) = alpha * A (m, k) @ B (k, n) + beta * C, one BLAS call from the calling
+// thread. Its caller holds blas_turn for the loop that makes such products.
 template <class T>
 void gemm_block(const MatrixBlock<T>& a, const MatrixBlock<T>& b, int64_t m, int64_t n, int64_t k, T alpha, T beta,
                 T* c, int64_t ldc);
-void blas_on_one_thread();
+// The process's turn at BLAS, held for one product or one loop of products. OpenBLAS's OpenMP build picks
+// the buffers a call works in by the caller's OpenMP thread number, which is 0 on every thread outside a
+// parallel region: two devices of one process (a thread each) multiplying at once shared them and
+// corrupted each other's products (two-device runs that differed from run to run under load). One_thread_each:
+// the loop's products, made on several of the plugin's threads at once, each run on one BLAS thread.
+[[nodiscard]] std::unique_lock<std::mutex> blas_turn(bool one_thread_each = false);
 
 // Elementwise helpers used by several families: out[i] = f(in[i]) over equal shapes, any strides.
 // Strided operands are walked row by row (the last axis), so the index arithmetic is paid once per row

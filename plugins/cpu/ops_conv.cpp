@@ -117,7 +117,7 @@ void forward(const kestrel_op& op) {
   const T* bias = op.num_inputs == 3 ? data_at<const T>(op.inputs[2]) : nullptr;
   T* y = data_at<T>(op.outputs[0]);
   ColumnBlocks<T> blocks(column_elements(c));
-  blas_on_one_thread();
+  const auto turn = blas_turn(/*one_thread_each=*/true);
   const int64_t work = c.g.n * c.spatial * (c.taps + c.out_channels);
   parallel_chunks("kestrel::conv2d", c.g.n, work, [&](int64_t begin, int64_t end) {
     T* block = blocks.take();
@@ -170,7 +170,7 @@ void backward_data(const kestrel_op& op) {
   const T* y = c.relu ? data_at<const T>(op.inputs[2]) : nullptr;
   T* dx = data_at<T>(op.outputs[0]);
   ColumnBlocks<T> blocks(column_elements(c) + mask_elements(c));
-  blas_on_one_thread();
+  const auto turn = blas_turn(/*one_thread_each=*/true);
   const int64_t image = c.g.c * c.g.h * c.g.w;
   const int64_t work = c.g.n * (c.spatial * (c.taps + c.out_channels) + image);
   parallel_chunks("kestrel::conv2d_backward_data", c.g.n, work, [&](int64_t begin, int64_t end) {
@@ -209,7 +209,7 @@ void backward_filter(const kestrel_op& op) {
   std::vector<T> partials(size_t(groups * (weights + c.out_channels)), T(0));
   T* partial = partials.data();
   ColumnBlocks<T> blocks(column_elements(c) + mask_elements(c));
-  blas_on_one_thread();
+  const auto turn = blas_turn(/*one_thread_each=*/true);
   const int64_t work = c.g.n * c.spatial * (c.taps + c.out_channels);
   parallel_chunks("kestrel::conv2d_backward_filter", groups, work, [&](int64_t begin, int64_t end) {
     T* block = blocks.take();

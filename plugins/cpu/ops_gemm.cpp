@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -107,6 +108,7 @@ template <class T>
 void multiply(const BlasOperand<T>& a, const BlasOperand<T>& b, int64_t m, int64_t n, int64_t k, T alpha, T beta, T* c,
               int64_t ldc) {
   const int64_t work = m * n * k;
+  const auto turn = blas_turn();
   use_blas_threads_for(work);
   if (work >= kSmallProduct || work < kSplitProduct || n < kSplitColumns)
     return blas_gemm(a, b, m, n, k, alpha, beta, c, ldc);
@@ -121,7 +123,12 @@ void multiply(const BlasOperand<T>& a, const BlasOperand<T>& b, int64_t m, int64
 
 }  // namespace
 
-void blas_on_one_thread() { use_blas_threads_for(0); }
+std::unique_lock<std::mutex> blas_turn(bool one_thread_each) {
+  static std::mutex turn;
+  std::unique_lock<std::mutex> mine(turn);
+  if (one_thread_each) use_blas_threads_for(0);
+  return mine;
+}
 
 template <class T>
 void gemm_block(const MatrixBlock<T>& a, const MatrixBlock<T>& b, int64_t m, int64_t n, int64_t k, T alpha, T beta,

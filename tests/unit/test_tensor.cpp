@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "kestrel/engine.h"
 #include "kestrel/error.h"
@@ -91,6 +94,38 @@ TEST(Tensor, OpsOnDifferentDevicesNameBothDevices) {
     EXPECT_NE(message.find(".to(device)"), std::string::npos) << message;
   }
   EXPECT_EQ(kestrel::ops::binary(KESTREL_BINARY_ADD, a, b.to(cpu(0))).to_vector<float>(), (std::vector<float>{4, 6}));
+}
+
+// Two devices of one process multiplying at once, a thread each (as a two-device run's ranks do), get
+// the products each gets alone. OpenBLAS's OpenMP build gave both callers the same work buffers, and
+// some of these products came out wrong before the plugin took turns at BLAS.
+TEST(Tensor, ProductsOnTwoDevicesAtOnceMatchProductsAlone) {
+  auto matrix = [](int64_t rows, int64_t cols, size_t seed, const kestrel::Device& device) {
+    std::vector<float> v(size_t(rows * cols));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float((i * 7919 + seed * 131) % 97) / 97.0f - 0.5f;
+    return Tensor::from_vector<float>(v, {rows, cols}, device);
+  };
+  // (M, K, N) on each device: a product OpenBLAS splits over its threads, one the plugin splits into two
+  // column halves on its own threads (ops_gemm.cpp), and one small enough for one thread.
+  const int64_t shapes[3][3] = {{320, 320, 320}, {64, 256, 256}, {48, 48, 48}};
+  std::vector<std::vector<float>> alone[2];
+  std::vector<std::pair<Tensor, Tensor>> operands[2];
+  for (int d = 0; d < 2; ++d)
+    for (const auto& s : shapes) {
+      operands[d].push_back({matrix(s[0], s[1], size_t(d + 1), cpu(d)), matrix(s[1], s[2], size_t(d + 5), cpu(d))});
+      alone[d].push_back(kestrel::ops::matmul(operands[d].back().first, operands[d].back().second).to_vector<float>());
+    }
+  int wrong[2] = {0, 0};
+  auto run = [&](int d) {
+    for (int round = 0; round < 100; ++round)
+      for (size_t i = 0; i < operands[d].size(); ++i)
+        if (kestrel::ops::matmul(operands[d][i].first, operands[d][i].second).to_vector<float>() != alone[d][i]) ++wrong[d];
+  };
+  std::thread other(run, 1);
+  run(0);
+  other.join();
+  EXPECT_EQ(wrong[0], 0);
+  EXPECT_EQ(wrong[1], 0);
 }
 
 TEST(Tensor, ShapeAndDtypeErrorsAreClear) {
