@@ -67,15 +67,22 @@ struct Plan {
   size_t forward_bytes = 0, data_bytes = 0, filter_bytes = 0;
 };
 
-// The first algorithm the heuristics rank that runs here (status success).
+// The first algorithm the heuristics rank that runs here and is deterministic (some backward algorithms
+// add with atomics, and then two runs of one step differ in the last bits, which exact resume and the
+// trainer's reproducibility rule out); a nondeterministic one only where cuDNN offers nothing else.
 template <class Perf, class Get>
 Perf best(Get get, const char* what) {
-  constexpr int kCandidates = 8;
+  constexpr int kCandidates = 16;
   Perf found[kCandidates];
   int count = 0;
   check_cudnn(get(kCandidates, &count, found), what);
-  for (int i = 0; i < count; ++i)
-    if (found[i].status == CUDNN_STATUS_SUCCESS) return found[i];
+  const Perf* runnable = nullptr;
+  for (int i = 0; i < count; ++i) {
+    if (found[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (found[i].determinism == CUDNN_DETERMINISTIC) return found[i];
+    if (!runnable) runnable = &found[i];
+  }
+  if (runnable) return *runnable;
   fail(std::string(what) + ": cuDNN offers no algorithm for this convolution", KESTREL_STATUS_UNSUPPORTED);
 }
 
