@@ -1,6 +1,7 @@
 // KESTREL_CPU_PROFILE=1: host time per kind of op, printed to stderr when the process exits. Every op
 // runs to completion inside its launch on this backend, so a clock around the launch times the work
-// itself. GEMMs and linear ops are keyed by their sizes (m x n x k): they are what a step is made of.
+// itself. GEMMs and linear ops are keyed by their sizes (m x n x k), convolutions by their weight's
+// (O x C x KH x KW) and output image (OH x OW): they are what a step is made of.
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -21,6 +22,16 @@ std::string key_of(const kestrel_op& op) {
     if (a.rank >= 2 && c.rank >= 2)
       key += " " + std::to_string(c.shape[c.rank - 2]) + "x" + std::to_string(c.shape[c.rank - 1]) + "x" +
              std::to_string(a.shape[a.rank - 1]);
+  }
+  const bool conv = op.kind == KESTREL_OP_CONV2D || op.kind == KESTREL_OP_CONV2D_BACKWARD_DATA ||
+                    op.kind == KESTREL_OP_CONV2D_BACKWARD_FILTER;
+  if (conv && op.num_inputs >= 2 && op.num_outputs >= 1) {
+    // The weight is in1, or the filter gradient's out0; the output gradient (or output) in0 or out0.
+    const kestrel_tensor& w = op.kind == KESTREL_OP_CONV2D_BACKWARD_FILTER ? op.outputs[0] : op.inputs[1];
+    const kestrel_tensor& y = op.kind == KESTREL_OP_CONV2D ? op.outputs[0] : op.inputs[0];
+    if (w.rank == 4 && y.rank == 4)
+      key += " " + std::to_string(w.shape[0]) + "x" + std::to_string(w.shape[1]) + "x" + std::to_string(w.shape[2]) +
+             "x" + std::to_string(w.shape[3]) + " " + std::to_string(y.shape[2]) + "x" + std::to_string(y.shape[3]);
   }
   return key;
 }
