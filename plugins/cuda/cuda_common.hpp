@@ -78,7 +78,10 @@ struct kestrel_stream {
   cublasHandle_t blas = nullptr;
   void* blas_workspace = nullptr;  // given to cuBLAS so it never allocates (required for graph capture)
 #ifdef KESTREL_CUDA_CUDNN
-  cudnnHandle_t dnn = nullptr;  // made at the stream's first convolution (ops_conv.cu)
+  // For the convolutions (ops_conv.cu), made with the stream; null, with the reason, where cuDNN could not
+  // be initialised (then only convolutions fail).
+  cudnnHandle_t dnn = nullptr;
+  std::string dnn_error;
 #endif
   kestrel_cuda::DeviceErrorSlot* error_host = nullptr;   // pinned, mapped
   kestrel_cuda::DeviceErrorSlot* error_device = nullptr; // the same memory as the device sees it

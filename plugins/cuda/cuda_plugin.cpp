@@ -28,6 +28,9 @@ kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
     stream->context = context;
     // Release everything built so far when a later step fails.
     auto cleanup = [stream] {
+#ifdef KESTREL_CUDA_CUDNN
+      if (stream->dnn) cudnnDestroy(stream->dnn);
+#endif
       if (stream->error_host) cudaFreeHost(stream->error_host);
       if (stream->blas_workspace) cudaFree(stream->blas_workspace);
       if (stream->blas) cublasDestroy(stream->blas);
@@ -43,6 +46,20 @@ kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
       // during a launch, which graph capture requires.
       check_cuda(cudaMalloc(&stream->blas_workspace, kBlasWorkspaceBytes), "cudaMalloc (cuBLAS workspace)");
       check_cublas(cublasSetWorkspace(stream->blas, stream->blas_workspace, kBlasWorkspaceBytes), "cublasSetWorkspace");
+#ifdef KESTREL_CUDA_CUDNN
+      // Here rather than at the first convolution, which may come inside a graph capture; a failure
+      // leaves the stream usable for everything but convolutions.
+      cudnnHandle_t dnn = nullptr;
+      cudnnStatus_t status = cudnnCreate(&dnn);
+      if (status == CUDNN_STATUS_SUCCESS) {
+        status = cudnnSetStream(dnn, stream->cuda);
+        if (status != CUDNN_STATUS_SUCCESS) cudnnDestroy(dnn);
+      }
+      if (status == CUDNN_STATUS_SUCCESS)
+        stream->dnn = dnn;
+      else
+        stream->dnn_error = std::string(cudnnGetErrorString(status)) + " (is libcudnn.so.9 complete and for this CUDA?)";
+#endif
       void* slot = nullptr;
       check_cuda(cudaHostAlloc(&slot, sizeof(DeviceErrorSlot), cudaHostAllocMapped | cudaHostAllocPortable),
                  "cudaHostAlloc (error slot)");

@@ -1,16 +1,20 @@
 // The fused convolution ops (plugin ABI 1.10) through cuDNN: forward, the input's gradient and the
 // weight's are cudnnConvolutionForward, BackwardData and BackwardFilter on contiguous NCHW tensors; the
-// bias, the ReLU and ReLU's mask on the output gradient are small kernels of our own around them, and
-// the bias gradient is cudnnConvolutionBackwardBias. The algorithm comes from cuDNN's heuristics
-// (cudnnGet*Algorithm_v7: no trial runs, so choosing one works inside a graph capture), once per shape,
-// cached; its workspace comes from the stream-ordered pool. f32 products are full f32 (CUDNN_FMA_MATH)
-// unless KESTREL_CUDA_TF32=1, as for the GEMMs; f16/bf16 run on tensor cores with f32 accumulation.
+// bias, the ReLU, ReLU's mask on the output gradient and the bias gradient are small kernels of our own
+// around them. Each direction's algorithm comes from cuDNN's heuristics (cudnnGet*Algorithm_v7: no trial
+// runs, so choosing one works inside a graph capture), once per shape, cached, with the math type the
+// heuristics paired it with; its workspace comes from the stream-ordered pool. f32 products are full
+// f32 (CUDNN_FMA_MATH) unless KESTREL_CUDA_TF32=1, as for the GEMMs; f16/bf16 run on tensor cores with
+// f32 accumulation. The stream's cuDNN handle is made with the stream (cuda_plugin.cpp): cudnnCreate
+// allocates, which a graph capture would refuse.
 #include <cudnn.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "cuda_kernels.cuh"
 #include "cuda_ops.hpp"
@@ -24,10 +28,7 @@ void check_cudnn(cudnnStatus_t status, const char* what) {
 }
 
 cudnnHandle_t handle_of(kestrel_stream& s) {
-  if (!s.dnn) {
-    check_cudnn(cudnnCreate(&s.dnn), "cudnnCreate");
-    check_cudnn(cudnnSetStream(s.dnn, s.cuda), "cudnnSetStream");
-  }
+  if (!s.dnn) fail("conv2d: cuDNN could not be initialised on this stream: " + s.dnn_error, KESTREL_STATUS_UNAVAILABLE);
   return s.dnn;
 }
 
@@ -56,87 +57,146 @@ ConvShape shape_of(const kestrel_op& op, const kestrel_tensor& x, const kestrel_
           g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, x.dtype};
 }
 
-// The descriptors of one shape and the algorithms cuDNN's heuristics picked for it, made once.
-struct Plan {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
-  cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnConvolutionFwdAlgo_t forward{};
-  cudnnConvolutionBwdDataAlgo_t data{};
-  cudnnConvolutionBwdFilterAlgo_t filter{};
-  size_t forward_bytes = 0, data_bytes = 0, filter_bytes = 0;
+// A cuDNN descriptor owned by a plan: destroyed with it, or when making it fails part way.
+template <class D, cudnnStatus_t (*Create)(D*), cudnnStatus_t (*Destroy)(D)>
+class Owned {
+ public:
+  Owned() { check_cudnn(Create(&d_), "creating a cuDNN descriptor"); }
+  ~Owned() { Destroy(d_); }
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  operator D() const { return d_; }
+
+ private:
+  D d_ = nullptr;
+};
+using TensorDescriptor = Owned<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDescriptor = Owned<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvDescriptor =
+    Owned<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
+
+// One direction's algorithm, on a convolution descriptor of its own that carries the math type cuDNN's
+// heuristics paired with it (the workspace size holds for that pair only); none where cuDNN offers no
+// algorithm, and then only that direction fails, at its launch.
+template <class Algo>
+struct Choice {
+  ConvDescriptor conv;
+  Algo algo{};
+  size_t bytes = 0;
+  bool found = false;
 };
 
-// The first algorithm the heuristics rank that runs here and is deterministic (some backward algorithms
-// add with atomics, and then two runs of one step differ in the last bits, which exact resume and the
-// trainer's reproducibility rule out); a nondeterministic one only where cuDNN offers nothing else.
+// The first algorithm the heuristics rank that runs here, in a math type the dtype allows, and is
+// deterministic (some backward algorithms add with atomics, and then two runs of one step differ in the
+// last bits, which exact resume rules out); a nondeterministic one only where nothing else runs.
+// strict: f32 without KESTREL_CUDA_TF32 takes FMA math only (any other may round products to TF32).
 template <class Perf, class Get>
-Perf best(Get get, const char* what) {
-  constexpr int kCandidates = 16;
-  Perf found[kCandidates];
+const Perf* best(std::vector<Perf>& found, Get get, bool strict, const char* what) {
   int count = 0;
-  check_cudnn(get(kCandidates, &count, found), what);
+  check_cudnn(get(int(found.size()), &count, found.data()), what);
   const Perf* runnable = nullptr;
   for (int i = 0; i < count; ++i) {
-    if (found[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if (found[i].determinism == CUDNN_DETERMINISTIC) return found[i];
+    if (found[i].status != CUDNN_STATUS_SUCCESS || (strict && found[i].mathType != CUDNN_FMA_MATH)) continue;
+    if (found[i].determinism == CUDNN_DETERMINISTIC) return &found[i];
     if (!runnable) runnable = &found[i];
   }
-  if (runnable) return *runnable;
-  fail(std::string(what) + ": cuDNN offers no algorithm for this convolution", KESTREL_STATUS_UNSUPPORTED);
+  return runnable;
 }
 
-Plan make_plan(cudnnHandle_t dnn, const ConvShape& s) {
-  Plan p;
-  const cudnnDataType_t type = data_type(s.dtype);
-  check_cudnn(cudnnCreateTensorDescriptor(&p.x), "cudnnCreateTensorDescriptor");
-  check_cudnn(cudnnCreateTensorDescriptor(&p.y), "cudnnCreateTensorDescriptor");
-  check_cudnn(cudnnCreateTensorDescriptor(&p.bias), "cudnnCreateTensorDescriptor");
-  check_cudnn(cudnnCreateFilterDescriptor(&p.w), "cudnnCreateFilterDescriptor");
-  check_cudnn(cudnnCreateConvolutionDescriptor(&p.conv), "cudnnCreateConvolutionDescriptor");
-  check_cudnn(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, type, s.n, s.c, s.h, s.w), "x descriptor");
-  check_cudnn(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, type, s.n, s.o, s.oh, s.ow), "y descriptor");
-  check_cudnn(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, type, 1, s.o, 1, 1), "bias descriptor");
-  check_cudnn(cudnnSetFilter4dDescriptor(p.w, type, CUDNN_TENSOR_NCHW, s.o, s.c, s.kh, s.kw), "weight descriptor");
-  // Accumulation in f32 for the 16-bit types (f64 in f64), as the GEMMs do.
-  const cudnnDataType_t compute = s.dtype == KESTREL_DTYPE_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-  check_cudnn(cudnnSetConvolution2dDescriptor(p.conv, s.pad_h, s.pad_w, s.stride_h, s.stride_w, s.dilation_h,
-                                              s.dilation_w, CUDNN_CROSS_CORRELATION, compute),
-              "convolution descriptor");
-  const bool f32 = s.dtype == KESTREL_DTYPE_F32 || s.dtype == KESTREL_DTYPE_F64;
-  check_cudnn(cudnnSetConvolutionMathType(p.conv, f32 && !tf32_enabled() ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH),
-              "cudnnSetConvolutionMathType");
-  const auto fwd = best<cudnnConvolutionFwdAlgoPerf_t>(
-      [&](int want, int* got, cudnnConvolutionFwdAlgoPerf_t* out) {
-        return cudnnGetConvolutionForwardAlgorithm_v7(dnn, p.x, p.w, p.conv, p.y, want, got, out);
-      },
-      "cudnnGetConvolutionForwardAlgorithm_v7");
-  const auto data = best<cudnnConvolutionBwdDataAlgoPerf_t>(
-      [&](int want, int* got, cudnnConvolutionBwdDataAlgoPerf_t* out) {
-        return cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn, p.w, p.y, p.conv, p.x, want, got, out);
-      },
-      "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-  const auto filter = best<cudnnConvolutionBwdFilterAlgoPerf_t>(
-      [&](int want, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* out) {
-        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn, p.x, p.y, p.conv, p.w, want, got, out);
-      },
-      "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-  p.forward = fwd.algo, p.forward_bytes = fwd.memory;
-  p.data = data.algo, p.data_bytes = data.memory;
-  p.filter = filter.algo, p.filter_bytes = filter.memory;
-  return p;
+// The descriptors of one shape and the algorithms cuDNN's heuristics picked for it, made once.
+struct Plan {
+  TensorDescriptor x, y, bias;
+  FilterDescriptor w;
+  Choice<cudnnConvolutionFwdAlgo_t> forward;
+  Choice<cudnnConvolutionBwdDataAlgo_t> data;
+  Choice<cudnnConvolutionBwdFilterAlgo_t> filter;
+
+  Plan(cudnnHandle_t dnn, const ConvShape& s) {
+    const cudnnDataType_t type = data_type(s.dtype);
+    check_cudnn(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, type, s.n, s.c, s.h, s.w), "x descriptor");
+    check_cudnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, type, s.n, s.o, s.oh, s.ow), "y descriptor");
+    check_cudnn(cudnnSetTensor4dDescriptor(bias, CUDNN_TENSOR_NCHW, type, 1, s.o, 1, 1), "bias descriptor");
+    check_cudnn(cudnnSetFilter4dDescriptor(w, type, CUDNN_TENSOR_NCHW, s.o, s.c, s.kh, s.kw), "weight descriptor");
+    // Accumulation in f32 for the 16-bit types (f64 in f64), as the GEMMs do; f32 and f64 products in FMA
+    // math (f32 in TF32 tensor-op math only with KESTREL_CUDA_TF32=1), 16-bit ones on tensor cores.
+    const cudnnDataType_t compute = s.dtype == KESTREL_DTYPE_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    const bool sixteen = s.dtype == KESTREL_DTYPE_F16 || s.dtype == KESTREL_DTYPE_BF16;
+    const bool tf32 = s.dtype == KESTREL_DTYPE_F32 && tf32_enabled();
+    const cudnnMathType_t math = sixteen || tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+    const bool strict = s.dtype == KESTREL_DTYPE_F32 && !tf32;
+    for (cudnnConvolutionDescriptor_t conv : {cudnnConvolutionDescriptor_t(forward.conv), cudnnConvolutionDescriptor_t(data.conv),
+                                              cudnnConvolutionDescriptor_t(filter.conv)}) {
+      check_cudnn(cudnnSetConvolution2dDescriptor(conv, s.pad_h, s.pad_w, s.stride_h, s.stride_w, s.dilation_h,
+                                                  s.dilation_w, CUDNN_CROSS_CORRELATION, compute),
+                  "convolution descriptor");
+      check_cudnn(cudnnSetConvolutionMathType(conv, math), "cudnnSetConvolutionMathType");
+    }
+    int most = 0;
+    check_cudnn(cudnnGetConvolutionForwardAlgorithmMaxCount(dnn, &most), "cudnnGetConvolutionForwardAlgorithmMaxCount");
+    choose<cudnnConvolutionFwdAlgoPerf_t>(
+        forward, most, strict, "cudnnGetConvolutionForwardAlgorithm_v7",
+        [&](int want, int* got, auto* out) {
+          return cudnnGetConvolutionForwardAlgorithm_v7(dnn, x, w, forward.conv, y, want, got, out);
+        },
+        [&](auto algo, size_t* bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(dnn, x, w, forward.conv, y, algo, bytes);
+        });
+    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(dnn, &most),
+                "cudnnGetConvolutionBackwardDataAlgorithmMaxCount");
+    choose<cudnnConvolutionBwdDataAlgoPerf_t>(
+        data, most, strict, "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+        [&](int want, int* got, auto* out) {
+          return cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn, w, y, data.conv, x, want, got, out);
+        },
+        [&](auto algo, size_t* bytes) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(dnn, w, y, data.conv, x, algo, bytes);
+        });
+    check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(dnn, &most),
+                "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount");
+    choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
+        filter, most, strict, "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+        [&](int want, int* got, auto* out) {
+          return cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn, x, y, filter.conv, w, want, got, out);
+        },
+        [&](auto algo, size_t* bytes) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn, x, y, filter.conv, w, algo, bytes);
+        });
+  }
+
+ private:
+  // A direction's algorithm from the heuristics `get` (up to `most` candidates; see best), its math type
+  // set on the direction's descriptor, then its workspace sized for that pair by `size`.
+  template <class Perf, class Algo, class Get, class Size>
+  static void choose(Choice<Algo>& choice, int most, bool strict, const char* what, Get get, Size size) {
+    std::vector<Perf> found(size_t(std::max(most, 1)));
+    const Perf* pick = best(found, [&](int want, int* got, Perf* out) { return get(want, got, out); }, strict, what);
+    if (!pick) return;
+    choice.algo = pick->algo;
+    choice.found = true;
+    check_cudnn(cudnnSetConvolutionMathType(choice.conv, pick->mathType), "cudnnSetConvolutionMathType");
+    check_cudnn(size(choice.algo, &choice.bytes), "sizing a convolution's workspace");
+  }
+};
+
+// The choice of `direction` in the plan, or an UNSUPPORTED failure naming the direction.
+template <class Algo>
+const Choice<Algo>& chosen(const Choice<Algo>& choice, const char* direction) {
+  if (!choice.found)
+    fail(std::string("conv2d: cuDNN offers no ") + direction + " algorithm for this convolution on this GPU",
+         KESTREL_STATUS_UNSUPPORTED);
+  return choice;
 }
 
-// Plans live for the process, one per shape and device (descriptors are host objects; cuDNN's handle is
-// per stream, so the plan is made with whichever stream asks first).
+// Plans live for the process, one per shape and device (descriptors are host objects, independent of
+// the stream whose handle made them).
 const Plan& plan_for(kestrel_stream& s, const ConvShape& shape) {
   static std::mutex mutex;
-  static std::map<std::pair<int, decltype(shape.key())>, Plan> plans;
+  static std::map<std::pair<int, decltype(shape.key())>, std::unique_ptr<Plan>> plans;
   std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_pair(s.context->device, shape.key());
   auto found = plans.find(key);
-  if (found == plans.end()) found = plans.emplace(key, make_plan(handle_of(s), shape)).first;
-  return found->second;
+  if (found == plans.end()) found = plans.emplace(key, std::make_unique<Plan>(handle_of(s), shape)).first;
+  return *found->second;
 }
 
 // cuDNN's alpha and beta: double for f64 tensors, float otherwise.
@@ -174,17 +234,32 @@ T* address(const kestrel_tensor& t) {
   return static_cast<T*>(static_cast<void*>(ref(t).base));
 }
 
+// db (O) = dy (N, O, L) summed over images and pixels, a block per channel, in the compute type (f32
+// for 16-bit data) and in a fixed order, so the same on every run.
+template <class E>
+__global__ void bias_grad_kernel(const typename E::storage* dy, typename E::storage* db, int64_t images,
+                                 int64_t channels, int64_t spatial) {
+  using C = typename E::compute;
+  const int64_t o = blockIdx.x;
+  C sum = 0;
+  for (int64_t i = threadIdx.x; i < images * spatial; i += blockDim.x)
+    sum += E::load(dy[((i / spatial) * channels + o) * spatial + i % spatial]);
+  sum = block_all_reduce(sum, C(0), SumOp{});
+  if (threadIdx.x == 0) db[o] = E::store(sum);
+}
+
 void forward(kestrel_stream& s, const kestrel_op& op) {
   const ConvShape shape = shape_of(op, op.inputs[0], op.inputs[1]);
   const Plan& plan = plan_for(s, shape);
+  const auto& choice = chosen(plan.forward, "forward");
   const kestrel_dtype dtype = shape.dtype;
   const bool relu = params_of<kestrel_conv_params>(op, "conv2d").activation == KESTREL_ACTIVATION_RELU;
   std::optional<Scratch> workspace;
-  if (plan.forward_bytes) workspace.emplace(s, plan.forward_bytes);
+  if (choice.bytes) workspace.emplace(s, choice.bytes);
   check_cudnn(cudnnConvolutionForward(handle_of(s), kOne.of(dtype), plan.x, address<void>(op.inputs[0]), plan.w,
-                                      address<void>(op.inputs[1]), plan.conv, plan.forward,
-                                      workspace ? workspace->get() : nullptr, plan.forward_bytes, kZero.of(dtype),
-                                      plan.y, address<void>(op.outputs[0])),
+                                      address<void>(op.inputs[1]), choice.conv, choice.algo,
+                                      workspace ? workspace->get() : nullptr, choice.bytes, kZero.of(dtype), plan.y,
+                                      address<void>(op.outputs[0])),
               "cudnnConvolutionForward");
   const bool bias = op.num_inputs == 3;
   if (!bias && !relu) return;
@@ -199,18 +274,20 @@ void forward(kestrel_stream& s, const kestrel_op& op) {
   check_launch("conv2d bias/relu");
 }
 
-// What a backward op hands cuDNN besides its own tensors: the plan of its shape, the output gradient
-// (dy itself, or with ReLU dy masked where y <= 0, in stream-ordered scratch) and the workspace of the
-// plan's algorithm for that op (`bytes`, one of the plan's sizes).
+// What a backward op hands cuDNN besides its own tensors: the plan of its shape and the direction's
+// choice in it, the output gradient (dy itself, or with ReLU dy masked where y <= 0, in stream-ordered
+// scratch) and the choice's workspace.
+template <class Algo>
 struct Backward {
   ConvShape shape;
   const Plan& plan;
+  const Choice<Algo>& choice;
   std::optional<Scratch> masked, workspace;
   const void* dy;
-  size_t workspace_bytes;
 
-  Backward(kestrel_stream& s, const kestrel_op& op, const ConvShape& of, size_t Plan::*bytes)
-      : shape(of), plan(plan_for(s, of)), dy(address<const void>(op.inputs[0])), workspace_bytes(plan.*bytes) {
+  Backward(kestrel_stream& s, const kestrel_op& op, const ConvShape& of, Choice<Algo> Plan::*direction,
+           const char* name)
+      : shape(of), plan(plan_for(s, of)), choice(chosen(plan.*direction, name)), dy(address<const void>(op.inputs[0])) {
     if (op.num_inputs == 3) {
       const int64_t count = numel(op.inputs[0]);
       masked.emplace(s, uint64_t(count) * dtype_bytes(op.inputs[0].dtype));
@@ -224,7 +301,7 @@ struct Backward {
       check_launch("conv2d relu mask");
       dy = masked->get();
     }
-    if (workspace_bytes) workspace.emplace(s, workspace_bytes);
+    if (choice.bytes) workspace.emplace(s, choice.bytes);
   }
   void* workspace_at() const { return workspace ? workspace->get() : nullptr; }
   const void* one() const { return kOne.of(shape.dtype); }
@@ -232,23 +309,28 @@ struct Backward {
 };
 
 void backward_data(kestrel_stream& s, const kestrel_op& op) {
-  const Backward b(s, op, shape_of(op, op.outputs[0], op.inputs[1]), &Plan::data_bytes);
+  const Backward b(s, op, shape_of(op, op.outputs[0], op.inputs[1]), &Plan::data, "backward-data");
   check_cudnn(cudnnConvolutionBackwardData(handle_of(s), b.one(), b.plan.w, address<void>(op.inputs[1]), b.plan.y,
-                                           b.dy, b.plan.conv, b.plan.data, b.workspace_at(), b.workspace_bytes,
+                                           b.dy, b.choice.conv, b.choice.algo, b.workspace_at(), b.choice.bytes,
                                            b.zero(), b.plan.x, address<void>(op.outputs[0])),
               "cudnnConvolutionBackwardData");
 }
 
 void backward_filter(kestrel_stream& s, const kestrel_op& op) {
-  const Backward b(s, op, shape_of(op, op.inputs[1], op.outputs[0]), &Plan::filter_bytes);
+  const Backward b(s, op, shape_of(op, op.inputs[1], op.outputs[0]), &Plan::filter, "backward-filter");
   check_cudnn(cudnnConvolutionBackwardFilter(handle_of(s), b.one(), b.plan.x, address<void>(op.inputs[1]), b.plan.y,
-                                             b.dy, b.plan.conv, b.plan.filter, b.workspace_at(), b.workspace_bytes,
+                                             b.dy, b.choice.conv, b.choice.algo, b.workspace_at(), b.choice.bytes,
                                              b.zero(), b.plan.w, address<void>(op.outputs[0])),
               "cudnnConvolutionBackwardFilter");
-  if (op.num_outputs == 2)
-    check_cudnn(cudnnConvolutionBackwardBias(handle_of(s), b.one(), b.plan.y, b.dy, b.zero(), b.plan.bias,
-                                             address<void>(op.outputs[1])),
-                "cudnnConvolutionBackwardBias");
+  if (op.num_outputs < 2) return;
+  const kestrel_dtype dtype = op.outputs[1].dtype;
+  dispatch_float(dtype, [&](auto elem) {
+    using E = decltype(elem);
+    using S = typename E::storage;
+    bias_grad_kernel<E><<<unsigned(b.shape.o), kBlock, 0, s.cuda>>>(
+        static_cast<const S*>(b.dy), address<S>(op.outputs[1]), b.shape.n, b.shape.o, int64_t(b.shape.oh) * b.shape.ow);
+  });
+  check_launch("conv2d bias gradient");
 }
 
 }  // namespace
