@@ -116,6 +116,11 @@ TEST(CliModels, BadModelFilesGetPathQualifiedErrors) {
        "/layers/1: linear expects a rank-2 input (N, features) or a rank-3 sequence (N, T, features), got (N, 16, 14, 14); add a flatten layer"},
       {"too_small.json", R"({"input": {"shape": [1, 4, 4]}, "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 5}]})",
        "does not fit the 4x4 input"},
+      // Shorter than the kernel by less than the stride: the output extent's division must floor, not
+      // truncate toward zero (which made it 1), as torch refuses it.
+      {"too_small_strided.json",
+       R"({"input": {"shape": [1, 2, 2]}, "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 3, "stride": 2}]})",
+       "does not fit the 2x2 input"},
       {"bad_input.json", R"({"input": {"shape": [0]}, "layers": [{"type": "relu"}]})", "/input/shape/0: expected a positive integer"},
       {"bad_dtype.json", R"({"input": {"shape": [4], "dtype": "f16"}, "layers": [{"type": "relu"}]})",
        "/input/dtype: expected \"f32\" (values) or \"i64\" (token ids), got \"f16\""},

@@ -319,7 +319,7 @@ typedef struct kestrel_index_params { size_t struct_size; int32_t axis; } kestre
 typedef struct kestrel_random_params {
   size_t struct_size; kestrel_distribution distribution; uint64_t seed; uint64_t offset; double a, b;
 } kestrel_random_params;
-/* Convolution/pooling windows. OH = (H + 2*pad_h - dilation_h*(KH-1) - 1) / stride_h + 1. */
+/* Convolution/pooling windows. OH = floor((H + 2*pad_h - dilation_h*(KH-1) - 1) / stride_h) + 1, at least 1. */
 typedef struct kestrel_window_params {
   size_t struct_size;
   int32_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;

@@ -435,9 +435,12 @@ struct WindowGeometry {
   int64_t w_at(int64_t o, int k) const { return o * sw - pw + int64_t(k) * dw; }
 };
 
-// One output extent of a window sliding over `size` (plugin.h's formula); < 1 when no window fits.
+// One output extent of a window sliding over `size` (plugin.h's formula, its division floored); < 1 when
+// no window fits. (C++'s division truncates toward zero: an input shorter than the window by less than
+// the stride would otherwise get one output.)
 inline int64_t window_output_extent(int64_t size, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
-  return (size + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
+  const int64_t room = size + 2 * pad - dilation * (kernel - 1) - 1;  // how far the window can slide
+  return room < 0 ? 0 : room / stride + 1;
 }
 
 inline bool window_params_ok(const kestrel_window_params* p) {
