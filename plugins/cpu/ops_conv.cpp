@@ -42,11 +42,6 @@ Conv conv_of(const kestrel_op& op, const kestrel_tensor& x, const kestrel_tensor
   return c;
 }
 
-template <class T>
-T* data_at(const kestrel_tensor& t) {
-  return static_cast<T*>(t.buffer->data) + t.offset;
-}
-
 // Column blocks for the pieces of one loop that run at once, each taken for a piece's duration: at most
 // host_threads() pieces of a loop run at once (cpu_parallel.hpp). Allocated before the loop, where a
 // failure reaches the caller.
@@ -113,9 +108,9 @@ MatrixBlock<T> band_gradient(const Conv& c, const T* dy, const T* y, int64_t n, 
 template <class T>
 void forward(const kestrel_op& op) {
   const Conv c = conv_of(op, op.inputs[0], op.inputs[1]);
-  const T *x = data_at<const T>(op.inputs[0]), *w = data_at<const T>(op.inputs[1]);
-  const T* bias = op.num_inputs == 3 ? data_at<const T>(op.inputs[2]) : nullptr;
-  T* y = data_at<T>(op.outputs[0]);
+  const T *x = data_of<T>(op.inputs[0]), *w = data_of<T>(op.inputs[1]);
+  const T* bias = op.num_inputs == 3 ? data_of<T>(op.inputs[2]) : nullptr;
+  T* y = mutable_data_of<T>(op.outputs[0]);
   ColumnBlocks<T> blocks(column_elements(c));
   const auto turn = blas_turn(/*one_thread_each=*/true);
   const int64_t work = c.g.n * c.spatial * (c.taps + c.out_channels);
@@ -166,9 +161,9 @@ void add_columns_row(const Geometry& g, const T* src, int64_t r, int64_t oy0, in
 template <class T>
 void backward_data(const kestrel_op& op) {
   const Conv c = conv_of(op, op.outputs[0], op.inputs[1]);
-  const T *dy = data_at<const T>(op.inputs[0]), *w = data_at<const T>(op.inputs[1]);
-  const T* y = c.relu ? data_at<const T>(op.inputs[2]) : nullptr;
-  T* dx = data_at<T>(op.outputs[0]);
+  const T *dy = data_of<T>(op.inputs[0]), *w = data_of<T>(op.inputs[1]);
+  const T* y = c.relu ? data_of<T>(op.inputs[2]) : nullptr;
+  T* dx = mutable_data_of<T>(op.outputs[0]);
   ColumnBlocks<T> blocks(column_elements(c) + mask_elements(c));
   const auto turn = blas_turn(/*one_thread_each=*/true);
   const int64_t image = c.g.c * c.g.h * c.g.w;
@@ -182,12 +177,11 @@ void backward_data(const kestrel_op& op) {
       for_bands(c, [&](int64_t oy0, int64_t oy1) {
         const int64_t first = oy0 * c.g.ow, pixels = (oy1 - oy0) * c.g.ow;
         const MatrixBlock<T> grad = band_gradient(c, dy, y, n, first, pixels, masked);
-        if (c.direct) {
-          gemm_block<T>({w, c.taps, true}, grad, c.taps, pixels, c.out_channels, T(1), T(0), dx_n + first, c.spatial);
-          return;
-        }
-        gemm_block<T>({w, c.taps, true}, grad, c.taps, pixels, c.out_channels, T(1), T(0), block, pixels);
-        for (int64_t r = 0; r < c.taps; ++r) add_columns_row(c.g, block + r * pixels, r, oy0, oy1, dx_n);
+        T* columns = c.direct ? dx_n + first : block;  // (taps, pixels), row stride ld
+        const int64_t ld = c.direct ? c.spatial : pixels;
+        gemm_block<T>({w, c.taps, true}, grad, c.taps, pixels, c.out_channels, T(1), T(0), columns, ld);
+        if (!c.direct)
+          for (int64_t r = 0; r < c.taps; ++r) add_columns_row(c.g, block + r * pixels, r, oy0, oy1, dx_n);
       });
     }
     blocks.give_back(block);
@@ -199,10 +193,10 @@ void backward_data(const kestrel_op& op) {
 template <class T>
 void backward_filter(const kestrel_op& op) {
   const Conv c = conv_of(op, op.inputs[1], op.outputs[0]);
-  const T *dy = data_at<const T>(op.inputs[0]), *x = data_at<const T>(op.inputs[1]);
-  const T* y = c.relu ? data_at<const T>(op.inputs[2]) : nullptr;
-  T* dw = data_at<T>(op.outputs[0]);
-  T* db = op.num_outputs == 2 ? data_at<T>(op.outputs[1]) : nullptr;
+  const T *dy = data_of<T>(op.inputs[0]), *x = data_of<T>(op.inputs[1]);
+  const T* y = c.relu ? data_of<T>(op.inputs[2]) : nullptr;
+  T* dw = mutable_data_of<T>(op.outputs[0]);
+  T* db = op.num_outputs == 2 ? mutable_data_of<T>(op.outputs[1]) : nullptr;
   const int64_t per_group = std::max<int64_t>(1, kGroupPixels / std::max<int64_t>(c.spatial, 1));
   const int64_t groups = (c.g.n + per_group - 1) / per_group, weights = c.out_channels * c.taps;
   // Each group's weight gradient, then its bias gradient: (groups, O * taps + O).
