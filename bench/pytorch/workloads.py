@@ -57,6 +57,9 @@ def main():
     parser.add_argument("--compile", action="store_true", help="also measure whole-step torch.compile")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--only", default="")
+    parser.add_argument("--modes", nargs="*", default=None,
+                        help="only these of eager and the compiled modes (a GPU lease's minutes: max-autotune "
+                             "takes minutes to tune a ConvNet at batch 512)")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     torch.backends.cudnn.allow_tf32 = args.tf32
@@ -65,9 +68,10 @@ def main():
     if not args.device.startswith("cuda"):  # CUDA graphs are GPU-only, and GEMM autotuning takes minutes on a CPU
         compiled = {"compile": "default"}
     modes = ["eager"] + (list(compiled) if args.compile else [])
+    modes = [m for m in modes if args.modes is None or m in args.modes]
     precision = "bf16" if args.bf16 else "tf32" if args.tf32 else "f32"
     for name, model_file, batch in WORKLOADS:
-        if args.only and args.only not in name:
+        if args.only and args.only not in f"{name}/b{batch}":  # a workload, or one batch of it
             continue
         for mode in modes:
             model = KestrelModel(ROOT / model_file).to(args.device).train()

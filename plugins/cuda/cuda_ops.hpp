@@ -16,6 +16,9 @@ bool supports_binary(const kestrel_op& op);
 void launch_binary(kestrel_stream& s, const kestrel_op& op);
 bool supports_reduce(const kestrel_op& op);
 void launch_reduce(kestrel_stream& s, const kestrel_op& op);
+// The reduction `fn` (kestrel_reduce_fn) of in into out (in's rank, extent 1 on the reduced axes), for
+// other families' kernels that reduce memory of their own (the convolution's bias gradient).
+void reduce_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out, int fn);
 bool supports_gemm(const kestrel_op& op);
 void launch_gemm(kestrel_stream& s, const kestrel_op& op);
 bool supports_linear(const kestrel_op& op);
@@ -54,6 +57,11 @@ struct MatrixView {
 // the plugin's own fused ops: a and b in `operands`, c in `result` (the same, or f32 for f16/bf16).
 void batched_gemm(kestrel_stream& s, kestrel_dtype operands, kestrel_dtype result, int64_t batch, int64_t m, int64_t n,
                   int64_t k, MatrixView a, MatrixView b, MatrixView c, double alpha, double beta);
+
+// cols (C*KH*KW, N, OH*OW) = the windows of x (N, C, H, W) that g describes, the batch inside each row:
+// the layout in which a weight gradient sums over the batch within one product (ops_window.cu).
+void im2col_batch_inner(kestrel_stream& s, const kestrel::plugin_shapes::WindowGeometry& g, const TensorRef& x,
+                        void* cols);
 
 // out = cast(in) elementwise, equal shapes, any strides and dtypes (ops_elementwise.cu). Used by GEMM to
 // pack operands that cuBLAS cannot read directly.

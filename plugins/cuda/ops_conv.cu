@@ -1,18 +1,20 @@
 // The fused convolution ops (plugin ABI 1.10) through cuDNN: forward, the input's gradient and the
 // weight's are cudnnConvolutionForward, BackwardData and BackwardFilter on contiguous NCHW tensors; the
-// bias, the ReLU, ReLU's mask on the output gradient and the bias gradient are small kernels of our own
-// around them. Each direction's algorithm comes from cuDNN's heuristics (cudnnGet*Algorithm_v7: no trial
+// bias, the ReLU and ReLU's mask on the output gradient are small kernels of our own around them, the
+// bias gradient the plugin's reduction (ops_reduce.cu). Each direction's algorithm comes from cuDNN's heuristics (cudnnGet*Algorithm_v7: no trial
 // runs, so choosing one works inside a graph capture), once per shape, cached, with the math type the
 // heuristics paired it with; its workspace comes from the stream-ordered pool. f32 products are full
-// f32 (CUDNN_FMA_MATH) unless KESTREL_CUDA_TF32=1, as for the GEMMs; f16/bf16 run on tensor cores with
-// f32 accumulation. The stream's cuDNN handle is made with the stream (cuda_plugin.cpp): cudnnCreate
+// f32 (CUDNN_FMA_MATH, no FFT or Winograd transform) unless KESTREL_CUDA_TF32=1, as for the GEMMs; f16/bf16
+// run on tensor cores with f32 accumulation. The stream's cuDNN handle is made with the stream (cuda_plugin.cpp): cudnnCreate
 // allocates, which a graph capture would refuse.
 #include <cudnn.h>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -86,17 +88,35 @@ struct Choice {
   bool found = false;
 };
 
+// Algorithms whose arithmetic is not a sum of exact products: FFT and Winograd transforms. Their error is
+// of TF32's order (on an H100 a Winograd backward filter was off by 1.7e-3 relative where the conformance
+// suite allows f32 3.2e-4), so strict f32 leaves them out with TF32.
+bool transformed(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool transformed(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool transformed(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 // The first algorithm the heuristics rank that runs here, in a math type the dtype allows, and is
 // deterministic (some backward algorithms add with atomics, and then two runs of one step differ in the
 // last bits, which exact resume rules out); a nondeterministic one only where nothing else runs.
-// strict: f32 without KESTREL_CUDA_TF32 takes FMA math only (any other may round products to TF32).
+// strict: f32 without KESTREL_CUDA_TF32 takes FMA math only (any other may round products to TF32) and
+// no transformed algorithm (above).
 template <class Perf, class Get>
 const Perf* best(std::vector<Perf>& found, Get get, bool strict, const char* what) {
   int count = 0;
   check_cudnn(get(int(found.size()), &count, found.data()), what);
   const Perf* runnable = nullptr;
   for (int i = 0; i < count; ++i) {
-    if (found[i].status != CUDNN_STATUS_SUCCESS || (strict && found[i].mathType != CUDNN_FMA_MATH)) continue;
+    if (found[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (strict && (found[i].mathType != CUDNN_FMA_MATH || transformed(found[i].algo))) continue;
     if (found[i].determinism == CUDNN_DETERMINISTIC) return &found[i];
     if (!runnable) runnable = &found[i];
   }
@@ -234,20 +254,6 @@ T* address(const kestrel_tensor& t) {
   return static_cast<T*>(static_cast<void*>(ref(t).base));
 }
 
-// db (O) = dy (N, O, L) summed over images and pixels, a block per channel, in the compute type (f32
-// for 16-bit data) and in a fixed order, so the same on every run.
-template <class E>
-__global__ void bias_grad_kernel(const typename E::storage* dy, typename E::storage* db, int64_t images,
-                                 int64_t channels, int64_t spatial) {
-  using C = typename E::compute;
-  const int64_t o = blockIdx.x;
-  C sum = 0;
-  for (int64_t i = threadIdx.x; i < images * spatial; i += blockDim.x)
-    sum += E::load(dy[((i / spatial) * channels + o) * spatial + i % spatial]);
-  sum = block_all_reduce(sum, C(0), SumOp{});
-  if (threadIdx.x == 0) db[o] = E::store(sum);
-}
-
 void forward(kestrel_stream& s, const kestrel_op& op) {
   const ConvShape shape = shape_of(op, op.inputs[0], op.inputs[1]);
   const Plan& plan = plan_for(s, shape);
@@ -316,21 +322,63 @@ void backward_data(kestrel_stream& s, const kestrel_op& op) {
               "cudnnConvolutionBackwardData");
 }
 
+// KESTREL_CUDA_CONV_WGRAD=gemm computes the weight gradient as one cuBLAS product instead of cuDNN's
+// backward filter. In strict f32 the only deterministic algorithm cuDNN's legacy API has left there is
+// BWD_FILTER_ALGO_1, which took 41% of the ConvNet's b512 step on an H100 (2026-11-26); the product is
+// what the engine's composed path does, and which is faster is for a GPU run to say (bench/results/
+// 2026-11-26-h100-cudnn-convolutions.md). Read once; anything but "gemm" or "cudnn" is refused.
+bool wgrad_by_gemm() {
+  static const bool gemm = [] {
+    const char* v = std::getenv("KESTREL_CUDA_CONV_WGRAD");
+    if (!v || !*v || std::string(v) == "cudnn") return false;
+    if (std::string(v) == "gemm") return true;
+    fail(std::string("KESTREL_CUDA_CONV_WGRAD is '") + v + "': use gemm or cudnn (the default)",
+         KESTREL_STATUS_INVALID_ARGUMENT);
+  }();
+  return gemm;
+}
+
+// dw (O, C*KH*KW) = dy (O, N*L) @ cols (C*KH*KW, N*L)^T: x's windows laid out with the batch inside each
+// row and dy moved to (O, N, L), both in scratch, so the sum over the batch happens inside one product.
+void weight_gradient_by_gemm(kestrel_stream& s, const kestrel_op& op, const ConvShape& shape, const void* dy) {
+  const kestrel_tensor& x = op.inputs[1];
+  const auto geometry =
+      kestrel::plugin_shapes::conv_geometry(params_of<kestrel_conv_params>(op, "conv2d"), x, op.outputs[0]);
+  const kestrel_dtype dtype = shape.dtype;
+  const int64_t images = shape.n, channels = shape.o, spatial = int64_t(shape.oh) * shape.ow;
+  const int64_t taps = int64_t(shape.c) * shape.kh * shape.kw, reduced = images * spatial;
+  const uint64_t bytes = dtype_bytes(dtype);
+  Scratch cols(s, uint64_t(taps * reduced) * bytes), moved(s, uint64_t(channels * reduced) * bytes);
+  im2col_batch_inner(s, geometry, ref(x), cols.get());
+  const int64_t moved_shape[3] = {channels, images, spatial};
+  TensorRef from = contiguous_ref(const_cast<void*>(dy), dtype, 3, moved_shape);  // dy (N, O, L) read as (O, N, L)
+  from.strides[0] = spatial;
+  from.strides[1] = channels * spatial;
+  strided_copy(s, from, contiguous_ref(moved.get(), dtype, 3, moved_shape));
+  batched_gemm(s, dtype, dtype, 1, channels, taps, reduced, MatrixView{static_cast<char*>(moved.get()), reduced, 1, 0},
+               MatrixView{static_cast<char*>(cols.get()), 1, reduced, 0},
+               MatrixView{static_cast<char*>(address<void>(op.outputs[0])), taps, 1, 0}, 1.0, 0.0);
+}
+
 void backward_filter(kestrel_stream& s, const kestrel_op& op) {
   const Backward b(s, op, shape_of(op, op.inputs[1], op.outputs[0]), &Plan::filter, "backward-filter");
-  check_cudnn(cudnnConvolutionBackwardFilter(handle_of(s), b.one(), b.plan.x, address<void>(op.inputs[1]), b.plan.y,
-                                             b.dy, b.choice.conv, b.choice.algo, b.workspace_at(), b.choice.bytes,
-                                             b.zero(), b.plan.w, address<void>(op.outputs[0])),
-              "cudnnConvolutionBackwardFilter");
+  const int64_t reduced = int64_t(b.shape.n) * b.shape.oh * b.shape.ow;  // cuBLAS takes int extents
+  if (wgrad_by_gemm() && reduced <= INT32_MAX) {
+    weight_gradient_by_gemm(s, op, b.shape, b.dy);
+  } else {
+    check_cudnn(cudnnConvolutionBackwardFilter(handle_of(s), b.one(), b.plan.x, address<void>(op.inputs[1]), b.plan.y,
+                                               b.dy, b.choice.conv, b.choice.algo, b.workspace_at(), b.choice.bytes,
+                                               b.zero(), b.plan.w, address<void>(op.outputs[0])),
+                "cudnnConvolutionBackwardFilter");
+  }
   if (op.num_outputs < 2) return;
+  // db (O) = dy (N, O, L) summed over images and pixels by the reduction kernels: splits of each channel's
+  // elements folded by many blocks and combined in a fixed order (the same on every run), in double.
+  const int64_t images_channels_pixels[3] = {b.shape.n, b.shape.o, int64_t(b.shape.oh) * b.shape.ow};
+  const int64_t channels[3] = {1, b.shape.o, 1};
   const kestrel_dtype dtype = op.outputs[1].dtype;
-  dispatch_float(dtype, [&](auto elem) {
-    using E = decltype(elem);
-    using S = typename E::storage;
-    bias_grad_kernel<E><<<unsigned(b.shape.o), kBlock, 0, s.cuda>>>(
-        static_cast<const S*>(b.dy), address<S>(op.outputs[1]), b.shape.n, b.shape.o, int64_t(b.shape.oh) * b.shape.ow);
-  });
-  check_launch("conv2d bias gradient");
+  reduce_into(s, contiguous_ref(const_cast<void*>(b.dy), dtype, 3, images_channels_pixels),
+              contiguous_ref(address<void>(op.outputs[1]), dtype, 3, channels), KESTREL_REDUCE_SUM);
 }
 
 }  // namespace

@@ -208,8 +208,10 @@ int block_for(int64_t count) {
 bool supports_reduce(const kestrel_op& op) { return kestrel::plugin_shapes::reduce_fits(op); }
 
 void launch_reduce(kestrel_stream& s, const kestrel_op& op) {
-  const int fn = params_of<kestrel_reduce_params>(op, "reduce").fn;
-  const TensorRef in = ref(op.inputs[0]), out = ref(op.outputs[0]);
+  reduce_into(s, ref(op.inputs[0]), ref(op.outputs[0]), params_of<kestrel_reduce_params>(op, "reduce").fn);
+}
+
+void reduce_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out, int fn) {
   const int64_t outputs = out.numel();
   if (outputs == 0) return;
   const ReducePlan plan = make_plan(in, out);

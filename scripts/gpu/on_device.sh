@@ -63,6 +63,22 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                  for family in lstm gru; do
                    timeout "${TORCH_TIMEOUT:-110}" python3 bench/pytorch/workloads.py --device cuda --only $family --steps 30 --compile
                  done ;;
+      # Issue 18: the convolution families' conformance, the ConvNet step with cuDNN's convolutions, with the
+      # weight gradient as a cuBLAS product (KESTREL_CUDA_CONV_WGRAD=gemm) and composed, where the b512
+      # step's GPU time goes, and PyTorch's eager and CUDA-graph modes beside it (max-autotune's tuning
+      # outlasts a call at b512).
+      convnet) for family in conv window reduce; do build/bin/kestrel conformance --backend cuda --family $family | tail -3; done
+               KESTREL_CUDA_CONV_WGRAD=gemm build/bin/kestrel conformance --backend cuda --family conv | tail -3
+               for wgrad in cudnn gemm; do
+                 echo "KESTREL_CUDA_CONV_WGRAD=$wgrad"
+                 KESTREL_CUDA_CONV_WGRAD=$wgrad build/bin/bench_train --benchmark_filter='^train_step(_composed)?/fashion_convnet/cuda' \
+                   --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+               done
+               ncu --metrics gpu__time_duration.sum --csv --launch-skip 400 --launch-count 300 build/bin/bench_train \
+                 --benchmark_filter='^train_step/fashion_convnet/cuda:0/b512' --benchmark_min_time=1x > /tmp/ncu.csv &&
+                 python3 bench/kernel_profile.py /tmp/ncu.csv --top 22
+               timeout "${TORCH_TIMEOUT:-110}" python3 bench/pytorch/workloads.py --device cuda --steps 30 --compile \
+                 --only convnet --modes eager compile-reduce-overhead ;;
       cpustep) python3 bench/cpu_step_overhead.py --rounds "${ROUNDS:-11}" --pytorch python3 ;;
       vulkan)
               gl_libraries
