@@ -6,8 +6,6 @@
 
 namespace kestrel_vk {
 
-namespace {
-
 // Bernoulli keeps when (w >> 8) < p * 2^24, compared in double on the CPU. For the integer k = w >> 8,
 // k < t  <=>  k < ceil(t), so the shader's exact integer test gives bit-identical masks.
 uint32_t bernoulli_threshold(double p) {
@@ -16,8 +14,6 @@ uint32_t bernoulli_threshold(double p) {
   if (t >= 16777216.0) return 16777216u;
   return static_cast<uint32_t>(std::ceil(t));
 }
-
-}  // namespace
 
 bool supports_random(const kestrel_op& op, uint32_t dtypes) {
   return kestrel::plugin_shapes::random_fits(op) && op.outputs[0].dtype == KESTREL_DTYPE_F32 &&

@@ -39,6 +39,14 @@ bool supports_lstm_cell(const kestrel_op& op, uint32_t dtypes);  // lstm_cell, l
 void launch_lstm_cell(kestrel_stream* stream, const kestrel_op& op);
 bool supports_gru_cell(const kestrel_op& op, uint32_t dtypes);  // gru_cell, gru_cell_backward (ABI 1.9)
 void launch_gru_cell(kestrel_stream* stream, const kestrel_op& op);
+bool supports_attention(const kestrel_op& op, uint32_t dtypes);  // attention, attention_backward (ABI 1.7)
+void launch_attention(kestrel_stream* stream, const kestrel_op& op);
+bool supports_layer_norm(const kestrel_op& op, uint32_t dtypes);  // layer_norm, layer_norm_backward (ABI 1.7)
+void launch_layer_norm(kestrel_stream* stream, const kestrel_op& op);
+
+// The shaders' integer test for a Bernoulli draw of probability p on a Philox word w: keep when
+// (w >> 8) < the threshold (ops_random.cpp).
+uint32_t bernoulli_threshold(double p);
 
 // ---- index checks (ops_index.cpp) ----
 

@@ -295,7 +295,8 @@ struct Family {
 const kestrel::plugin_sdk::FamilyTable<Family> families{KESTREL_REQUIRED_FAMILIES, KESTREL_FAMILY(linear),
                                                         KESTREL_FAMILY(softmax), KESTREL_FAMILY(softmax_cross_entropy),
                                                         KESTREL_FAMILY(optimizer), KESTREL_FAMILY(lstm_cell),
-                                                        KESTREL_FAMILY(gru_cell)};
+                                                        KESTREL_FAMILY(gru_cell), KESTREL_FAMILY(attention),
+                                                        KESTREL_FAMILY(layer_norm)};
 
 // The dtypes the families' supports_* check, and kFloat64Arithmetic where the device has it.
 uint32_t context_dtypes(const kestrel_context* context) {
