@@ -2,12 +2,15 @@
 // tensor cores through cuBLAS; one kernel per pass does the softmax (forward) or its gradient (backward)
 // over a chunk of batch entries' (Tq x Tk) scores held in stream-ordered scratch. Only the output and
 // each query's log-sum-exp outlive a launch: backward recomputes the weights from them, so the engine
-// keeps no (T x T) tensor between forward and backward.
+// keeps no (T x T) tensor between forward and backward. The softmax kernels also add the key-padding
+// bias (1.9) and apply the dropout mask (1.8), RANDOM's Philox draw per weight, in forward and again in
+// backward's recomputation.
 #include <algorithm>
 #include <cmath>
 #include <optional>
 
 #include "cuda_kernels.cuh"
+#include "kestrel/philox.h"
 
 namespace kestrel_cuda {
 
@@ -17,16 +20,62 @@ constexpr int kRowThreads = 256;
 // Scratch for the scores of one pass; a larger batch runs in several passes.
 constexpr uint64_t kScratchBudget = uint64_t(1) << 30;
 
-// The shapes and options of a launch, from q (B,Tq,D) and k (B,Tk,D).
+// What the softmax kernels do to each weight besides the softmax, passed by value: the key-padding bias
+// and the dropout mask. Rows are numbered within a chunk; first_entry places the chunk in the batch.
+struct WeightOptions {
+  const void* mask = nullptr;      // (N, Tk) in the op's dtype, 1 at padded keys; null without padding
+  int64_t per_sample = 1;          // batch entries per row of the mask (B / N: the heads)
+  const long long* base = nullptr; // the counter base (an i64 on the device); null without dropout
+  uint64_t seed = 0, offset = 0;   // the params' (the base is added on the device)
+  double keep = 1;                 // 1 - dropout: the Bernoulli draw's probability
+  int64_t first_entry = 0;
+};
+
+// The shapes and options of a launch, from q (B,Tq,D) and k (B,Tk,D); the mask and the counter base
+// follow the op's other inputs (plugin.h), the base last.
 struct Geometry {
   int64_t batch, queries, keys, depth;
   double scale;
   bool causal;
+  WeightOptions weights;
 };
 
 Geometry geometry_of(const kestrel_op& op, const kestrel_tensor& q, const kestrel_tensor& k) {
   const auto& p = params_of<kestrel_attention_params>(op, "attention");
-  return {q.shape[0], q.shape[1], k.shape[1], q.shape[2], p.scale, p.causal != 0};
+  Geometry g{q.shape[0], q.shape[1], k.shape[1], q.shape[2], p.scale, p.causal != 0, {}};
+  const int counter = p.dropout > 0 ? 1 : 0;
+  if (counter) {
+    g.weights.base = reinterpret_cast<const long long*>(ref(op.inputs[op.num_inputs - 1]).base);
+    g.weights.seed = p.seed;
+    g.weights.offset = p.offset;
+    g.weights.keep = 1.0 - p.dropout;
+  }
+  if (p.key_padding) {
+    const kestrel_tensor& mask = op.inputs[op.num_inputs - 1 - counter];
+    g.weights.mask = ref(mask).base;
+    g.weights.per_sample = g.batch / mask.shape[0];
+  }
+  return g;
+}
+
+// Weight j of chunk row `row`'s score bias: KESTREL_KEY_PADDING_SCORE at padded keys, 0 elsewhere.
+template <class E>
+__device__ __forceinline__ float key_bias(const WeightOptions& o, int64_t row, int64_t queries, int64_t keys, int64_t j) {
+  if (!o.mask) return 0.0f;
+  const int64_t entry = o.first_entry + row / queries;
+  const auto* mask = static_cast<const typename E::storage*>(o.mask) + (entry / o.per_sample) * keys;
+  return float(KESTREL_KEY_PADDING_SCORE) * float(E::load(mask[j]));
+}
+
+// The dropout factor of weight j of chunk row `row`: 1 / keep where RANDOM's Bernoulli draw keeps element
+// (b * Tq + i) * Tk + j of the (B,Tq,Tk) weights (block offset + element / 4, word element % 4), else 0;
+// 1 without dropout. offset is the params' offset plus the counter base.
+__device__ __forceinline__ float dropout_factor(const WeightOptions& o, uint64_t offset, int64_t row, int64_t queries,
+                                               int64_t keys, int64_t j) {
+  if (!o.base) return 1.0f;
+  const uint64_t element = uint64_t(o.first_entry * queries + row) * uint64_t(keys) + uint64_t(j);
+  const kestrel_philox_block block = kestrel_philox4x32_10(o.seed, offset + element / 4);
+  return kestrel_philox_bernoulli(block.v[element % 4], o.keep) ? float(1.0 / o.keep) : 0.0f;
 }
 
 // Keys [0, seen) are visible to query row i.
@@ -37,40 +86,59 @@ __device__ __forceinline__ int64_t visible_keys(int64_t i, int64_t queries, int6
 
 // One block per query row of the chunk. scores: (rows, Tk) f32, already scaled; weights: (rows, Tk) in
 // the op's dtype (the same memory as scores for f32: each element is read before it is overwritten, by
-// the same thread); lse: (rows).
+// the same thread), dropped out; lse: (rows), of the scores with their padding bias, before dropout.
 template <class E>
 __global__ void softmax_rows(const float* scores, typename E::storage* weights, float* lse, int64_t queries,
-                             int64_t keys, bool causal) {
+                             int64_t keys, bool causal, WeightOptions o) {
   const int64_t row = blockIdx.x, seen = visible_keys(row % queries, queries, keys, causal);
+  const uint64_t offset = o.base ? o.offset + uint64_t(*o.base) : 0;
   const float* s = scores + row * keys;
   float top = -INFINITY;
-  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) top = fmaxf(top, s[j]);
+  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) top = fmaxf(top, s[j] + key_bias<E>(o, row, queries, keys, j));
   top = block_all_reduce(top, -INFINITY, MaxOp{});
   float sum = 0;
-  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) sum += expf(s[j] - top);
+  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) sum += expf(s[j] + key_bias<E>(o, row, queries, keys, j) - top);
   const float log_sum = top + logf(block_all_reduce(sum, 0.0f, SumOp{}));
   typename E::storage* w = weights + row * keys;
-  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) w[j] = E::store(j < seen ? expf(s[j] - log_sum) : 0.0f);
+  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
+    const float p = j < seen ? expf(s[j] + key_bias<E>(o, row, queries, keys, j) - log_sum) : 0.0f;
+    w[j] = E::store(p == 0.0f ? 0.0f : p * dropout_factor(o, offset, row, queries, keys, j));
+  }
   if (threadIdx.x == 0) lse[row] = log_sum;
 }
 
-// Backward's row pass: with p = exp(s - lse) and dp = dout . v_j (both (rows, Tk) f32),
-// weights = p and dscores = scale * p * (dp - sum_j p_j dp_j), in the op's dtype (in place for f32).
+// Backward's row pass: with p the forward's weights before dropout, m the dropout factors and dp =
+// m dout . v_j (the product is (rows, Tk) f32): weights = m p (for dv) and dscores = scale * p * (dp -
+// sum_j p_j dp_j), in the op's dtype (in place for f32). p is exp(s - lse), except with a key-padding
+// mask, where the softmax is recomputed whole: a query that sees only padded keys has a log-sum-exp near
+// -1e29 that has lost its log(sum) to rounding, so exp(s - lse) would not give its weights back.
 template <class E>
 __global__ void softmax_grad_rows(const float* scores, const float* dprobs, const float* lse,
                                   typename E::storage* weights, typename E::storage* dscores, int64_t queries,
-                                  int64_t keys, bool causal, float scale) {
+                                  int64_t keys, bool causal, float scale, WeightOptions o) {
   const int64_t row = blockIdx.x, seen = visible_keys(row % queries, queries, keys, causal);
+  const uint64_t offset = o.base ? o.offset + uint64_t(*o.base) : 0;
   const float *s = scores + row * keys, *dp = dprobs + row * keys;
-  const float log_sum = lse[row];
+  float top = lse[row], norm = 1.0f;  // p = exp(s - top) / norm
+  if (o.mask) {
+    top = -INFINITY;
+    for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) top = fmaxf(top, s[j] + key_bias<E>(o, row, queries, keys, j));
+    top = block_all_reduce(top, -INFINITY, MaxOp{});
+    float sum = 0;
+    for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) sum += expf(s[j] + key_bias<E>(o, row, queries, keys, j) - top);
+    norm = block_all_reduce(sum, 0.0f, SumOp{});
+  }
+  auto p_at = [&](int64_t j) { return expf(s[j] + key_bias<E>(o, row, queries, keys, j) - top) / norm; };
   float delta = 0;
-  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) delta += expf(s[j] - log_sum) * dp[j];
+  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x)
+    delta += p_at(j) * dp[j] * dropout_factor(o, offset, row, queries, keys, j);
   delta = block_all_reduce(delta, 0.0f, SumOp{});
   typename E::storage *w = weights + row * keys, *ds = dscores + row * keys;
   for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
-    const float p = j < seen ? expf(s[j] - log_sum) : 0.0f;
-    const float grad = j < seen ? p * (dp[j] - delta) * scale : 0.0f;  // masked: 0 even where dp is not finite
-    w[j] = E::store(p);
+    const float p = j < seen ? p_at(j) : 0.0f;
+    const float m = j < seen ? dropout_factor(o, offset, row, queries, keys, j) : 0.0f;
+    const float grad = j < seen ? p * (m * dp[j] - delta) * scale : 0.0f;  // masked: 0 even where dp is not finite
+    w[j] = E::store(m * p);
     ds[j] = E::store(grad);
   }
 }
@@ -114,9 +182,11 @@ void attention_forward(kestrel_stream& s, const kestrel_op& op) {
                  g.scale, 0.0);
     dispatch_float(dtype, [&](auto elem) {
       using E = decltype(elem);
+      WeightOptions options = g.weights;
+      options.first_entry = b0;
       softmax_rows<E><<<unsigned(n * tq), kRowThreads, 0, s.cuda>>>(
           static_cast<const float*>(scores.get()), reinterpret_cast<typename E::storage*>(weights), lse + b0 * tq, tq,
-          tk, g.causal);
+          tk, g.causal, options);
     });
     check_launch("attention (softmax)");
     batched_gemm(s, dtype, dtype, n, tq, d, tk, rows_of(weights, tq, tk), rows_of(element(v, b0 * tk * d), tk, d),
@@ -160,12 +230,14 @@ void attention_backward(kestrel_stream& s, const kestrel_op& op) {
     dispatch_float(dtype, [&](auto elem) {
       using E = decltype(elem);
       using S = typename E::storage;
+      WeightOptions options = g.weights;
+      options.first_entry = b0;
       softmax_grad_rows<E><<<unsigned(n * tq), kRowThreads, 0, s.cuda>>>(
           static_cast<const float*>(scores.get()), static_cast<const float*>(dprobs.get()), lse + b0 * tq,
-          reinterpret_cast<S*>(weights), reinterpret_cast<S*>(dscores), tq, tk, g.causal, float(g.scale));
+          reinterpret_cast<S*>(weights), reinterpret_cast<S*>(dscores), tq, tk, g.causal, float(g.scale), options);
     });
     check_launch("attention_backward (softmax gradient)");
-    // dv = p^T @ dout, dq = ds @ k, dk = ds^T @ q (the scale is inside ds)
+    // dv = (m p)^T @ dout, dq = ds @ k, dk = ds^T @ q (the scale is inside ds)
     batched_gemm(s, dtype, dtype, n, tk, d, tq, transposed_rows_of(weights, tq, tk), rows_of(dob, tq, d),
                  rows_of(element(dv, b0 * tk * d), tk, d), 1.0, 0.0);
     batched_gemm(s, dtype, dtype, n, tq, d, tk, rows_of(dscores, tq, tk), rows_of(kb, tk, d),
@@ -177,15 +249,10 @@ void attention_backward(kestrel_stream& s, const kestrel_op& op) {
 
 }  // namespace
 
-// f32, f16 and bf16 (f64 is composed); the products as cuBLAS takes them (int extents). Declines
-// dropout on the weights (1.8): the softmax kernels would have to draw RANDOM's Philox mask per weight,
-// in forward and again in backward's recomputation, which they do not, so the engine composes attention
-// with dropout on CUDA (open on issue 15). Declines a key-padding mask (1.9) likewise: the softmax kernels
-// do not add it yet.
+// f32, f16 and bf16 (f64 is composed); the products as cuBLAS takes them (int extents); dropout (1.8)
+// and a key-padding mask (1.9) as the softmax kernels apply them.
 bool supports_attention(const kestrel_op& op) {
   if (!kestrel::plugin_shapes::attention_fits(op)) return false;
-  const auto& p = *static_cast<const kestrel_attention_params*>(op.params);
-  if (p.dropout > 0 || p.key_padding) return false;
   const kestrel_tensor& q = op.inputs[op.kind == KESTREL_OP_ATTENTION_BACKWARD ? 1 : 0];
   const kestrel_tensor& k = op.inputs[op.kind == KESTREL_OP_ATTENTION_BACKWARD ? 2 : 1];
   const bool dtype_ok = q.dtype == KESTREL_DTYPE_F32 || q.dtype == KESTREL_DTYPE_F16 || q.dtype == KESTREL_DTYPE_BF16;
