@@ -87,6 +87,8 @@ void train_step(benchmark::State& state, kestrel::Device device, Workload worklo
     kestrel::Engine::global().synchronize(device);
   }
   state.counters["samples/s"] = benchmark::Counter(double(workload.batch), benchmark::Counter::kIsIterationInvariantRate);
+  // The optimizer's share of a step's floor (bench/floor.py) follows from how many values it updates.
+  state.counters["parameters"] = double(model.flat_parameters().numel());
   kestrel::ops::set_fused_ops_enabled(true);
 }
 

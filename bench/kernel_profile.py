@@ -21,22 +21,32 @@ def short_name(name):
     return name.replace("void ", "").strip()[:90]
 
 
+def kernel_launches(text):
+    """[(short kernel name, ms)] in launch order, from the text of an ncu CSV."""
+    start = text.find('"ID"')  # ncu prints its own lines and the program's output before the table
+    launches = []
+    for row in csv.DictReader(io.StringIO(text[start:])):
+        if row.get("Metric Name") == "gpu__time_duration.sum":
+            ms = float(row["Metric Value"].replace(",", "")) * SCALE.get(row["Metric Unit"], 1e-6)
+            launches.append((short_name(row["Kernel Name"]), ms))
+    return launches
+
+
+def kernel_times(text):
+    """(ms, launches): two Counters by short kernel name, from the text of an ncu CSV."""
+    total_ms, launches = collections.Counter(), collections.Counter()
+    for name, ms in kernel_launches(text):
+        total_ms[name] += ms
+        launches[name] += 1
+    return total_ms, launches
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("csv")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
-    text = open(args.csv, errors="replace").read()
-    start = text.find('"ID"')  # ncu prints its own lines and the program's output before the table
-    rows = csv.DictReader(io.StringIO(text[start:]))
-    total_ms, launches = collections.Counter(), collections.Counter()
-    for row in rows:
-        if row.get("Metric Name") != "gpu__time_duration.sum":
-            continue
-        ms = float(row["Metric Value"].replace(",", "")) * SCALE.get(row["Metric Unit"], 1e-6)
-        name = short_name(row["Kernel Name"])
-        total_ms[name] += ms
-        launches[name] += 1
+    total_ms, launches = kernel_times(open(args.csv, errors="replace").read())
     whole = sum(total_ms.values())
     print(f"{sum(launches.values())} launches, {whole:.3f} ms of kernel time")
     print("| kernel | launches | ms | share |")

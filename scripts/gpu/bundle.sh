@@ -3,7 +3,7 @@
 # team's lent H100/H200): programs, plugins, the fault plugins the tests load, CTest's files, the
 # libraries they need (through ../shared/gpu/bundle), Fashion-MNIST and the fortunes corpus, into
 # gpu-bundle/kb.tgz. On that machine, from the repository root: bash scripts/gpu/on_device.sh
-# [ctest|conformance|collectives|memcheck|accuracy|speedup|speedup_cuda|precision|mfu|profile|exitcrash|recurrent|convnet|cpustep|vulkan]...
+# [ctest|conformance|collectives|memcheck|accuracy|speedup|speedup_cuda|precision|mfu|profile|exitcrash|recurrent|convnet|floor|cpustep|vulkan]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bundler=${KESTREL_GPU_BUNDLER:-../shared/gpu/bundle}

@@ -79,6 +79,9 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                  python3 bench/kernel_profile.py /tmp/ncu.csv --top 22
                timeout "${TORCH_TIMEOUT:-110}" python3 bench/pytorch/workloads.py --device cuda --steps 30 --compile \
                  --only convnet --modes eager compile-reduce-overhead ;;
+      # Issue 18: each CUDA step against its floor (its products' GPU time plus the optimizer's bytes at the
+      # copy bandwidth); ONLY picks workloads.
+      floor) python3 bench/floor.py --only "${ONLY:-}" ;;
       cpustep) python3 bench/cpu_step_overhead.py --rounds "${ROUNDS:-11}" --pytorch python3 ;;
       vulkan)
               gl_libraries
