@@ -44,8 +44,9 @@ float activate(int activation, float v) {
 }
 #endif
 
-shared float a_tile[TILE_MN][TILE_K + 1];  // +1 keeps column reads off one bank on real GPUs
-shared float b_tile[TILE_K][TILE_MN];
+// +1 keeps both ways of filling and reading a tile off one bank on real GPUs.
+shared float a_tile[TILE_MN][TILE_K + 1];
+shared float b_tile[TILE_K][TILE_MN + 1];
 
 void main() {
   const uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y, batch = gl_WorkGroupID.z;
@@ -61,13 +62,16 @@ void main() {
   for (int i = 0; i < BLOCK; ++i)
     for (int j = 0; j < BLOCK; ++j) acc[i][j] = 0.0;
 
+  // Neighbouring invocations load neighbouring elements: along K where that is an operand's unit stride
+  // (A row-major, B transposed), else along M or N, so a transposed operand is not read a stride apart.
+  const bool a_along_k = as_k == 1u || as_m != 1u, b_along_n = bs_n == 1u || bs_k != 1u;
   for (uint k0 = 0; k0 < K; k0 += TILE_K) {
     // Each of the 256 invocations loads 4 elements of each 64 x 16 (A) and 16 x 64 (B) slice.
     for (uint e = lane; e < TILE_MN * TILE_K; e += THREADS * THREADS) {
-      uint r = e / TILE_K, k = e % TILE_K;  // A slice: row r, column k
+      uint r = a_along_k ? e / TILE_K : e % TILE_MN, k = a_along_k ? e % TILE_K : e / TILE_MN;  // A: row r, column k
       uint gr = row0 + r, gk = k0 + k;
       a_tile[r][k] = (gr < M && gk < K) ? LOAD(a_buf.data[a_base + gr * as_m + gk * as_k]) : 0.0;
-      uint bk = e / TILE_MN, c = e % TILE_MN;  // B slice: row bk, column c
+      uint bk = b_along_n ? e / TILE_MN : e % TILE_K, c = b_along_n ? e % TILE_MN : e / TILE_K;  // B: row bk, column c
       uint gbk = k0 + bk, gc = col0 + c;
       b_tile[bk][c] = (gbk < K && gc < N) ? LOAD(b_buf.data[b_base + gbk * bs_k + gc * bs_n]) : 0.0;
     }
