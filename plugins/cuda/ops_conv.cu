@@ -101,7 +101,7 @@ bool transformed(cudnnConvolutionBwdDataAlgo_t a) {
 }
 bool transformed(cudnnConvolutionBwdFilterAlgo_t a) {
   return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
-         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
 }
 
 // The first algorithm the heuristics rank that runs here, in a math type the dtype allows, and is
@@ -281,19 +281,20 @@ void forward(kestrel_stream& s, const kestrel_op& op) {
 }
 
 // What a backward op hands cuDNN besides its own tensors: the plan of its shape and the direction's
-// choice in it, the output gradient (dy itself, or with ReLU dy masked where y <= 0, in stream-ordered
-// scratch) and the choice's workspace.
+// choice in it (none when the direction does not go through cuDNN: cudnn false), the output gradient (dy
+// itself, or with ReLU dy masked where y <= 0, in stream-ordered scratch) and the choice's workspace.
 template <class Algo>
 struct Backward {
   ConvShape shape;
   const Plan& plan;
-  const Choice<Algo>& choice;
+  const Choice<Algo>* choice = nullptr;
   std::optional<Scratch> masked, workspace;
   const void* dy;
 
   Backward(kestrel_stream& s, const kestrel_op& op, const ConvShape& of, Choice<Algo> Plan::*direction,
-           const char* name)
-      : shape(of), plan(plan_for(s, of)), choice(chosen(plan.*direction, name)), dy(address<const void>(op.inputs[0])) {
+           const char* name, bool cudnn = true)
+      : shape(of), plan(plan_for(s, of)), dy(address<const void>(op.inputs[0])) {
+    if (cudnn) choice = &chosen(plan.*direction, name);
     if (op.num_inputs == 3) {
       const int64_t count = numel(op.inputs[0]);
       masked.emplace(s, uint64_t(count) * dtype_bytes(op.inputs[0].dtype));
@@ -307,7 +308,7 @@ struct Backward {
       check_launch("conv2d relu mask");
       dy = masked->get();
     }
-    if (choice.bytes) workspace.emplace(s, choice.bytes);
+    if (choice && choice->bytes) workspace.emplace(s, choice->bytes);
   }
   void* workspace_at() const { return workspace ? workspace->get() : nullptr; }
   const void* one() const { return kOne.of(shape.dtype); }
@@ -317,7 +318,7 @@ struct Backward {
 void backward_data(kestrel_stream& s, const kestrel_op& op) {
   const Backward b(s, op, shape_of(op, op.outputs[0], op.inputs[1]), &Plan::data, "backward-data");
   check_cudnn(cudnnConvolutionBackwardData(handle_of(s), b.one(), b.plan.w, address<void>(op.inputs[1]), b.plan.y,
-                                           b.dy, b.choice.conv, b.choice.algo, b.workspace_at(), b.choice.bytes,
+                                           b.dy, b.choice->conv, b.choice->algo, b.workspace_at(), b.choice->bytes,
                                            b.zero(), b.plan.x, address<void>(op.outputs[0])),
               "cudnnConvolutionBackwardData");
 }
@@ -361,13 +362,15 @@ void weight_gradient_by_gemm(kestrel_stream& s, const kestrel_op& op, const Conv
 }
 
 void backward_filter(kestrel_stream& s, const kestrel_op& op) {
-  const Backward b(s, op, shape_of(op, op.inputs[1], op.outputs[0]), &Plan::filter, "backward-filter");
-  const int64_t reduced = int64_t(b.shape.n) * b.shape.oh * b.shape.ow;  // cuBLAS takes int extents
-  if (wgrad_by_gemm() && reduced <= INT32_MAX) {
+  const ConvShape shape = shape_of(op, op.inputs[1], op.outputs[0]);
+  const int64_t reduced = int64_t(shape.n) * shape.oh * shape.ow;  // cuBLAS takes int extents
+  const bool gemm = wgrad_by_gemm() && reduced <= INT32_MAX;
+  const Backward b(s, op, shape, &Plan::filter, "backward-filter", !gemm);
+  if (gemm) {
     weight_gradient_by_gemm(s, op, b.shape, b.dy);
   } else {
     check_cudnn(cudnnConvolutionBackwardFilter(handle_of(s), b.one(), b.plan.x, address<void>(op.inputs[1]), b.plan.y,
-                                               b.dy, b.choice.conv, b.choice.algo, b.workspace_at(), b.choice.bytes,
+                                               b.dy, b.choice->conv, b.choice->algo, b.workspace_at(), b.choice->bytes,
                                                b.zero(), b.plan.w, address<void>(op.outputs[0])),
                 "cudnnConvolutionBackwardFilter");
   }

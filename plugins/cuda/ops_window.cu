@@ -151,8 +151,14 @@ __global__ void max_pool_backward_scatter_kernel(Geometry g, const typename E::s
   KESTREL_GRID_STRIDE_LOOP(k, windows) {
     const I i = I(k), ox = i % ow, oy = (i / ow) % oh, c = (i / (ow * oh)) % channels, n = i / (ow * oh * channels);
     const long long at = argmax[as.at(n, c, oy, ox)];  // h * W + w in the plane; -1 for a window of padding only
-    if (at >= 0) dx[(int64_t(n) * g.c + c) * (g.h * g.w) + at] = dy[dys.at(n, c, oy, ox)];
+    if (at >= 0 && at < g.h * g.w) dx[(int64_t(n) * g.c + c) * (g.h * g.w) + at] = dy[dys.at(n, c, oy, ox)];
   }
+}
+
+// Whether the kernels may index in int (I): every flat index of the two tensors, and every row or column
+// a window reaches in the padded image, below 2^31.
+bool narrow_indices(const Geometry& g, int64_t largest_numel) {
+  return largest_numel <= INT32_MAX && g.h + 2 * int64_t(g.ph) <= INT32_MAX && g.w + 2 * int64_t(g.pw) <= INT32_MAX;
 }
 
 // Whether no two windows share a pixel: each window's extent along an axis fits within its stride.
@@ -174,7 +180,9 @@ void launch_window(kestrel_stream& s, const kestrel_op& op) {
   const int64_t total = out.numel();
   if (total == 0) return;
   const bool max_mode = p.mode == KESTREL_POOL_MAX;
-  const bool narrow = std::max(total, in.numel()) <= INT32_MAX;  // every flat index fits an int
+  // The geometry of the image side: the input of im2col and pool2d, the output of the others.
+  const bool image_in = op.kind == KESTREL_OP_IM2COL || op.kind == KESTREL_OP_POOL2D;
+  const bool narrow = narrow_indices(geometry(p, image_in ? op.inputs[0] : op.outputs[0]), std::max(total, in.numel()));
   dispatch_float(out.dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
@@ -231,7 +239,7 @@ void im2col_batch_inner(kestrel_stream& s, const kestrel::plugin_shapes::WindowG
       im2col_kernel<E, decltype(index)><<<grid_for(total), kBlock, 0, s.cuda>>>(
           g, reinterpret_cast<const S*>(x.base), strides4(x), static_cast<S*>(cols), total, true);
     };
-    if (std::max(total, x.numel()) <= INT32_MAX) launch(int32_t{});
+    if (narrow_indices(g, std::max(total, x.numel()))) launch(int32_t{});
     else launch(int64_t{});
   });
   check_launch("im2col");
