@@ -1,7 +1,11 @@
-// Fused scaled dot-product attention (shaders/attention.comp, ABI 1.7, dropout 1.8): forward in one
-// dispatch, backward in three (the query, key and value gradients), one invocation per row each, so no
-// (Tq x Tk) weights are ever written. The engine composes what this declines: key padding (1.9), heads
-// deeper than the shader's arrays, sequences longer than lavapipe lets a loop run.
+// Fused scaled dot-product attention (shaders/attention.comp, ABI 1.7; dropout 1.8, key padding 1.9):
+// forward in one dispatch; backward in four, each query row's statistics (into stream-ordered scratch)
+// then the query, key and value gradients, one invocation per row each, so no (Tq x Tk) weights are ever
+// written. The engine composes what this declines: heads deeper than the shader's arrays, sequences
+// longer than lavapipe lets a loop run.
+#include <algorithm>
+#include <memory>
+
 #include "vk_ops.hpp"
 
 namespace kestrel_vk {
@@ -11,13 +15,21 @@ namespace {
 constexpr int64_t kMaxDepth = 128;   // attention.comp's MAX_DEPTH
 constexpr int64_t kMaxLoop = 65535;  // lavapipe ends a loop after this many iterations
 
+// Binding slots (attention.comp's layouts).
+enum Slot { kDout = 0, kQ = 1, kK = 2, kV = 3, kStats = 4, kLse = 4, kMask = 5, kBase = 6, kResult = 7 };
+
+// Scratch memory released in stream order once its dispatches are recorded.
+struct Released {
+  void operator()(kestrel_buffer* buffer) const { release_buffer(buffer); }
+};
+
 }  // namespace
 
-// ATTENTION: in0 q (B,Tq,D), in1 k, in2 v (B,Tk,D) [, counter base] -> out0 (B,Tq,D), out1 lse (B,Tq) f32.
-// ATTENTION_BACKWARD: in0 dout, in1 q, in2 k, in3 v, in4 out, in5 lse [, counter base] -> dq, dk, dv.
+// ATTENTION: in0 q (B,Tq,D), in1 k, in2 v (B,Tk,D) [, mask (N,Tk)] [, counter base] -> out0 (B,Tq,D),
+// out1 lse (B,Tq) f32. ATTENTION_BACKWARD: in0 dout, in1 q, in2 k, in3 v, in4 out, in5 lse [, mask]
+// [, counter base] -> dq, dk, dv.
 bool supports_attention(const kestrel_op& op, uint32_t dtypes) {
   if (!kestrel::plugin_shapes::attention_fits(op)) return false;
-  if (static_cast<const kestrel_attention_params*>(op.params)->key_padding) return false;
   const bool backward = op.kind == KESTREL_OP_ATTENTION_BACKWARD;
   const kestrel_tensor &q = op.inputs[backward ? 1 : 0], &k = op.inputs[backward ? 2 : 1];
   return float_dtype(q.dtype) && in_mask(dtypes, q.dtype) && q.shape[2] >= 1 && q.shape[2] <= kMaxDepth &&
@@ -30,26 +42,27 @@ void launch_attention(kestrel_stream* stream, const kestrel_op& op) {
   const kestrel_tensor &q = op.inputs[backward ? 1 : 0], &k = op.inputs[backward ? 2 : 1];
   const int64_t batch = q.shape[0], queries = q.shape[1], keys = k.shape[1];
   if (batch == 0) return;
-  const int tensors = op.num_inputs - (dropout ? 1 : 0);  // the counter base goes last, after the outputs
-  // One dispatch of `pass` over `rows` rows: the op's tensors in binding order, then `result` (backward's
-  // one output) and the counter base.
-  auto dispatch = [&](const std::string& pass, int64_t rows, const kestrel_tensor* result) {
+  const kestrel_tensor* base = dropout ? &op.inputs[op.num_inputs - 1] : nullptr;
+  const kestrel_tensor* mask = p.key_padding ? &op.inputs[op.num_inputs - 1 - (dropout ? 1 : 0)] : nullptr;
+  // A dispatch of `shader` over `rows` rows with these tensors in their slots; the mask and the
+  // counter base where there are.
+  auto dispatch = [&](const std::string& shader, int64_t rows, std::initializer_list<std::pair<Slot, const kestrel_tensor*>> tensors) {
     Dispatch d;
-    d.shader = pass + (dropout ? "dropout_" : "") + dtype_suffix(q.dtype);
-    int binding = 0;
-    auto bind = [&](const kestrel_tensor& t) {
-      d.params.ints[binding] = static_cast<int32_t>(t.offset);
-      d.buffers[binding++] = t.buffer;
+    d.shader = shader + dtype_suffix(q.dtype);
+    auto bind = [&](Slot slot, const kestrel_tensor* t) {
+      d.params.ints[slot] = static_cast<int32_t>(t->offset);
+      d.buffers[slot] = t->buffer;
     };
-    for (int i = 0; i < tensors; ++i) bind(op.inputs[i]);
-    if (result) bind(*result);
-    else for (int i = 0; i < op.num_outputs; ++i) bind(op.outputs[i]);
-    if (dropout) bind(op.inputs[op.num_inputs - 1]);
+    for (const auto& [slot, t] : tensors) bind(slot, t);
+    if (mask) bind(kMask, mask);
+    if (base) bind(kBase, base);
     d.params.ints[8] = static_cast<int32_t>(rows);
     d.params.ints[9] = static_cast<int32_t>(queries);
     d.params.ints[10] = static_cast<int32_t>(keys);
     d.params.ints[11] = static_cast<int32_t>(q.shape[2]);
     d.params.ints[12] = p.causal ? 1 : 0;
+    d.params.ints[13] = mask ? 1 : 0;
+    d.params.ints[14] = mask ? static_cast<int32_t>(batch / mask->shape[0]) : 1;
     d.params.floats[0] = static_cast<float>(p.scale);
     d.params.floats[1] = static_cast<float>(1.0 / (1.0 - p.dropout));
     d.params.uints[0] = static_cast<uint32_t>(p.seed);
@@ -60,13 +73,26 @@ void launch_attention(kestrel_stream* stream, const kestrel_op& op) {
     set_flat_grid(stream->context, d, static_cast<uint64_t>(rows));
     return d;
   };
+  const std::string dropped = dropout ? "dropout_" : "";
   if (!backward) {
-    run(stream, {dispatch("attention_", batch * queries, nullptr)});
+    run(stream, {dispatch("attention_" + dropped, batch * queries,
+                          {{kQ, &q}, {kK, &k}, {kV, &op.inputs[2]}, {kDout, &op.outputs[0]}, {kLse, &op.outputs[1]}})});
     return;
   }
-  run(stream, {dispatch("attention_dq_", batch * queries, &op.outputs[0]),
-               dispatch("attention_dk_", batch * keys, &op.outputs[1]),
-               dispatch("attention_dv_", batch * keys, &op.outputs[2])});
+  // Each query row's dout . out and softmax (top, sum): 3 floats.
+  std::unique_ptr<kestrel_buffer, Released> stats(
+      allocate_buffer(stream->context, std::max<uint64_t>(4, uint64_t(batch * queries) * 3 * sizeof(float))));
+  kestrel_tensor stats_tensor{};
+  stats_tensor.buffer = stats.get();
+  const kestrel_tensor &dout = op.inputs[0], &v = op.inputs[3], &out = op.inputs[4], &lse = op.inputs[5];
+  run(stream, {dispatch("attention_stats_", batch * queries,
+                        {{kDout, &dout}, {kQ, &q}, {kK, &k}, {kV, &out}, {kLse, &lse}, {kResult, &stats_tensor}}),
+               dispatch("attention_dq_" + dropped, batch * queries,
+                        {{kDout, &dout}, {kQ, &q}, {kK, &k}, {kV, &v}, {kStats, &stats_tensor}, {kResult, &op.outputs[0]}}),
+               dispatch("attention_dk_" + dropped, batch * keys,
+                        {{kDout, &dout}, {kQ, &q}, {kK, &k}, {kV, &v}, {kStats, &stats_tensor}, {kResult, &op.outputs[1]}}),
+               dispatch("attention_dv_" + dropped, batch * keys,
+                        {{kDout, &dout}, {kQ, &q}, {kK, &k}, {kV, &v}, {kStats, &stats_tensor}, {kResult, &op.outputs[2]}})});
 }
 
 }  // namespace kestrel_vk
