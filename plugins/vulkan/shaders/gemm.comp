@@ -1,9 +1,10 @@
 #version 450
-// C = alpha * A @ B + beta * C for each batch entry. A workgroup of 16 x 16 invocations computes a
-// 64 x 64 block of C; each invocation keeps a 4 x 4 block of sums in registers (rows ly + 16 i,
-// columns lx + 16 j) and the operands pass through shared memory in slices of TILE_K along K. The
-// register blocking gives 16 multiply-adds per 8 shared-memory reads, which matters most on
-// software devices such as lavapipe, where every shared access is a real memory access.
+// C = alpha * A @ B + beta * C for each batch entry. A workgroup of 8 x 8 invocations computes a
+// 64 x 64 block of C; each invocation keeps an 8 x 8 block of sums in registers (rows ly + 8 i,
+// columns lx + 8 j) and the operands pass through shared memory in slices of TILE_K along K. The
+// register blocking gives 64 multiply-adds per 16 shared-memory reads, which matters most on
+// software devices such as lavapipe, where every shared access is a real memory access (4 x 4 blocks
+// on 16 x 16 invocations took 1.7x the time there: bench/results/2026-11-26-vm-vulkan-gemm-tile-k.md).
 // tensors[0] = A (batch, M, K), tensors[1] = B (batch, K, N), tensors[2] = C (batch, M, N): all rank 3
 // with arbitrary strides, so transposed and broadcast (stride-0 batch) operands need no copy.
 // floats[0] = alpha, floats[1] = beta; beta == 0 ignores C's old contents (NaN there stays out).
@@ -26,10 +27,10 @@
 #ifndef STORE_T
 #define STORE_T float
 #endif
-#define THREADS 16
-#define BLOCK 4
+#define THREADS 8
+#define BLOCK 8
 #define TILE_MN (THREADS * BLOCK)
-#define TILE_K 32  // 16 took 1.3x the GEMM time on lavapipe (twice the barriers); 64 was no faster
+#define TILE_K 16  // 32 was no faster with 8 x 8 blocks, and its 16.4 KiB of tiles pass Vulkan's 16 KiB minimum
 layout(local_size_x = THREADS, local_size_y = THREADS) in;
 layout(std430, set = 0, binding = 1) readonly buffer A { STORE_T data[]; } a_buf;
 layout(std430, set = 0, binding = 2) readonly buffer B { STORE_T data[]; } b_buf;
@@ -66,7 +67,7 @@ void main() {
   // (A row-major, B transposed), else along M or N, so a transposed operand is not read a stride apart.
   const bool a_along_k = as_k == 1u || as_m != 1u, b_along_n = bs_n == 1u || bs_k != 1u;
   for (uint k0 = 0; k0 < K; k0 += TILE_K) {
-    // Each of the 256 invocations loads 8 elements of each 64 x 32 (A) and 32 x 64 (B) slice.
+    // Each of the 64 invocations loads 16 elements of each 64 x 16 (A) and 16 x 64 (B) slice.
     for (uint e = lane; e < TILE_MN * TILE_K; e += THREADS * THREADS) {
       uint r = a_along_k ? e / TILE_K : e % TILE_MN, k = a_along_k ? e % TILE_K : e / TILE_MN;  // A: row r, column k
       uint gr = row0 + r, gk = k0 + k;
