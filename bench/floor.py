@@ -86,8 +86,9 @@ def main():
     args = parser.parse_args()
     bench = ROOT / args.build / "bin" / "bench_train"
     bandwidth = copy_bandwidth_bytes_per_ms()
+    command = "python3 bench/floor.py" + (f" --only {args.only}" if args.only else "")
     print(f"{datetime.date.today()}: floors of the CUDA steps on {args.device}; copy bandwidth "
-          f"{bandwidth / 1e9:.0f} GB/s (read + write); `python3 bench/floor.py{' --only ' + args.only if args.only else ''}`\n")
+          f"{bandwidth / 1e9:.0f} GB/s (read + write); `{command}`\n")
     print("| step | ms | products ms | optimizer ms | floor ms | step / floor | steps profiled |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, (ms, parameters) in step_times(bench, args.device, args.only).items():

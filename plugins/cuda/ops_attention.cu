@@ -60,7 +60,8 @@ Geometry geometry_of(const kestrel_op& op, const kestrel_tensor& q, const kestre
 
 // Weight j of chunk row `row`'s score bias: KESTREL_KEY_PADDING_SCORE at padded keys, 0 elsewhere.
 template <class E>
-__device__ __forceinline__ float key_bias(const WeightOptions& o, int64_t row, int64_t queries, int64_t keys, int64_t j) {
+__device__ __forceinline__ float key_bias(const WeightOptions& o, int64_t row, int64_t queries, int64_t keys,
+                                          int64_t j) {
   if (!o.mask) return 0.0f;
   const int64_t entry = o.first_entry + row / queries;
   const auto* mask = static_cast<const typename E::storage*>(o.mask) + (entry / o.per_sample) * keys;
@@ -93,15 +94,16 @@ __global__ void softmax_rows(const float* scores, typename E::storage* weights, 
   const int64_t row = blockIdx.x, seen = visible_keys(row % queries, queries, keys, causal);
   const uint64_t offset = o.base ? o.offset + uint64_t(*o.base) : 0;
   const float* s = scores + row * keys;
+  auto score = [&](int64_t j) { return s[j] + key_bias<E>(o, row, queries, keys, j); };  // with its padding bias
   float top = -INFINITY;
-  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) top = fmaxf(top, s[j] + key_bias<E>(o, row, queries, keys, j));
+  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) top = fmaxf(top, score(j));
   top = block_all_reduce(top, -INFINITY, MaxOp{});
   float sum = 0;
-  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) sum += expf(s[j] + key_bias<E>(o, row, queries, keys, j) - top);
+  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) sum += expf(score(j) - top);
   const float log_sum = top + logf(block_all_reduce(sum, 0.0f, SumOp{}));
   typename E::storage* w = weights + row * keys;
   for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
-    const float p = j < seen ? expf(s[j] + key_bias<E>(o, row, queries, keys, j) - log_sum) : 0.0f;
+    const float p = j < seen ? expf(score(j) - log_sum) : 0.0f;
     w[j] = E::store(p == 0.0f ? 0.0f : p * dropout_factor(o, offset, row, queries, keys, j));
   }
   if (threadIdx.x == 0) lse[row] = log_sum;
@@ -119,16 +121,17 @@ __global__ void softmax_grad_rows(const float* scores, const float* dprobs, cons
   const int64_t row = blockIdx.x, seen = visible_keys(row % queries, queries, keys, causal);
   const uint64_t offset = o.base ? o.offset + uint64_t(*o.base) : 0;
   const float *s = scores + row * keys, *dp = dprobs + row * keys;
-  float top = lse[row], norm = 1.0f;  // p = exp(s - top) / norm
+  auto score = [&](int64_t j) { return s[j] + key_bias<E>(o, row, queries, keys, j); };  // with its padding bias
+  float top = lse[row], norm = 1.0f;  // p = exp(score - top) / norm
   if (o.mask) {
     top = -INFINITY;
-    for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) top = fmaxf(top, s[j] + key_bias<E>(o, row, queries, keys, j));
+    for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) top = fmaxf(top, score(j));
     top = block_all_reduce(top, -INFINITY, MaxOp{});
     float sum = 0;
-    for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) sum += expf(s[j] + key_bias<E>(o, row, queries, keys, j) - top);
+    for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) sum += expf(score(j) - top);
     norm = block_all_reduce(sum, 0.0f, SumOp{});
   }
-  auto p_at = [&](int64_t j) { return expf(s[j] + key_bias<E>(o, row, queries, keys, j) - top) / norm; };
+  auto p_at = [&](int64_t j) { return expf(score(j) - top) / norm; };
   float delta = 0;
   for (int64_t j = threadIdx.x; j < seen; j += blockDim.x)
     delta += p_at(j) * dp[j] * dropout_factor(o, offset, row, queries, keys, j);

@@ -1,12 +1,13 @@
 // The fused convolution ops (plugin ABI 1.10) through cuDNN: forward, the input's gradient and the
 // weight's are cudnnConvolutionForward, BackwardData and BackwardFilter on contiguous NCHW tensors; the
 // bias, the ReLU and ReLU's mask on the output gradient are small kernels of our own around them, the
-// bias gradient the plugin's reduction (ops_reduce.cu). Each direction's algorithm comes from cuDNN's heuristics (cudnnGet*Algorithm_v7: no trial
-// runs, so choosing one works inside a graph capture), once per shape, cached, with the math type the
-// heuristics paired it with; its workspace comes from the stream-ordered pool. f32 products are full
-// f32 (CUDNN_FMA_MATH, no FFT or Winograd transform) unless KESTREL_CUDA_TF32=1, as for the GEMMs; f16/bf16
-// run on tensor cores with f32 accumulation. The stream's cuDNN handle is made with the stream (cuda_plugin.cpp): cudnnCreate
-// allocates, which a graph capture would refuse.
+// bias gradient the plugin's reduction (ops_reduce.cu). Each direction's algorithm comes from cuDNN's
+// heuristics (cudnnGet*Algorithm_v7: no trial runs, so choosing one works inside a graph capture), once
+// per shape, cached, with the math type the heuristics paired it with; its workspace comes from the
+// stream-ordered pool. f32 products are full f32 (CUDNN_FMA_MATH, no FFT or Winograd transform) unless
+// KESTREL_CUDA_TF32=1, as for the GEMMs; f16/bf16 run on tensor cores with f32 accumulation. The
+// stream's cuDNN handle is made with the stream (cuda_plugin.cpp): cudnnCreate allocates, which a graph
+// capture would refuse.
 #include <cudnn.h>
 
 #include <cstdlib>

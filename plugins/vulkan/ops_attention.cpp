@@ -46,7 +46,8 @@ void launch_attention(kestrel_stream* stream, const kestrel_op& op) {
   const kestrel_tensor* mask = p.key_padding ? &op.inputs[op.num_inputs - 1 - (dropout ? 1 : 0)] : nullptr;
   // A dispatch of `shader` over `rows` rows with these tensors in their slots; the mask and the
   // counter base where there are.
-  auto dispatch = [&](const std::string& shader, int64_t rows, std::initializer_list<std::pair<Slot, const kestrel_tensor*>> tensors) {
+  using Bound = std::initializer_list<std::pair<Slot, const kestrel_tensor*>>;
+  auto dispatch = [&](const std::string& shader, int64_t rows, Bound tensors) {
     Dispatch d;
     d.shader = shader + dtype_suffix(q.dtype);
     auto bind = [&](Slot slot, const kestrel_tensor* t) {
@@ -85,14 +86,16 @@ void launch_attention(kestrel_stream* stream, const kestrel_op& op) {
   kestrel_tensor stats_tensor{};
   stats_tensor.buffer = stats.get();
   const kestrel_tensor &dout = op.inputs[0], &v = op.inputs[3], &out = op.inputs[4], &lse = op.inputs[5];
+  // The three gradient passes read the same tensors, each writing its own result.
+  auto gradient = [&](const char* pass, int64_t rows, const kestrel_tensor& result) {
+    return dispatch(pass + dropped, rows,
+                    {{kDout, &dout}, {kQ, &q}, {kK, &k}, {kV, &v}, {kStats, &stats_tensor}, {kResult, &result}});
+  };
   run(stream, {dispatch("attention_stats_", batch * queries,
                         {{kDout, &dout}, {kQ, &q}, {kK, &k}, {kV, &out}, {kLse, &lse}, {kResult, &stats_tensor}}),
-               dispatch("attention_dq_" + dropped, batch * queries,
-                        {{kDout, &dout}, {kQ, &q}, {kK, &k}, {kV, &v}, {kStats, &stats_tensor}, {kResult, &op.outputs[0]}}),
-               dispatch("attention_dk_" + dropped, batch * keys,
-                        {{kDout, &dout}, {kQ, &q}, {kK, &k}, {kV, &v}, {kStats, &stats_tensor}, {kResult, &op.outputs[1]}}),
-               dispatch("attention_dv_" + dropped, batch * keys,
-                        {{kDout, &dout}, {kQ, &q}, {kK, &k}, {kV, &v}, {kStats, &stats_tensor}, {kResult, &op.outputs[2]}})});
+               gradient("attention_dq_", batch * queries, op.outputs[0]),
+               gradient("attention_dk_", batch * keys, op.outputs[1]),
+               gradient("attention_dv_", batch * keys, op.outputs[2])});
 }
 
 }  // namespace kestrel_vk

@@ -15,9 +15,9 @@
 // Key padding: score (b, i, j) gains KESTREL_KEY_PADDING_SCORE (-1e29) times mask (b / per_sample, j).
 // Dropout (variants with DROPOUT): weight (b, i, j) is kept where RANDOM's Bernoulli draw keeps element
 // (b * Tq + i) * Tk + j of a (B,Tq,Tk) tensor (random.comp's mapping), scaled by 1 / keep.
-// Bindings (one slot per role across the passes): forward 1 out, 2 q, 3 k, 4 v, 5 lse, 6 mask, 7 counter base. STATS 1 dout, 2 q, 3 k, 4 out,
-// 5 lse, 6 mask, 8 stats (3 floats a query row). Passes 1-3: 1 dout, 2 q, 3 k, 4 v, 5 stats, 6 mask,
-// 7 counter base, 8 the result.
+// Bindings (one slot per role across the passes): forward 1 out, 2 q, 3 k, 4 v, 5 lse, 6 mask, 7 counter
+// base. STATS 1 dout, 2 q, 3 k, 4 out, 5 lse, 6 mask, 8 stats (3 floats a query row). Passes 1-3: 1 dout,
+// 2 q, 3 k, 4 v, 5 stats, 6 mask, 7 counter base, 8 the result.
 // Parameters: ints[n - 1] the element offset of binding n's tensor; ints[8] the rows this pass walks,
 // ints[9] Tq, ints[10] Tk, ints[11] D (at most MAX_DEPTH), ints[12] causal (query i sees keys
 // [0, i + Tk - Tq]), ints[13] key padding, ints[14] batch entries per mask row; floats[0] scale,
