@@ -2,6 +2,9 @@
 // linear op (the same kernel with a bias and activation epilogue). Transposed and stride-0 (broadcast)
 // operands are read through their strides, so nothing is packed on the host. f16 operands (all of
 // them f16) are multiplied and accumulated in f32 and C is rounded to f16 once.
+#include <cstdlib>
+#include <string>
+
 #include "vk_ops.hpp"
 
 namespace kestrel_vk {
@@ -33,10 +36,26 @@ bool supports_gemm(const kestrel_op& op, uint32_t dtypes) {
 
 namespace {
 
+// Whether the GEMM shader's wide register blocks are used (gemm.comp): on software devices, where they
+// took 1.7x less time; GPUs keep the narrow ones until a GPU run compares the two.
+// KESTREL_VULKAN_GEMM_BLOCKS=wide or narrow chooses, for that comparison.
+bool wide_blocks(const kestrel_context* context) {
+  static const std::string forced = [] {
+    const char* v = std::getenv("KESTREL_VULKAN_GEMM_BLOCKS");
+    return std::string(v ? v : "");
+  }();
+  if (forced == "wide") return true;
+  if (forced == "narrow") return false;
+  if (!forced.empty())
+    fail("KESTREL_VULKAN_GEMM_BLOCKS is '" + forced + "': use wide or narrow (unset: wide on software devices only)",
+         KESTREL_STATUS_INVALID_ARGUMENT);
+  return context->physical->properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+
 // The tiled GEMM dispatch for c = a @ b (as rank 3), with its grid; false when there is nothing to do.
 bool gemm_dispatch(kestrel_stream* stream, const std::string& shader, const kestrel_tensor& a, const kestrel_tensor& b,
                    const kestrel_tensor& c, Dispatch& d) {
-  d.shader = shader;
+  d.shader = shader + (wide_blocks(stream->context) ? "_wide" : "");
   d.params.tensors[0] = as_batched(a);
   d.params.tensors[1] = as_batched(b);
   d.params.tensors[2] = as_batched(c);

@@ -88,7 +88,11 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
               build/bin/kestrel devices && build/bin/kestrel conformance --backend vulkan &&
               build/bin/kestrel train models/fashion_mlp.train.json --backend vulkan --no-progress --out /tmp/runs/vk &&
               build/bin/bench_train --benchmark_filter='vulkan|cuda' --benchmark_repetitions=3 \
-                                    --benchmark_report_aggregates_only=true ;;
+                                    --benchmark_report_aggregates_only=true
+              # The GEMM shader's wide register blocks (the default on lavapipe only) against the narrow ones.
+              KESTREL_VULKAN_GEMM_BLOCKS=wide build/bin/kestrel conformance --backend vulkan --family gemm | tail -1
+              KESTREL_VULKAN_GEMM_BLOCKS=wide build/bin/bench_train --benchmark_filter='^train_step/.*/vulkan' \
+                                    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true ;;
       *) echo "unknown step $s"; exit 2 ;;
     esac
   done

@@ -1,10 +1,11 @@
 #version 450
-// C = alpha * A @ B + beta * C for each batch entry. A workgroup of 8 x 8 invocations computes a
-// 64 x 64 block of C; each invocation keeps an 8 x 8 block of sums in registers (rows ly + 8 i,
-// columns lx + 8 j) and the operands pass through shared memory in slices of TILE_K along K. The
-// register blocking gives 64 multiply-adds per 16 shared-memory reads, which matters most on
-// software devices such as lavapipe, where every shared access is a real memory access (4 x 4 blocks
-// on 16 x 16 invocations took 1.7x the time there: bench/results/2026-11-26-vm-vulkan-gemm-tile-k.md).
+// C = alpha * A @ B + beta * C for each batch entry. A workgroup computes a 64 x 64 block of C; each
+// invocation keeps a BLOCK x BLOCK block of sums in registers (rows ly + THREADS i, columns lx +
+// THREADS j) and the operands pass through shared memory in slices of TILE_K along K. The WIDE variants
+// (8 x 8 sums on 8 x 8 invocations: 64 multiply-adds per 16 shared-memory reads) are for software devices
+// such as lavapipe, where every shared access is a real memory access; there the others (4 x 4 sums on
+// 16 x 16 invocations: 16 per 8) took 1.7x the time (bench/results/2026-11-26-vm-vulkan-gemm-tile-k.md).
+// GPUs keep the latter, with 4x the threads per tile for small products, until measured (ops_gemm.cpp).
 // tensors[0] = A (batch, M, K), tensors[1] = B (batch, K, N), tensors[2] = C (batch, M, N): all rank 3
 // with arbitrary strides, so transposed and broadcast (stride-0 batch) operands need no copy.
 // floats[0] = alpha, floats[1] = beta; beta == 0 ignores C's old contents (NaN there stays out).
@@ -19,6 +20,12 @@
 // kestrel-variant: linear_f16 -DLINEAR=1 -DSTORE_T=float16_t
 // kestrel-variant: gemm_bf16 -DBF16=1
 // kestrel-variant: linear_bf16 -DLINEAR=1 -DBF16=1
+// kestrel-variant: gemm_f32_wide -DWIDE=1
+// kestrel-variant: linear_f32_wide -DLINEAR=1 -DWIDE=1
+// kestrel-variant: gemm_f16_wide -DSTORE_T=float16_t -DWIDE=1
+// kestrel-variant: linear_f16_wide -DLINEAR=1 -DSTORE_T=float16_t -DWIDE=1
+// kestrel-variant: gemm_bf16_wide -DBF16=1 -DWIDE=1
+// kestrel-variant: linear_bf16_wide -DLINEAR=1 -DBF16=1 -DWIDE=1
 #include "common.glsl"
 #ifdef LINEAR
 #include "math.glsl"
@@ -27,10 +34,15 @@
 #ifndef STORE_T
 #define STORE_T float
 #endif
+#ifdef WIDE
 #define THREADS 8
 #define BLOCK 8
+#else
+#define THREADS 16
+#define BLOCK 4
+#endif
 #define TILE_MN (THREADS * BLOCK)
-#define TILE_K 16  // 32 was no faster with 8 x 8 blocks, and its 16.4 KiB of tiles pass Vulkan's 16 KiB minimum
+#define TILE_K 16  // 32: no faster with 8 x 8 blocks, and its 16.4 KiB of tiles pass Vulkan's 16 KiB minimum
 layout(local_size_x = THREADS, local_size_y = THREADS) in;
 layout(std430, set = 0, binding = 1) readonly buffer A { STORE_T data[]; } a_buf;
 layout(std430, set = 0, binding = 2) readonly buffer B { STORE_T data[]; } b_buf;
@@ -67,7 +79,7 @@ void main() {
   // (A row-major, B transposed), else along M or N, so a transposed operand is not read a stride apart.
   const bool a_along_k = as_k == 1u || as_m != 1u, b_along_n = bs_n == 1u || bs_k != 1u;
   for (uint k0 = 0; k0 < K; k0 += TILE_K) {
-    // Each of the 64 invocations loads 16 elements of each 64 x 16 (A) and 16 x 64 (B) slice.
+    // Each invocation loads 1024 / THREADS^2 elements of each 64 x 16 (A) and 16 x 64 (B) slice.
     for (uint e = lane; e < TILE_MN * TILE_K; e += THREADS * THREADS) {
       uint r = a_along_k ? e / TILE_K : e % TILE_MN, k = a_along_k ? e % TILE_K : e / TILE_MN;  // A: row r, column k
       uint gr = row0 + r, gk = k0 + k;
