@@ -34,11 +34,6 @@ bool supports_gemm(const kestrel_op& op, uint32_t dtypes) {
   return kestrel::plugin_shapes::gemm_fits(op) && float_dtype(dtype) && in_mask(dtypes, dtype);
 }
 
-namespace {
-
-// Whether the GEMM shader's wide register blocks are used (gemm.comp): on software devices, where they
-// took 1.7x less time; GPUs keep the narrow ones until a GPU run compares the two.
-// KESTREL_VULKAN_GEMM_BLOCKS=wide or narrow chooses, for that comparison.
 bool wide_blocks(const kestrel_context* context) {
   static const std::string forced = [] {
     const char* v = std::getenv("KESTREL_VULKAN_GEMM_BLOCKS");
@@ -51,6 +46,8 @@ bool wide_blocks(const kestrel_context* context) {
          KESTREL_STATUS_INVALID_ARGUMENT);
   return context->physical->properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
 }
+
+namespace {
 
 // The tiled GEMM dispatch for c = a @ b (as rank 3), with its grid; false when there is nothing to do.
 bool gemm_dispatch(kestrel_stream* stream, const std::string& shader, const kestrel_tensor& a, const kestrel_tensor& b,

@@ -43,6 +43,13 @@ bool supports_attention(const kestrel_op& op, uint32_t dtypes);  // attention, a
 void launch_attention(kestrel_stream* stream, const kestrel_op& op);
 bool supports_layer_norm(const kestrel_op& op, uint32_t dtypes);  // layer_norm, layer_norm_backward (ABI 1.7)
 void launch_layer_norm(kestrel_stream* stream, const kestrel_op& op);
+bool supports_conv(const kestrel_op& op, uint32_t dtypes);  // conv2d and its two gradients (ABI 1.10)
+void launch_conv(kestrel_stream* stream, const kestrel_op& op);
+
+// Whether the tiled products (shaders/tiles.glsl) use their wide register blocks: on software devices,
+// where they took 1.7x less time; GPUs keep the narrow ones until a GPU run compares the two.
+// KESTREL_VULKAN_GEMM_BLOCKS=wide or narrow chooses, for that comparison (ops_gemm.cpp).
+bool wide_blocks(const kestrel_context* context);
 
 // The shaders' integer test for a Bernoulli draw of probability p on a Philox word w: keep when
 // (w >> 8) < the threshold (ops_random.cpp).

@@ -296,7 +296,7 @@ const kestrel::plugin_sdk::FamilyTable<Family> families{KESTREL_REQUIRED_FAMILIE
                                                         KESTREL_FAMILY(softmax), KESTREL_FAMILY(softmax_cross_entropy),
                                                         KESTREL_FAMILY(optimizer), KESTREL_FAMILY(lstm_cell),
                                                         KESTREL_FAMILY(gru_cell), KESTREL_FAMILY(attention),
-                                                        KESTREL_FAMILY(layer_norm)};
+                                                        KESTREL_FAMILY(layer_norm), KESTREL_FAMILY(conv)};
 
 // The dtypes the families' supports_* check, and kFloat64Arithmetic where the device has it.
 uint32_t context_dtypes(const kestrel_context* context) {

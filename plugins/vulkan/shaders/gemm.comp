@@ -1,11 +1,5 @@
 #version 450
-// C = alpha * A @ B + beta * C for each batch entry. A workgroup computes a 64 x 64 block of C; each
-// invocation keeps a BLOCK x BLOCK block of sums in registers (rows ly + THREADS i, columns lx +
-// THREADS j) and the operands pass through shared memory in slices of TILE_K along K. The WIDE variants
-// (8 x 8 sums on 8 x 8 invocations: 64 multiply-adds per 16 shared-memory reads) are for software devices
-// such as lavapipe, where every shared access is a real memory access; there the others (4 x 4 sums on
-// 16 x 16 invocations: 16 per 8) took 1.7x the time (bench/results/2026-11-26-vm-vulkan-gemm-tile-k.md).
-// GPUs keep the latter, with 4x the threads per tile for small products, until measured (ops_gemm.cpp).
+// C = alpha * A @ B + beta * C for each batch entry, through the shared tiles of tiles.glsl.
 // tensors[0] = A (batch, M, K), tensors[1] = B (batch, K, N), tensors[2] = C (batch, M, N): all rank 3
 // with arbitrary strides, so transposed and broadcast (stride-0 batch) operands need no copy.
 // floats[0] = alpha, floats[1] = beta; beta == 0 ignores C's old contents (NaN there stays out).
@@ -34,16 +28,6 @@
 #ifndef STORE_T
 #define STORE_T float
 #endif
-#ifdef WIDE
-#define THREADS 8
-#define BLOCK 8
-#else
-#define THREADS 16
-#define BLOCK 4
-#endif
-#define TILE_MN (THREADS * BLOCK)
-#define TILE_K 16  // 32: no faster with 8 x 8 blocks, and its 16.4 KiB of tiles pass Vulkan's 16 KiB minimum
-layout(local_size_x = THREADS, local_size_y = THREADS) in;
 layout(std430, set = 0, binding = 1) readonly buffer A { STORE_T data[]; } a_buf;
 layout(std430, set = 0, binding = 2) readonly buffer B { STORE_T data[]; } b_buf;
 layout(std430, set = 0, binding = 3) buffer C { STORE_T data[]; } c_buf;
@@ -57,47 +41,26 @@ float activate(int activation, float v) {
 }
 #endif
 
-// +1 keeps both ways of filling and reading a tile off one bank on real GPUs.
-shared float a_tile[TILE_MN][TILE_K + 1];
-shared float b_tile[TILE_K][TILE_MN + 1];
+// Batch entry gl_WorkGroupID.z's operands through their strides.
+float load_a(uint row, uint k) {
+  uint batch = gl_WorkGroupID.z;
+  return LOAD(a_buf.data[P.tensors[0].offset + batch * STRIDE(0, 0) + row * STRIDE(0, 1) + k * STRIDE(0, 2)]);
+}
+float load_b(uint k, uint col) {
+  uint batch = gl_WorkGroupID.z;
+  return LOAD(b_buf.data[P.tensors[1].offset + batch * STRIDE(1, 0) + k * STRIDE(1, 1) + col * STRIDE(1, 2)]);
+}
+#include "tiles.glsl"
 
 void main() {
   const uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y, batch = gl_WorkGroupID.z;
-  const uint lane = ly * THREADS + lx;
   const uint M = SHAPE(2, 1), N = SHAPE(2, 2), K = SHAPE(0, 2);
   const uint row0 = gl_WorkGroupID.y * TILE_MN, col0 = gl_WorkGroupID.x * TILE_MN;
-  const uint a_base = P.tensors[0].offset + batch * STRIDE(0, 0);
-  const uint b_base = P.tensors[1].offset + batch * STRIDE(1, 0);
-  const uint as_m = STRIDE(0, 1), as_k = STRIDE(0, 2);
-  const uint bs_k = STRIDE(1, 1), bs_n = STRIDE(1, 2);
-
+  // Fill along each operand's unit stride (A row-major, B transposed), else along M or N.
+  const bool a_along_k = STRIDE(0, 2) == 1u || STRIDE(0, 1) != 1u;
+  const bool b_along_n = STRIDE(1, 2) == 1u || STRIDE(1, 1) != 1u;
   float acc[BLOCK][BLOCK];
-  for (int i = 0; i < BLOCK; ++i)
-    for (int j = 0; j < BLOCK; ++j) acc[i][j] = 0.0;
-
-  // Neighbouring invocations load neighbouring elements: along K where that is an operand's unit stride
-  // (A row-major, B transposed), else along M or N, so a transposed operand is not read a stride apart.
-  const bool a_along_k = as_k == 1u || as_m != 1u, b_along_n = bs_n == 1u || bs_k != 1u;
-  for (uint k0 = 0; k0 < K; k0 += TILE_K) {
-    // Each invocation loads 1024 / THREADS^2 elements of each 64 x 16 (A) and 16 x 64 (B) slice.
-    for (uint e = lane; e < TILE_MN * TILE_K; e += THREADS * THREADS) {
-      uint r = a_along_k ? e / TILE_K : e % TILE_MN, k = a_along_k ? e % TILE_K : e / TILE_MN;  // A: row r, column k
-      uint gr = row0 + r, gk = k0 + k;
-      a_tile[r][k] = (gr < M && gk < K) ? LOAD(a_buf.data[a_base + gr * as_m + gk * as_k]) : 0.0;
-      uint bk = b_along_n ? e / TILE_MN : e % TILE_K, c = b_along_n ? e % TILE_MN : e / TILE_K;  // B: row bk, column c
-      uint gbk = k0 + bk, gc = col0 + c;
-      b_tile[bk][c] = (gbk < K && gc < N) ? LOAD(b_buf.data[b_base + gbk * bs_k + gc * bs_n]) : 0.0;
-    }
-    barrier();
-    for (uint kk = 0; kk < TILE_K; ++kk) {
-      float a[BLOCK], b[BLOCK];
-      for (int i = 0; i < BLOCK; ++i) a[i] = a_tile[ly + THREADS * i][kk];
-      for (int j = 0; j < BLOCK; ++j) b[j] = b_tile[kk][lx + THREADS * j];
-      for (int i = 0; i < BLOCK; ++i)
-        for (int j = 0; j < BLOCK; ++j) acc[i][j] += a[i] * b[j];
-    }
-    barrier();
-  }
+  multiply_tiles(M, N, K, row0, col0, a_along_k, b_along_n, acc);
 
   const float alpha = PFLOAT(0), beta = PFLOAT(1);
   const uint c_base = P.tensors[2].offset + batch * STRIDE(2, 0);

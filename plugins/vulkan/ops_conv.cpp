@@ -1,0 +1,103 @@
+// The fused convolution family (shaders/conv.comp, ABI 1.10) as implicit GEMMs on the shared product
+// tiles: forward, the input's gradient and the weight's read the images and gradients in place, so the
+// (C*KH*KW, N*OH*OW) column matrix of the composed im2col path is never written; the bias gradient is a
+// small reduction of its own. f32 only (16-bit convolutions compose).
+#include "vk_ops.hpp"
+
+namespace kestrel_vk {
+
+namespace {
+
+constexpr uint32_t kTile = 64;            // TILE_MN in shaders/tiles.glsl
+constexpr int64_t kMostReduced = 16 * 65535;  // lavapipe ends a loop after 65535 iterations of K / TILE_K
+
+// x (N,C,H,W), the weight (O,C,KH,KW) and y or dy (N,O,OH,OW) of a conv op, by kind (plugin_shapes::conv_fits).
+struct ConvTensors {
+  const kestrel_tensor *x, *weight, *y;
+};
+ConvTensors tensors_of(const kestrel_op& op) {
+  switch (op.kind) {
+    case KESTREL_OP_CONV2D: return {&op.inputs[0], &op.inputs[1], &op.outputs[0]};
+    case KESTREL_OP_CONV2D_BACKWARD_DATA: return {&op.outputs[0], &op.inputs[1], &op.inputs[0]};
+    default: return {&op.inputs[1], &op.outputs[0], &op.inputs[0]};
+  }
+}
+
+// The length of the sums each kind's product makes: C*KH*KW forward, O*KH*KW for the data gradient and
+// N*OH*OW for the filter's.
+int64_t reduced_length(const kestrel_op& op, const kestrel::plugin_shapes::WindowGeometry& g, int64_t out_channels) {
+  const int64_t taps = int64_t(g.kh) * g.kw;
+  if (op.kind == KESTREL_OP_CONV2D) return g.c * taps;
+  if (op.kind == KESTREL_OP_CONV2D_BACKWARD_DATA) return out_channels * taps;
+  return g.n * g.oh * g.ow;
+}
+
+}  // namespace
+
+bool supports_conv(const kestrel_op& op, uint32_t dtypes) {
+  if (!kestrel::plugin_shapes::conv_fits(op) || !all_contiguous(op)) return false;
+  if (op.outputs[0].dtype != KESTREL_DTYPE_F32 || !in_mask(dtypes, KESTREL_DTYPE_F32)) return false;
+  const ConvTensors t = tensors_of(op);
+  const auto g = kestrel::plugin_shapes::conv_geometry(params_of<kestrel_conv_params>(op, "conv2d"), *t.x, *t.weight);
+  return reduced_length(op, g, t.weight->shape[0]) <= kMostReduced;
+}
+
+void launch_conv(kestrel_stream* stream, const kestrel_op& op) {
+  const auto& p = params_of<kestrel_conv_params>(op, "conv2d");
+  const ConvTensors t = tensors_of(op);
+  const auto g = kestrel::plugin_shapes::conv_geometry(p, *t.x, *t.weight);
+  const int64_t out_channels = t.weight->shape[0], taps = int64_t(g.kh) * g.kw;
+  // A dispatch of `shader` over the given tensors (tensor k at binding k + 1), with the geometry.
+  auto dispatch = [&](const std::string& shader, std::initializer_list<const kestrel_tensor*> tensors) {
+    Dispatch d;
+    d.shader = shader;
+    int k = 0;
+    for (const kestrel_tensor* tensor : tensors) {
+      if (tensor) {
+        d.params.tensors[k].offset = static_cast<uint32_t>(tensor->offset);
+        d.buffers[k] = tensor->buffer;
+      }
+      ++k;
+    }
+    const int64_t geometry[15] = {g.n, g.c, g.h, g.w, out_channels, g.kh, g.kw, g.oh, g.ow,
+                                  g.sh, g.sw, g.ph, g.pw, g.dh, g.dw};
+    for (int i = 0; i < 15; ++i) d.params.ints[i] = static_cast<int32_t>(geometry[i]);
+    d.params.ints[15] = p.activation == KESTREL_ACTIVATION_RELU ? 1 : 0;
+    return d;
+  };
+  // The product's grid: columns of C by x, rows by y, one 64 x 64 block a workgroup.
+  auto tiled = [&](Dispatch d, int64_t rows, int64_t columns) {
+    d.shader += wide_blocks(stream->context) ? "_wide" : "";
+    const uint32_t* limits = stream->context->physical->properties.limits.maxComputeWorkGroupCount;
+    d.groups[0] = static_cast<uint32_t>((columns + kTile - 1) / kTile);
+    d.groups[1] = static_cast<uint32_t>((rows + kTile - 1) / kTile);
+    if (d.groups[0] > limits[0] || d.groups[1] > limits[1])
+      fail("conv2d: the product exceeds this Vulkan device's grid limits; use a smaller batch",
+           KESTREL_STATUS_UNSUPPORTED);
+    return d;
+  };
+  const bool relu = p.activation == KESTREL_ACTIVATION_RELU;
+  const kestrel_tensor* y_for_mask = relu ? &op.inputs[2] : nullptr;
+  switch (op.kind) {
+    case KESTREL_OP_CONV2D: {
+      const kestrel_tensor* bias = op.num_inputs == 3 ? &op.inputs[2] : nullptr;
+      Dispatch d = dispatch("conv_forward_f32", {t.x, t.weight, t.y, bias});
+      d.params.uints[0] = bias ? 1u : 0u;
+      return run(stream, {tiled(d, out_channels, g.n * g.oh * g.ow)});
+    }
+    case KESTREL_OP_CONV2D_BACKWARD_DATA:
+      return run(stream, {tiled(dispatch("conv_data_f32", {t.y, t.weight, t.x, y_for_mask}), g.c, g.n * g.h * g.w)});
+    default: {
+      std::vector<Dispatch> dispatches{
+          tiled(dispatch("conv_filter_f32", {t.y, t.x, t.weight, y_for_mask}), out_channels, g.c * taps)};
+      if (op.num_outputs == 2) {  // the bias gradient: a workgroup per channel
+        Dispatch bias = dispatch("conv_bias_f32", {t.y, t.x, &op.outputs[1], y_for_mask});
+        bias.groups[0] = static_cast<uint32_t>(out_channels);
+        dispatches.push_back(bias);
+      }
+      return run(stream, dispatches);
+    }
+  }
+}
+
+}  // namespace kestrel_vk
