@@ -1,7 +1,7 @@
 // The fused convolution family (shaders/conv.comp, ABI 1.10) as implicit GEMMs on the shared product
 // tiles: forward, the input's gradient and the weight's read the images and gradients in place, so the
 // (C*KH*KW, N*OH*OW) column matrix of the composed im2col path is never written; the bias gradient is a
-// small reduction of its own. f32 only (16-bit convolutions compose).
+// small reduction of its own. f16 and bf16 where the device stores 16 bits, computed in f32.
 #include "vk_ops.hpp"
 
 namespace kestrel_vk {
@@ -36,7 +36,8 @@ int64_t reduced_length(const kestrel_op& op, const kestrel::plugin_shapes::Windo
 
 bool supports_conv(const kestrel_op& op, uint32_t dtypes) {
   if (!kestrel::plugin_shapes::conv_fits(op) || !all_contiguous(op)) return false;
-  if (op.outputs[0].dtype != KESTREL_DTYPE_F32 || !in_mask(dtypes, KESTREL_DTYPE_F32)) return false;
+  const kestrel_dtype dtype = op.outputs[0].dtype;
+  if (!float_dtype(dtype) || !in_mask(dtypes, dtype)) return false;
   const ConvTensors t = tensors_of(op);
   const auto g = kestrel::plugin_shapes::conv_geometry(params_of<kestrel_conv_params>(op, "conv2d"), *t.x, *t.weight);
   return reduced_length(op, g, t.weight->shape[0]) <= kMostReduced;
@@ -50,7 +51,7 @@ void launch_conv(kestrel_stream* stream, const kestrel_op& op) {
   // A dispatch of `shader` over the given tensors (tensor k at binding k + 1), with the geometry.
   auto dispatch = [&](const std::string& shader, std::initializer_list<const kestrel_tensor*> tensors) {
     Dispatch d;
-    d.shader = shader;
+    d.shader = shader + dtype_suffix(op.outputs[0].dtype);
     int k = 0;
     for (const kestrel_tensor* tensor : tensors) {
       if (tensor) {
@@ -81,17 +82,17 @@ void launch_conv(kestrel_stream* stream, const kestrel_op& op) {
   switch (op.kind) {
     case KESTREL_OP_CONV2D: {
       const kestrel_tensor* bias = op.num_inputs == 3 ? &op.inputs[2] : nullptr;
-      Dispatch d = dispatch("conv_forward_f32", {t.x, t.weight, t.y, bias});
+      Dispatch d = dispatch("conv_forward_", {t.x, t.weight, t.y, bias});
       d.params.uints[0] = bias ? 1u : 0u;
       return run(stream, {tiled(d, out_channels, g.n * g.oh * g.ow)});
     }
     case KESTREL_OP_CONV2D_BACKWARD_DATA:
-      return run(stream, {tiled(dispatch("conv_data_f32", {t.y, t.weight, t.x, y_for_mask}), g.c, g.n * g.h * g.w)});
+      return run(stream, {tiled(dispatch("conv_data_", {t.y, t.weight, t.x, y_for_mask}), g.c, g.n * g.h * g.w)});
     default: {
       std::vector<Dispatch> dispatches{
-          tiled(dispatch("conv_filter_f32", {t.y, t.x, t.weight, y_for_mask}), out_channels, g.c * taps)};
+          tiled(dispatch("conv_filter_", {t.y, t.x, t.weight, y_for_mask}), out_channels, g.c * taps)};
       if (op.num_outputs == 2) {  // the bias gradient: a workgroup per channel
-        Dispatch bias = dispatch("conv_bias_f32", {t.y, t.x, &op.outputs[1], y_for_mask});
+        Dispatch bias = dispatch("conv_bias_", {t.y, t.x, &op.outputs[1], y_for_mask});
         bias.groups[0] = static_cast<uint32_t>(out_channels);
         dispatches.push_back(bias);
       }

@@ -10,21 +10,35 @@
 // gives each one's offset: FORWARD 0 x, 1 w, 2 y, 3 bias; DATA 0 dy, 1 w, 2 dx, 3 y; FILTER and BIAS 0 dy,
 // 1 x, 2 dw or db, 3 y; bindings 1-4 in the same order. Geometry in ints: 0 N, 1 C, 2 H, 3 W, 4 O, 5 KH,
 // 6 KW, 7 OH, 8 OW, 9 SH, 10 SW, 11 PH, 12 PW, 13 DH, 14 DW, 15 ReLU; uints[0] = bias (FORWARD).
-// f32 only: 16-bit convolutions compose.
-// kestrel-variant: conv_forward_f32 -DFORWARD=1
-// kestrel-variant: conv_data_f32 -DDATA=1
-// kestrel-variant: conv_filter_f32 -DFILTER=1
-// kestrel-variant: conv_forward_f32_wide -DFORWARD=1 -DWIDE=1
-// kestrel-variant: conv_data_f32_wide -DDATA=1 -DWIDE=1
-// kestrel-variant: conv_filter_f32_wide -DFILTER=1 -DWIDE=1
-// kestrel-variant: conv_bias_f32 -DBIAS=1
-#include "common.glsl"
+// STORE_T is the stored element type of every tensor: f16 and bf16 are loaded into floats, the products
+// and sums run in f32, and each result is rounded once when stored.
+// kestrel-variant: conv_forward_f32 -DFORWARD=1 -DSTORE_T=float
+// kestrel-variant: conv_forward_f32_wide -DFORWARD=1 -DSTORE_T=float -DWIDE=1
+// kestrel-variant: conv_data_f32 -DDATA=1 -DSTORE_T=float
+// kestrel-variant: conv_data_f32_wide -DDATA=1 -DSTORE_T=float -DWIDE=1
+// kestrel-variant: conv_filter_f32 -DFILTER=1 -DSTORE_T=float
+// kestrel-variant: conv_filter_f32_wide -DFILTER=1 -DSTORE_T=float -DWIDE=1
+// kestrel-variant: conv_bias_f32 -DBIAS=1 -DSTORE_T=float
+// kestrel-variant: conv_forward_f16 -DFORWARD=1 -DSTORE_T=float16_t
+// kestrel-variant: conv_forward_f16_wide -DFORWARD=1 -DSTORE_T=float16_t -DWIDE=1
+// kestrel-variant: conv_data_f16 -DDATA=1 -DSTORE_T=float16_t
+// kestrel-variant: conv_data_f16_wide -DDATA=1 -DSTORE_T=float16_t -DWIDE=1
+// kestrel-variant: conv_filter_f16 -DFILTER=1 -DSTORE_T=float16_t
+// kestrel-variant: conv_filter_f16_wide -DFILTER=1 -DSTORE_T=float16_t -DWIDE=1
+// kestrel-variant: conv_bias_f16 -DBIAS=1 -DSTORE_T=float16_t
+// kestrel-variant: conv_forward_bf16 -DFORWARD=1 -DBF16=1
+// kestrel-variant: conv_forward_bf16_wide -DFORWARD=1 -DBF16=1 -DWIDE=1
+// kestrel-variant: conv_data_bf16 -DDATA=1 -DBF16=1
+// kestrel-variant: conv_data_bf16_wide -DDATA=1 -DBF16=1 -DWIDE=1
+// kestrel-variant: conv_filter_bf16 -DFILTER=1 -DBF16=1
+// kestrel-variant: conv_filter_bf16_wide -DFILTER=1 -DBF16=1 -DWIDE=1
+// kestrel-variant: conv_bias_bf16 -DBIAS=1 -DBF16=1
 #define T float
-#define STORE_T float
-layout(std430, set = 0, binding = 1) readonly buffer T0 { float data[]; } t0;
-layout(std430, set = 0, binding = 2) readonly buffer T1 { float data[]; } t1;
-layout(std430, set = 0, binding = 3) writeonly buffer T2 { float data[]; } t2;
-layout(std430, set = 0, binding = 4) readonly buffer T3 { float data[]; } t3;
+#include "common.glsl"
+layout(std430, set = 0, binding = 1) readonly buffer T0 { STORE_T data[]; } t0;
+layout(std430, set = 0, binding = 2) readonly buffer T1 { STORE_T data[]; } t1;
+layout(std430, set = 0, binding = 3) writeonly buffer T2 { STORE_T data[]; } t2;
+layout(std430, set = 0, binding = 4) readonly buffer T3 { STORE_T data[]; } t3;
 
 #define G_N uint(PINT(0))
 #define G_C uint(PINT(1))
@@ -55,14 +69,14 @@ layout(std430, set = 0, binding = 4) readonly buffer T3 { float data[]; } t3;
 // x (n, c) at row iy, column ix of the image, 0 in the padding.
 float image(uint n, uint c, int iy, int ix) {
   if (iy < 0 || iy >= G_H || ix < 0 || ix >= G_W) return 0.0;
-  return X_DATA[X_AT + ((n * G_C + c) * uint(G_H) + uint(iy)) * uint(G_W) + uint(ix)];
+  return LOAD(X_DATA[X_AT + ((n * G_C + c) * uint(G_H) + uint(iy)) * uint(G_W) + uint(ix)]);
 }
 
 // dy' at (n, o, pixel l of the output plane): dy (tensor 0), masked by y (tensor 3) with ReLU.
 float output_grad(uint n, uint o, uint l) {
   uint at = (n * G_O + o) * G_OH * G_OW + l;
-  float g = t0.data[AT(0) + at];
-  return RELU && !(t3.data[AT(3) + at] > 0.0) ? 0.0 : g;
+  float g = LOAD(t0.data[AT(0) + at]);
+  return RELU && !(LOAD(t3.data[AT(3) + at]) > 0.0) ? 0.0 : g;
 }
 
 // The window tap of row k of a column matrix: input channel c, kernel row ky, column kx.
@@ -75,7 +89,7 @@ void tap(uint k, out uint c, out int ky, out int kx) {
 }
 
 #if defined(FORWARD)
-float load_a(uint o, uint k) { return t1.data[AT(1) + o * G_C * G_KH * G_KW + k]; }
+float load_a(uint o, uint k) { return LOAD(t1.data[AT(1) + o * G_C * G_KH * G_KW + k]); }
 float load_b(uint k, uint col) {  // column col = n * L + l of x's column matrix
   uint c;
   int ky, kx;
@@ -86,7 +100,7 @@ float load_b(uint k, uint col) {  // column col = n * L + l of x's column matrix
 #elif defined(DATA)
 float load_a(uint c, uint k) {  // w^T: row c, column k = o * KH*KW + tap
   uint taps = G_KH * G_KW, o = k / taps;
-  return t1.data[AT(1) + (o * G_C + c) * taps + (k - o * taps)];
+  return LOAD(t1.data[AT(1) + (o * G_C + c) * taps + (k - o * taps)]);
 }
 float load_b(uint k, uint col) {  // the output gradient input pixel col = (n, h, w) receives through tap k
   uint taps = G_KH * G_KW, o = k / taps, t = k - o * taps;
@@ -141,14 +155,14 @@ void main() {
 #if defined(FORWARD)
       uint n = col / spatial;
       float v = acc[i][j];
-      if (PUINT(0) != 0u) v += t3.data[AT(3) + row];
+      if (PUINT(0) != 0u) v += LOAD(t3.data[AT(3) + row]);
       if (RELU) v = isnan(v) ? v : max(v, 0.0);  // NaN stays NaN, as torch's relu (see unary.comp)
-      t2.data[AT(2) + (n * G_O + row) * spatial + (col - n * spatial)] = v;
+      t2.data[AT(2) + (n * G_O + row) * spatial + (col - n * spatial)] = STORE(v);
 #elif defined(DATA)
       uint plane = uint(G_H * G_W), n = col / plane;
-      t2.data[AT(2) + (n * G_C + row) * plane + (col - n * plane)] = acc[i][j];
+      t2.data[AT(2) + (n * G_C + row) * plane + (col - n * plane)] = STORE(acc[i][j]);
 #else
-      t2.data[AT(2) + row * N + col] = acc[i][j];
+      t2.data[AT(2) + row * N + col] = STORE(acc[i][j]);
 #endif
     }
   }
@@ -172,6 +186,6 @@ void main() {
     if (lid < s) partial[lid] += partial[lid + s];
     barrier();
   }
-  if (lid == 0u) t2.data[AT(2) + o] = partial[0];
+  if (lid == 0u) t2.data[AT(2) + o] = STORE(partial[0]);
 }
 #endif
