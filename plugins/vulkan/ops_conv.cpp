@@ -8,7 +8,6 @@ namespace kestrel_vk {
 
 namespace {
 
-constexpr uint32_t kTile = 64;            // TILE_MN in shaders/tiles.glsl
 constexpr int64_t kMostReduced = 16 * 65535;  // lavapipe ends a loop after 65535 iterations of K / TILE_K
 
 // x (N,C,H,W), the weight (O,C,KH,KW) and y or dy (N,O,OH,OW) of a conv op, by kind (plugin_shapes::conv_fits).
@@ -66,15 +65,8 @@ void launch_conv(kestrel_stream* stream, const kestrel_op& op) {
     d.params.ints[15] = p.activation == KESTREL_ACTIVATION_RELU ? 1 : 0;
     return d;
   };
-  // The product's grid: columns of C by x, rows by y, one 64 x 64 block a workgroup.
   auto tiled = [&](Dispatch d, int64_t rows, int64_t columns) {
-    d.shader += wide_blocks(stream->context) ? "_wide" : "";
-    const uint32_t* limits = stream->context->physical->properties.limits.maxComputeWorkGroupCount;
-    d.groups[0] = static_cast<uint32_t>((columns + kTile - 1) / kTile);
-    d.groups[1] = static_cast<uint32_t>((rows + kTile - 1) / kTile);
-    if (d.groups[0] > limits[0] || d.groups[1] > limits[1])
-      fail("conv2d: the product exceeds this Vulkan device's grid limits; use a smaller batch",
-           KESTREL_STATUS_UNSUPPORTED);
+    set_tile_grid(stream->context, d, uint64_t(rows), uint64_t(columns), 1, "conv2d's product");
     return d;
   };
   const bool relu = p.activation == KESTREL_ACTIVATION_RELU;

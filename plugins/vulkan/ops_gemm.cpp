@@ -11,8 +11,6 @@ namespace kestrel_vk {
 
 namespace {
 
-constexpr uint32_t kTile = 64;  // TILE_MN in gemm.comp: the block of C one workgroup computes
-
 // A rank-2 operand as a batch of one (batch stride 0), so the shader sees rank 3 everywhere.
 TensorDesc as_batched(const kestrel_tensor& t) {
   TensorDesc desc = describe(t);
@@ -47,12 +45,24 @@ bool wide_blocks(const kestrel_context* context) {
   return context->physical->properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
 }
 
+void set_tile_grid(const kestrel_context* context, Dispatch& d, uint64_t rows, uint64_t columns, uint64_t batch,
+                   const std::string& what) {
+  d.shader += wide_blocks(context) ? "_wide" : "";
+  const uint64_t groups[3] = {(columns + kTile - 1) / kTile, (rows + kTile - 1) / kTile, batch};
+  const uint32_t* limits = context->physical->properties.limits.maxComputeWorkGroupCount;
+  for (int i = 0; i < 3; ++i) {
+    if (groups[i] > limits[i])
+      fail(what + " exceeds this Vulkan device's grid limits; split the batch", KESTREL_STATUS_UNSUPPORTED);
+    d.groups[i] = static_cast<uint32_t>(groups[i]);
+  }
+}
+
 namespace {
 
 // The tiled GEMM dispatch for c = a @ b (as rank 3), with its grid; false when there is nothing to do.
 bool gemm_dispatch(kestrel_stream* stream, const std::string& shader, const kestrel_tensor& a, const kestrel_tensor& b,
                    const kestrel_tensor& c, Dispatch& d) {
-  d.shader = shader + (wide_blocks(stream->context) ? "_wide" : "");
+  d.shader = shader;
   d.params.tensors[0] = as_batched(a);
   d.params.tensors[1] = as_batched(b);
   d.params.tensors[2] = as_batched(c);
@@ -61,14 +71,8 @@ bool gemm_dispatch(kestrel_stream* stream, const std::string& shader, const kest
   d.buffers[2] = c.buffer;
   const uint32_t batch = d.params.tensors[2].shape[0], m = d.params.tensors[2].shape[1], n = d.params.tensors[2].shape[2];
   if (batch == 0 || m == 0 || n == 0) return false;  // K == 0 still runs: C = beta * C (or the bias)
-  const uint32_t* limits = stream->context->physical->properties.limits.maxComputeWorkGroupCount;
-  d.groups[0] = (n + kTile - 1) / kTile;
-  d.groups[1] = (m + kTile - 1) / kTile;
-  d.groups[2] = batch;
-  if (d.groups[0] > limits[0] || d.groups[1] > limits[1] || d.groups[2] > limits[2])
-    fail("gemm of " + std::to_string(batch) + " x " + std::to_string(m) + " x " + std::to_string(n) +
-             " exceeds this Vulkan device's grid limits; split the batch",
-         KESTREL_STATUS_UNSUPPORTED);
+  set_tile_grid(stream->context, d, m, n, batch,
+                "gemm of " + std::to_string(batch) + " x " + std::to_string(m) + " x " + std::to_string(n));
   return true;
 }
 

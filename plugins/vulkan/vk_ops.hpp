@@ -47,9 +47,16 @@ bool supports_conv(const kestrel_op& op, uint32_t dtypes);  // conv2d and its tw
 void launch_conv(kestrel_stream* stream, const kestrel_op& op);
 
 // Whether the tiled products (shaders/tiles.glsl) use their wide register blocks: on software devices,
-// where they took 1.7x less time; GPUs keep the narrow ones until a GPU run compares the two.
+// where they took half the time; GPUs keep the narrow ones until a GPU run compares the two.
 // KESTREL_VULKAN_GEMM_BLOCKS=wide or narrow chooses, for that comparison (ops_gemm.cpp).
 bool wide_blocks(const kestrel_context* context);
+// The block of the result one workgroup of a tiled product computes (TILE_MN in shaders/tiles.glsl).
+constexpr uint32_t kTile = 64;
+// A tiled product's variant and grid: "_wide" appended to d.shader where wide_blocks, one workgroup per
+// kTile x kTile block of the (rows x columns) result, z over the batch; a grid past the device's limits
+// fails, naming `what` (ops_gemm.cpp).
+void set_tile_grid(const kestrel_context* context, Dispatch& d, uint64_t rows, uint64_t columns, uint64_t batch,
+                   const std::string& what);
 
 // The shaders' integer test for a Bernoulli draw of probability p on a Philox word w: keep when
 // (w >> 8) < the threshold (ops_random.cpp).

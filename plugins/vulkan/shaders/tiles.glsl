@@ -3,7 +3,7 @@
 // columns lx + THREADS j), and the operands pass through shared memory in slices of TILE_K along K. The
 // WIDE variants (8 x 8 sums on 8 x 8 invocations: 64 multiply-adds per 16 shared-memory reads) are for
 // software devices such as lavapipe, where every shared access is a real memory access; there the others
-// (4 x 4 sums on 16 x 16 invocations: 16 per 8) took 1.7x the time (bench/results/2026-11-26-vm-vulkan-
+// (4 x 4 sums on 16 x 16 invocations: 16 per 8) took about twice the time (bench/results/2026-11-26-vm-vulkan-
 // gemm-tile-k.md). GPUs keep the latter, with 4x the threads per tile for small products, until measured.
 // The including shader defines, before including this:
 //   float load_a(uint row, uint k)   element (row, k) of A (M x K), called only inside it
