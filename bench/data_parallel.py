@@ -10,6 +10,13 @@
    share of that span spent computing is the communication hidden behind backward.
 
     python3 bench/data_parallel.py [--ranks 2] [--rounds 3] [--steps 60]
+
+On another backend (--backend vulkan) only the training part runs, and --compare-plugin SO adds a second
+plugin build (loaded through KESTREL_PLUGIN_PATH) that alternates with the build's own round by round:
+an A/B of a change to the backend's collectives, e.g. Vulkan's synchronous against asynchronous ones.
+
+    python3 bench/data_parallel.py --backend vulkan --only seeds_mlp --caps 1000 1 --steps 30 \
+        --compare-plugin /tmp/before/libkestrel_vulkan.so
 """
 import argparse
 import json
@@ -40,10 +47,12 @@ def allreduce(build, ranks, rounds):
         f"{build}/bin/bench_allreduce", "--rounds", str(rounds * 3)])
 
 
-def train(build, ranks, config, cap, steps, extra, out):
+def train(build, ranks, config, cap, steps, extra, out, backend="cpu", plugin=None):
     command = mpirun(ranks) + [str(ROOT / build / "bin" / "kestrel"), "train", str(ROOT / "models" / config),
-                               "--max-steps", str(steps), "--bucket-mb", str(cap), "--out", out, "--quiet"] + extra
-    subprocess.run(command, check=True, capture_output=True, text=True, env=ENV)
+                               "--max-steps", str(steps), "--bucket-mb", str(cap), "--out", out, "--quiet",
+                               "--backend", backend] + extra
+    env = dict(ENV, KESTREL_PLUGIN_PATH=plugin) if plugin else ENV
+    subprocess.run(command, check=True, capture_output=True, text=True, env=env)
     with open(os.path.join(out, "summary.json")) as f:
         return json.load(f)
 
@@ -54,7 +63,13 @@ def main():
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--backend", default="cpu")
+    parser.add_argument("--only", help="the run configs whose name contains this")
+    parser.add_argument("--caps", type=float, nargs="+", help="bucket caps in MiB instead of each config's own")
+    parser.add_argument("--compare-plugin", help="another build of the backend's plugin (.so), alternating rounds")
     args = parser.parse_args()
+    if args.backend != "cpu" or args.compare_plugin:
+        return compare_plugins(args)
 
     sizes, shown = allreduce(args.build, args.ranks, args.rounds)
     lines = ["# Data parallelism on the CPU backend: all-reduce bandwidth and overlap with backward", "",
@@ -97,6 +112,46 @@ def main():
                 versus = "(baseline)" if wait == one_bucket_wait else f"{1 - wait / one_bucket_wait:.2f}"
                 lines.append(f"| {config} | {cap:g} | {rate:.0f} | {wait:.2f} | {span:.2f} | {hidden:.2f} | {versus} |")
     path, _ = result_path("data-parallel-cpu")
+    write(path, lines)
+
+
+def compare_plugins(args):
+    """Training only, on args.backend: the build's plugin (and args.compare_plugin) round by round."""
+    plugins = {"build": None}
+    if args.compare_plugin:
+        plugins["compared"] = os.path.abspath(args.compare_plugin)
+    flags = f"--backend {args.backend} --ranks {args.ranks} --rounds {args.rounds} --steps {args.steps}"
+    flags += f" --only {args.only}" if args.only else ""
+    flags += " --caps " + " ".join(f"{c:g}" for c in args.caps) if args.caps else ""
+    flags += f" --compare-plugin {args.compare_plugin}" if args.compare_plugin else ""
+    lines = [f"# Data parallelism on the {args.backend} backend: gradient sums during backward", "",
+             f"Command: `python3 bench/data_parallel.py {flags}` (OpenMPI, {args.ranks} ranks on this machine).", "",
+             f"`kestrel train CONFIG --backend {args.backend} --max-steps {args.steps} --bucket-mb CAP`; the plugins "
+             "alternate round by round (`compared` is loaded through KESTREL_PLUGIN_PATH); medians over "
+             f"{args.rounds} rounds of rank 0's figures. wait: seconds per step rank 0 waited after backward for "
+             "the sums (on a device, this includes the device finishing backward); span: seconds per step from the "
+             "first bucket sent to the last sum done.", "",
+             "| run config | plugin | bucket cap (MiB) | samples/s | wait (ms/step) | span (ms/step) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    workloads = [w for w in WORKLOADS if not args.only or args.only in w[0]]
+    with tempfile.TemporaryDirectory() as scratch:
+        for config, caps, extra in workloads:
+            caps = args.caps or caps
+            results = {(name, cap): [] for name in plugins for cap in caps}
+            for round_ in range(args.rounds):
+                names = list(plugins) if round_ % 2 == 0 else list(reversed(plugins))
+                for name in names:
+                    for cap in caps:
+                        out = os.path.join(scratch, f"{config}-{name}-{cap}-{round_}")
+                        results[(name, cap)].append(train(args.build, args.ranks, config, cap, args.steps, extra, out,
+                                                          args.backend, plugins[name]))
+            for (name, cap), runs in results.items():
+                steps = runs[0]["steps"]
+                rate = statistics.median(r["samples_per_second"] for r in runs)
+                wait = statistics.median(r["gradient_wait_seconds"] for r in runs) / steps * 1e3
+                span = statistics.median(r["gradient_sync_seconds"] for r in runs) / steps * 1e3
+                lines.append(f"| {config} | {name} | {cap:g} | {rate:.0f} | {wait:.1f} | {span:.1f} |")
+    path, _ = result_path(f"data-parallel-{args.backend}")
     write(path, lines)
 
 

@@ -33,7 +33,26 @@ struct Job {
   uint64_t ticket;
   std::string what;          // "all-reduce of 1048576 f32", for messages
   std::function<int()> run;  // the blocking MPI call; returns its error code
+  Transport::Ready ready;    // what the memory waits for first; may be empty
 };
+
+// Runs the job's `ready` (and lets go of what it holds, such as a device's fences); "" when it succeeded,
+// else why not, with the status to fail the transport with.
+std::string make_ready(Job& job, kestrel_status& status) {
+  if (!job.ready) return "";
+  try {
+    Transport::Ready ready = std::move(job.ready);
+    job.ready = nullptr;
+    ready();
+    return "";
+  } catch (const plugin_errors::Failure& f) {
+    status = f.status;
+    return f.what();
+  } catch (const std::exception& e) {
+    status = KESTREL_STATUS_INTERNAL;
+    return e.what();
+  }
+}
 
 std::string seconds_text(double s) {
   char text[32];
@@ -106,7 +125,8 @@ struct Transport::State {
   double timeout = kDefaultTimeoutSeconds;
   std::deque<Job> queue;
   uint64_t issued = 0, completed = 0;
-  bool running = false;  // the worker is inside `current`
+  bool running = false;    // the worker is inside `current`
+  bool preparing = false;  // ... in its `ready`, not yet in MPI
   Job current;
   Clock::time_point started;
   kestrel_status failed = KESTREL_STATUS_OK;
@@ -138,6 +158,20 @@ void Transport::State::work() {
     queue.pop_front();
     if (failed != KESTREL_STATUS_OK) continue;  // a failed transport runs nothing more
     running = true;
+    preparing = true;  // outside the timeout: the memory's writer (a device) is not a peer
+    lock.unlock();
+    kestrel_status status = KESTREL_STATUS_OK;
+    const std::string unready = make_ready(current, status);
+    lock.lock();
+    preparing = false;
+    if (!unready.empty()) {
+      running = false;
+      fail_with(status, "rank " + std::to_string(rank) + ": " + current.what + " could not start: " + unready,
+                current.ticket);
+      completed = current.ticket;
+      changed.notify_all();
+      continue;
+    }
     started = Clock::now();
     lock.unlock();
     const int code = current.run();
@@ -202,7 +236,7 @@ void Transport::State::watch() {
   std::unique_lock<std::mutex> lock(mutex);
   while (!stopping) {
     changed.wait_for(lock, std::chrono::milliseconds(50));
-    if (!running || failed != KESTREL_STATUS_OK) continue;
+    if (!running || preparing || failed != KESTREL_STATUS_OK) continue;
     const double waited = std::chrono::duration<double>(Clock::now() - started).count();
     if (waited < timeout) continue;
     const uint64_t ticket = current.ticket;
@@ -304,26 +338,26 @@ Transport::~Transport() {
   MPI_Comm_free(&s.inspection);
 }
 
-uint64_t Transport::issue(std::string what, std::function<int()> run) {
+uint64_t Transport::issue(std::string what, std::function<int()> run, Ready ready) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (state_->failed != KESTREL_STATUS_OK) fail(state_->failure, state_->failed);
   const uint64_t ticket = ++state_->issued;
-  state_->queue.push_back({ticket, std::move(what), std::move(run)});
+  state_->queue.push_back({ticket, std::move(what), std::move(run), std::move(ready)});
   state_->changed.notify_all();
   return ticket;
 }
 
-uint64_t Transport::all_reduce_sum(void* data, int64_t count, kestrel_dtype dtype) {
+uint64_t Transport::all_reduce_sum(void* data, int64_t count, kestrel_dtype dtype, Ready ready) {
   const auto type = mpi_type(dtype, true);
   MPI_Comm group = state_->data;
   return issue(describe("all-reduce", count, dtype), [=] {
     return in_pieces(data, count, type.second, [&](char* piece, int n) {
       return MPI_Allreduce(MPI_IN_PLACE, piece, n, type.first, MPI_SUM, group);
     });
-  });
+  }, std::move(ready));
 }
 
-uint64_t Transport::broadcast(void* data, int64_t count, kestrel_dtype dtype, int32_t root) {
+uint64_t Transport::broadcast(void* data, int64_t count, kestrel_dtype dtype, int32_t root, Ready ready) {
   if (root < 0 || root >= state_->size)
     fail("broadcast: root " + std::to_string(root) + " is not one of the " + std::to_string(state_->size) + " ranks");
   const auto type = mpi_type(dtype, false);
@@ -331,23 +365,26 @@ uint64_t Transport::broadcast(void* data, int64_t count, kestrel_dtype dtype, in
   return issue(describe("broadcast", count, dtype), [=] {
     return in_pieces(data, count, type.second,
                      [&](char* piece, int n) { return MPI_Bcast(piece, n, type.first, root, group); });
-  });
+  }, std::move(ready));
 }
 
-uint64_t Transport::reduce_scatter_sum(const void* input, void* output, int64_t n, kestrel_dtype dtype) {
+uint64_t Transport::reduce_scatter_sum(const void* input, void* output, int64_t n, kestrel_dtype dtype,
+                                       Ready ready) {
   const int count = checked_count(n, "reduce-scatter");
   const MPI_Datatype type = mpi_type(dtype, true).first;
   MPI_Comm group = state_->data;
   return issue(describe("reduce-scatter", n * state_->size, dtype),
-               [=] { return MPI_Reduce_scatter_block(input, output, count, type, MPI_SUM, group); });
+               [=] { return MPI_Reduce_scatter_block(input, output, count, type, MPI_SUM, group); },
+               std::move(ready));
 }
 
-uint64_t Transport::all_gather(const void* input, void* output, int64_t n, kestrel_dtype dtype) {
+uint64_t Transport::all_gather(const void* input, void* output, int64_t n, kestrel_dtype dtype, Ready ready) {
   const int count = checked_count(n, "all-gather");
   const MPI_Datatype type = mpi_type(dtype, false).first;
   MPI_Comm group = state_->data;
   return issue(describe("all-gather", n * state_->size, dtype),
-               [=] { return MPI_Allgather(input, count, type, output, count, type, group); });
+               [=] { return MPI_Allgather(input, count, type, output, count, type, group); },
+               std::move(ready));
 }
 
 void Transport::wait(uint64_t ticket) {

@@ -31,16 +31,21 @@ class Transport {
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
+  // What a collective's memory must wait for before MPI may read it (a device still writing it), run
+  // on the transport's thread just before the collective and outside its timeout. Throws Failure when
+  // the wait fails: the transport then fails with that status and message.
+  using Ready = std::function<void()>;
+
   // Each queues a collective and returns its ticket, 1, 2, ... in issue order. The memory is the
   // caller's and must stay valid, and unread and unwritten by anyone else, until wait(ticket) returns.
   // data: count elements, summed in place over the ranks.
-  uint64_t all_reduce_sum(void* data, int64_t count, kestrel_dtype dtype);
+  uint64_t all_reduce_sum(void* data, int64_t count, kestrel_dtype dtype, Ready ready = {});
   // data: count elements, root's everywhere.
-  uint64_t broadcast(void* data, int64_t count, kestrel_dtype dtype, int32_t root);
+  uint64_t broadcast(void* data, int64_t count, kestrel_dtype dtype, int32_t root, Ready ready = {});
   // input: world_size * n elements; output: n, this rank's block of the sum.
-  uint64_t reduce_scatter_sum(const void* input, void* output, int64_t n, kestrel_dtype dtype);
+  uint64_t reduce_scatter_sum(const void* input, void* output, int64_t n, kestrel_dtype dtype, Ready ready = {});
   // input: n elements; output: world_size * n, block r being rank r's input.
-  uint64_t all_gather(const void* input, void* output, int64_t n, kestrel_dtype dtype);
+  uint64_t all_gather(const void* input, void* output, int64_t n, kestrel_dtype dtype, Ready ready = {});
 
   // Blocks until collective `ticket` has completed; throws Failure (PEER_FAILED) when the transport
   // failed first.
@@ -63,8 +68,8 @@ class Transport {
  private:
   struct State;
   std::unique_ptr<State> state_;
-  // Queues `run` (the blocking MPI call, returning its error code) under the name `what`.
-  uint64_t issue(std::string what, std::function<int()> run);
+  // Queues `run` (the blocking MPI call, returning its error code) under the name `what`, after `ready`.
+  uint64_t issue(std::string what, std::function<int()> run, Ready ready);
 };
 
 }  // namespace kestrel::mpi_transport

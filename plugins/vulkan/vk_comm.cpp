@@ -1,11 +1,17 @@
 // Collectives of the Vulkan plugin, host-staged over MPI through the transport the CPU plugin uses too
-// (plugins/mpi). A collective waits for its stream, hands MPI the tensors' host memory — the buffers'
-// own mapping where device memory is host-visible (lavapipe, integrated GPUs), else copies read back
-// from the device — and, once MPI is done, writes staged results back in stream order. So it blocks
-// the calling thread for the transfer: correct and simple, but without the overlap of the CPU plugin's
-// collectives, which run on the transport's thread while the host goes on. Nothing better is measured
-// yet (a device-side path needs a transport that reads GPU memory, as NCCL does on CUDA).
+// (plugins/mpi). They are asynchronous, as the CPU plugin's are: issuing one submits what its stream has
+// recorded and queues the collective on the transport's thread, which first waits for the fences of the
+// device work that wrote the tensors, then runs MPI on their host memory — the buffers' own mapping where
+// device memory is host-visible (lavapipe, integrated GPUs), else host buffers that a reader stream of
+// the communicator's own fills in queue order. The host goes on recording backward meanwhile. Work on
+// the collective's stream after it (and any host wait on that stream) first waits for the collective and
+// writes staged results back to the device, in stream order (wait_for_collectives).
+//
+// A communicator is used by one host thread at a time, as NCCL's are.
+#include <algorithm>
+#include <deque>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,15 +19,30 @@
 #include "vk_capture.hpp"
 #include "vk_comm.hpp"
 
+namespace kestrel_vk {
+
+// A queued collective's leftovers: the host buffers its staged tensors use, and its staged result.
+struct PendingCollective {
+  uint64_t ticket = 0;
+  kestrel_stream* stream = nullptr;      // it was issued on
+  std::vector<kestrel_buffer*> held;      // host buffers, back to the spares once it is done
+  kestrel_buffer* result = nullptr;      // the device tensor's buffer written back from `staged_result`
+  uint64_t result_offset = 0, result_bytes = 0;
+  const kestrel_buffer* staged_result = nullptr;
+};
+
+}  // namespace kestrel_vk
+
 struct kestrel_comm {
   kestrel::mpi_transport::Transport transport;
-  // Host copies of tensors in device-only memory. Held apart: a failed transport's worker may still be
-  // inside MPI with them, so then they outlive the communicator (see comm_destroy).
-  struct Staging {
-    std::vector<char> input, output;
-  };
-  std::unique_ptr<Staging> staging = std::make_unique<Staging>();
-  kestrel_comm(int32_t rank, int32_t world_size) : transport("vulkan", rank, world_size) {}
+  kestrel_context* context;
+  // Reads tensors in device-only memory into host buffers, in queue order after the work that wrote
+  // them, without making the collectives' stream wait for anything (created on first use).
+  kestrel_stream* reader = nullptr;
+  std::vector<kestrel_buffer*> spare;                 // host buffers for staged tensors, free
+  std::deque<kestrel_vk::PendingCollective> pending;  // in issue order
+  std::set<kestrel_stream*> streams;                  // the streams whose `comm` is this one
+  kestrel_comm(kestrel_context* c, int32_t rank, int32_t world_size) : transport("vulkan", rank, world_size), context(c) {}
 };
 
 namespace kestrel_vk {
@@ -34,69 +55,202 @@ using kestrel::mpi_transport::Transport;
 using Entries = kestrel::mpi_transport::MpiEntries<Boundary, kestrel_comm>;
 using kestrel::plugin_shapes::numel;
 
-// A tensor as MPI sees it: host memory holding its bytes.
-struct HostSide {
-  const kestrel_tensor* tensor;
-  uint64_t offset, bytes;  // in its buffer
-  char* data;
-  bool staged;  // `data` is a copy, written back by run()
+kestrel_buffer* take_host_buffer(kestrel_comm* comm, uint64_t bytes) {
+  for (size_t i = 0; i < comm->spare.size(); ++i)
+    if (comm->spare[i]->reserved >= bytes) {
+      kestrel_buffer* buffer = comm->spare[i];
+      comm->spare.erase(comm->spare.begin() + long(i));
+      return buffer;
+    }
+  return allocate_host_buffer(comm->context, std::max<uint64_t>(bytes, 1));
+}
+
+void return_host_buffers(kestrel_comm* comm, std::vector<kestrel_buffer*>& buffers) {
+  comm->spare.insert(comm->spare.end(), buffers.begin(), buffers.end());
+  buffers.clear();
+}
+
+// The streams' collectives that leave staged results in [offset, offset + bytes) of `buffer`'s memory.
+std::vector<kestrel_stream*> writing_back_into(kestrel_comm* comm, const kestrel_buffer* buffer, uint64_t offset,
+                                               uint64_t bytes) {
+  std::vector<kestrel_stream*> streams;
+  const uint64_t begin = buffer->offset + offset, end = begin + bytes;
+  for (const PendingCollective& p : comm->pending) {
+    if (!p.result || p.result->buffer != buffer->buffer) continue;
+    const uint64_t from = p.result->offset + p.result_offset;
+    if (from < end && begin < from + p.result_bytes) streams.push_back(p.stream);
+  }
+  return streams;
+}
+
+// One collective being issued on `stream`: the host memory MPI gets for each tensor, and the device
+// work MPI must wait for.
+class Issue {
+ public:
+  // Collectives are not captured, so one issued while capturing is refused. A failed transport refuses at
+  // once. Everything the stream recorded is submitted now: the collective waits for it.
+  Issue(kestrel_comm* comm, kestrel_stream* stream) : comm_(comm), stream_(stream) {
+    if (stream->recording) refuse_while_capturing("a collective");
+    comm->transport.check();
+    if (stream->comm && stream->comm != comm) wait_for_collectives(stream);  // order across communicators
+    wait_for_submissions_of(stream);
+    writers_.insert(writers_.end(), stream->awaited.begin(), stream->awaited.end());
+  }
+  ~Issue() { return_host_buffers(comm_, pending_.held); }  // not issued after all (or already handed on)
+  Issue(const Issue&) = delete;
+  Issue& operator=(const Issue&) = delete;
+
+  // Host memory holding tensor `t` for MPI. `read`: MPI reads it (its bytes must be there first);
+  // `result`: MPI writes it (the device tensor gets those bytes afterwards).
+  char* host(const kestrel_tensor* t, const char* role, bool read, bool result) {
+    const uint64_t offset = collective_offset(t, role), bytes = collective_bytes(t);
+    // A staged result of an earlier collective, still to be written back where this one reads, lands first.
+    if (read)
+      for (kestrel_stream* writer : writing_back_into(comm_, t->buffer, offset, bytes)) {
+        wait_for_collectives(writer);
+        wait_for_submissions_of(writer);
+      }
+    if (t->buffer->mapped) return static_cast<char*>(t->buffer->mapped) + offset;
+    kestrel_buffer* staged = take_host_buffer(comm_, bytes);
+    pending_.held.push_back(staged);
+    if (read && bytes > 0) {
+      kestrel_stream* reader = reader_stream();
+      copy_on_device(reader, staged, 0, t->buffer, offset, bytes);
+      wait_for_submissions_of(reader);
+    }
+    if (result) {
+      pending_.result = t->buffer;
+      pending_.result_offset = offset;
+      pending_.result_bytes = bytes;
+      pending_.staged_result = staged;
+    }
+    return static_cast<char*>(staged->mapped);
+  }
+
+  // Queues the collective (`queue(transport, ready)` returns its ticket); the stream waits for it.
+  template <class Queue>
+  void queue(Queue queue) {
+    Transport::Ready ready = [writers = std::move(writers_)] {
+      for (const std::shared_ptr<Fence>& fence : writers) wait_fence(*fence);
+    };
+    pending_.ticket = queue(comm_->transport, std::move(ready));
+    pending_.stream = stream_;
+    comm_->pending.push_back(std::move(pending_));
+    pending_ = PendingCollective();
+    stream_->comm = comm_;
+    stream_->comm_ticket = comm_->pending.back().ticket;
+    comm_->streams.insert(stream_);
+  }
+
+ private:
+  kestrel_comm* comm_;
+  kestrel_stream* stream_;
+  std::vector<std::shared_ptr<Fence>> writers_;  // the submissions MPI waits for
+  PendingCollective pending_;
+
+  // Submits what `s` recorded; MPI will wait for it.
+  void wait_for_submissions_of(kestrel_stream* s) {
+    flush(s);
+    if (std::shared_ptr<Fence> latest = latest_fence(s)) writers_.push_back(std::move(latest));
+  }
+
+  kestrel_stream* reader_stream() {
+    if (!comm_->reader) {
+      auto reader = std::make_unique<kestrel_stream>();
+      reader->context = comm_->context;
+      create_stream_objects(reader.get());
+      comm_->reader = reader.release();
+    }
+    return comm_->reader;
+  }
 };
 
-// The tensor's host memory once the stream is idle: its buffer's mapping, or `staging` holding a copy
-// (read from the device when `read`: the collective's input).
-HostSide host_side(kestrel_stream* stream, const kestrel_tensor* t, const char* role, std::vector<char>& staging,
-                   bool read) {
-  const uint64_t offset = collective_offset(t, role), bytes = collective_bytes(t);
-  if (t->buffer->mapped) return {t, offset, bytes, static_cast<char*>(t->buffer->mapped) + offset, false};
-  staging.resize(bytes);
-  if (read) copy_to_host(stream, staging.data(), t->buffer, offset, bytes);
-  return {t, offset, bytes, staging.data(), true};
-}
-
-// Runs `queue`'s collective on the transport and waits for it; then a staged result goes back to the device.
-template <class Queue>
-void run(kestrel_comm* comm, kestrel_stream* stream, const HostSide& result, Queue queue) {
-  comm->transport.wait(queue(comm->transport));
-  if (result.staged) copy_to_device(stream, result.tensor->buffer, result.offset, result.data, result.bytes);
-}
-
-// Collectives run now, so the stream must have finished what came before: nothing is captured. A failed
-// transport refuses at once, before the staging memory its worker may still use is touched.
-void begin(kestrel_comm* comm, kestrel_stream* stream) {
-  if (stream->recording) refuse_while_capturing("a collective");
-  comm->transport.check();
-  synchronize(stream);
+// Drops the stream's collectives after the transport failed. Their host buffers are left alone: the
+// transport's thread may still be inside MPI with them.
+void forget_collectives(kestrel_comm* comm, kestrel_stream* stream) {
+  auto& pending = comm->pending;
+  pending.erase(std::remove_if(pending.begin(), pending.end(), [&](const auto& p) { return p.stream == stream; }),
+                pending.end());
 }
 
 }  // namespace
 
+void wait_for_collectives(kestrel_stream* stream) {
+  kestrel_comm* comm = stream->comm;
+  if (!comm) return;
+  try {
+    comm->transport.wait(stream->comm_ticket);
+  } catch (...) {
+    forget_collectives(comm, stream);  // `comm` stays: later work on the stream fails the same way
+    throw;
+  }
+  stream->comm = nullptr;  // first: the write-backs below record on the stream
+  comm->streams.erase(stream);
+  for (auto p = comm->pending.begin(); p != comm->pending.end();) {
+    if (p->stream != stream) {
+      ++p;
+      continue;
+    }
+    if (p->result) copy_to_device(stream, p->result, p->result_offset, p->staged_result->mapped, p->result_bytes);
+    return_host_buffers(comm, p->held);
+    p = comm->pending.erase(p);
+  }
+}
+
+void leave_collectives(kestrel_stream* stream) noexcept {
+  kestrel_comm* comm = stream->comm;
+  if (!comm) return;
+  try {
+    wait_for_collectives(stream);
+  } catch (...) {
+  }
+  comm->streams.erase(stream);
+  stream->comm = nullptr;
+}
+
 kestrel_status comm_unique_id(char* id, size_t id_size) { return Entries::unique_id(id, id_size); }
 
-kestrel_status comm_create(kestrel_context*, const char*, int32_t rank, int32_t world_size, kestrel_comm** out) {
-  return Entries::create(rank, world_size, out);
+kestrel_status comm_create(kestrel_context* context, const char*, int32_t rank, int32_t world_size,
+                           kestrel_comm** out) {
+  return Boundary::guarded([&] { *out = new kestrel_comm(context, rank, world_size); });
 }
 
 void comm_destroy(kestrel_comm* comm) {
   if (!comm) return;
+  // Streams the host did not wait on get their results now; they must not point at this communicator after.
+  const std::set<kestrel_stream*> streams = comm->streams;
+  for (kestrel_stream* stream : streams) leave_collectives(stream);
   std::string failure;
-  if (comm->transport.query(failure) != KESTREL_STATUS_OK) (void)comm->staging.release();  // see Staging
+  const bool failed = comm->transport.query(failure) != KESTREL_STATUS_OK;
+  for (kestrel_buffer* buffer : comm->spare) destroy_host_buffer(buffer);
+  if (!failed)  // else see forget_collectives
+    for (PendingCollective& p : comm->pending)
+      for (kestrel_buffer* buffer : p.held) destroy_host_buffer(buffer);
+  if (comm->reader) {
+    destroy_stream_objects(comm->reader);
+    delete comm->reader;
+  }
   delete comm;
 }
 
 kestrel_status all_reduce_sum(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* tensor) {
   return Boundary::guarded([&] {
-    begin(comm, stream);
-    const HostSide data = host_side(stream, tensor, "all-reduce", comm->staging->input, true);
-    run(comm, stream, data, [&](Transport& t) { return t.all_reduce_sum(data.data, numel(*tensor), tensor->dtype); });
+    Issue issue(comm, stream);
+    char* data = issue.host(tensor, "all-reduce", true, true);
+    issue.queue([&](Transport& t, Transport::Ready ready) {
+      return t.all_reduce_sum(data, numel(*tensor), tensor->dtype, std::move(ready));
+    });
   });
 }
 
 kestrel_status broadcast(kestrel_comm* comm, kestrel_stream* stream, const kestrel_tensor* tensor, int32_t root) {
   return Boundary::guarded([&] {
-    begin(comm, stream);
-    const HostSide data =
-        host_side(stream, tensor, "broadcast", comm->staging->input, comm->transport.rank() == root);
-    run(comm, stream, data, [&](Transport& t) { return t.broadcast(data.data, numel(*tensor), tensor->dtype, root); });
+    Issue issue(comm, stream);
+    const bool sends = comm->transport.rank() == root;
+    char* data = issue.host(tensor, "broadcast", sends, !sends);
+    issue.queue([&](Transport& t, Transport::Ready ready) {
+      return t.broadcast(data, numel(*tensor), tensor->dtype, root, std::move(ready));
+    });
   });
 }
 
@@ -106,11 +260,12 @@ kestrel_status reduce_scatter_sum(kestrel_comm* comm, kestrel_stream* stream, co
     collective_offset(input, "reduce-scatter input");  // both well-formed before they are compared
     collective_offset(output, "reduce-scatter output");
     check_blocks(input, output, comm->transport.size(), "reduce-scatter", "input", "output");
-    begin(comm, stream);
-    const HostSide in = host_side(stream, input, "reduce-scatter input", comm->staging->input, true);
-    const HostSide out = host_side(stream, output, "reduce-scatter output", comm->staging->output, false);
-    run(comm, stream, out,
-        [&](Transport& t) { return t.reduce_scatter_sum(in.data, out.data, numel(*output), input->dtype); });
+    Issue issue(comm, stream);
+    const char* in = issue.host(input, "reduce-scatter input", true, false);
+    char* out = issue.host(output, "reduce-scatter output", false, true);
+    issue.queue([&](Transport& t, Transport::Ready ready) {
+      return t.reduce_scatter_sum(in, out, numel(*output), input->dtype, std::move(ready));
+    });
   });
 }
 
@@ -120,10 +275,12 @@ kestrel_status all_gather(kestrel_comm* comm, kestrel_stream* stream, const kest
     collective_offset(input, "all-gather input");
     collective_offset(output, "all-gather output");
     check_blocks(output, input, comm->transport.size(), "all-gather", "output", "input");
-    begin(comm, stream);
-    const HostSide in = host_side(stream, input, "all-gather input", comm->staging->input, true);
-    const HostSide out = host_side(stream, output, "all-gather output", comm->staging->output, false);
-    run(comm, stream, out, [&](Transport& t) { return t.all_gather(in.data, out.data, numel(*input), input->dtype); });
+    Issue issue(comm, stream);
+    const char* in = issue.host(input, "all-gather input", true, false);
+    char* out = issue.host(output, "all-gather output", false, true);
+    issue.queue([&](Transport& t, Transport::Ready ready) {
+      return t.all_gather(in, out, numel(*input), input->dtype, std::move(ready));
+    });
   });
 }
 

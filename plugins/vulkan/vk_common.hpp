@@ -229,6 +229,10 @@ struct kestrel_stream {
   // them before anything this stream submits later, but a host wait on this stream (synchronize) must
   // wait for them itself: the stream may have submitted nothing since.
   std::vector<std::shared_ptr<kestrel_vk::Fence>> awaited;
+  // The communicator whose collectives issued on this stream may still be running (up to ticket
+  // `comm_ticket`), or null (vk_comm.cpp): whatever the stream does next waits for them first.
+  kestrel_comm* comm = nullptr;
+  uint64_t comm_ticket = 0;
 };
 
 struct kestrel_event {
@@ -310,6 +314,14 @@ void synchronize(kestrel_stream* stream);
 // The fence of the stream's latest submission, null when it has none in flight. Call after flush.
 std::shared_ptr<Fence> latest_fence(kestrel_stream* stream);
 void wait_fence(const Fence& fence);
+
+// ---- collectives (vk_comm.cpp; no-ops in a plugin built without MPI) ----
+
+// Waits for the collectives issued on the stream and records the write-back of their staged results;
+// throws PEER_FAILED when the transport failed. Called before the stream records or submits more work.
+void wait_for_collectives(kestrel_stream* stream);
+// The same as the stream ends: failures are dropped, and the communicator forgets the stream.
+void leave_collectives(kestrel_stream* stream) noexcept;
 
 // ---- profiling (vk_profile.cpp), KESTREL_VULKAN_PROFILE=1 ----
 

@@ -145,6 +145,7 @@ kestrel_status context_create(int32_t device, kestrel_context** out) {
 void stream_destroy(kestrel_stream* stream) {
   if (!stream) return;
   abandon_capture(stream);  // a capture left open is dropped with its stream
+  leave_collectives(stream);
   destroy_stream_objects(stream);
   delete stream;
 }
@@ -194,6 +195,7 @@ kestrel_status event_record(kestrel_event* event, kestrel_stream* stream) {
     if (!event || !stream || event->context != stream->context)
       fail("event_record: the event and the stream must exist and belong to the same context");
     if (stream->recording) refuse_while_capturing("event_record");
+    wait_for_collectives(stream);  // the event marks them done, with their results written back
     flush(stream);  // submitted now, so whatever any stream submits later runs after it
     prune_signalled(stream->awaited);
     std::vector<std::shared_ptr<Fence>> fences = stream->awaited;
@@ -323,6 +325,13 @@ kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
 }
 
 }  // namespace
+
+#ifndef KESTREL_VULKAN_MPI
+// Built without MPI: no collective is ever issued.
+void wait_for_collectives(kestrel_stream*) {}
+void leave_collectives(kestrel_stream*) noexcept {}
+#endif
+
 }  // namespace kestrel_vk
 
 KESTREL_PLUGIN_ENTRY {

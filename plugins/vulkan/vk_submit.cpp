@@ -82,6 +82,7 @@ Submission* open_submission(kestrel_stream* stream) {
 
 // The batch being recorded, opening one (after the slot's previous use has finished) when needed.
 Submission& open_batch(kestrel_stream* stream) {
+  if (stream->comm) wait_for_collectives(stream);  // stream order: after the collectives issued on it
   if (stream->recording) return open_chunk(stream->recording);
   Submission& slot = stream->ring[stream->current];
   if (slot.open) return slot;
@@ -336,6 +337,7 @@ void submit_chunks(kestrel_stream* stream, kestrel_graph* graph) {
 }
 
 void synchronize(kestrel_stream* stream) {
+  wait_for_collectives(stream);
   flush(stream);
   // Oldest first: the slot after `current` was submitted earliest.
   for (uint32_t i = 0; i < kSubmissionsInFlight; ++i)

@@ -108,6 +108,26 @@ void collective_cases(Runner& r) {
     r.expect_close(a, want_a, Tolerance{0, 0}, "a");
     r.expect_close(b, want_b, Tolerance{0, 0}, "b");
   });
+
+  // One collective's result is the next one's input (ZeRO-1's sum of a shard, then the gather of the
+  // shards), and the device goes on computing while they travel.
+  r.run("ordered/reduce_scatter_then_all_gather/f32", offered, [&] {
+    ProcessGroup& g = get_group();
+    const int64_t n = 3001;
+    Tensor in = r.upload({world * n}, values_of(rank, world * n, 6), DType::f32);
+    Tensor shard = Tensor::empty({n}, DType::f32, r.device());
+    Tensor whole = Tensor::empty({world * n}, DType::f32, r.device());
+    g.reduce_scatter_sum(in, shard);
+    Tensor meanwhile = ops::unary(KESTREL_UNARY_AFFINE, in, 3.0, 1.0);
+    g.all_gather(shard, whole);
+    g.wait("reduce-scatter, then all-gather");
+    std::vector<double> want(size_t(world * n), 0.0), want_meanwhile = values_of(rank, world * n, 6);
+    for (int64_t k = 0; k < world; ++k)
+      for (int64_t i = 0; i < world * n; ++i) want[i] += value_of(k, i, 6);
+    for (double& v : want_meanwhile) v = 3 * v + 1;
+    r.expect_close(whole, want, Tolerance{0, 0}, "gathered sums");
+    r.expect_close(meanwhile, want_meanwhile, Tolerance{0, 0}, "computed meanwhile");
+  });
 }
 
 }  // namespace kestrel::conformance
