@@ -1,7 +1,8 @@
 // Matrix products, rank 2 or batched rank 3 (shaders/gemm.comp: shared-memory tiles), and the fused
 // linear op (the same kernel with a bias and activation epilogue). Transposed and stride-0 (broadcast)
 // operands are read through their strides, so nothing is packed on the host. f16 operands (all of
-// them f16) are multiplied and accumulated in f32 and C is rounded to f16 once.
+// them f16) are multiplied and accumulated in f32 and C is rounded to f16 once; on devices with
+// cooperative matrices (NVIDIA's tensor cores) through shaders/gemm_coop.comp.
 #include <cstdlib>
 #include <string>
 
@@ -46,8 +47,11 @@ bool wide_blocks(const kestrel_context* context) {
 }
 
 void set_tile_grid(const kestrel_context* context, Dispatch& d, uint64_t rows, uint64_t columns, uint64_t batch,
-                   const std::string& what) {
-  d.shader += wide_blocks(context) ? "_wide" : "";
+                   const std::string& what, bool tensor_cores) {
+  if (tensor_cores)
+    d.shader += "_coop16x" + std::to_string(context->physical->coop_n);
+  else if (wide_blocks(context))
+    d.shader += "_wide";
   const uint64_t groups[3] = {(columns + kTile - 1) / kTile, (rows + kTile - 1) / kTile, batch};
   const uint32_t* limits = context->physical->properties.limits.maxComputeWorkGroupCount;
   for (int i = 0; i < 3; ++i) {
@@ -71,8 +75,9 @@ bool gemm_dispatch(kestrel_stream* stream, const std::string& shader, const kest
   d.buffers[2] = c.buffer;
   const uint32_t batch = d.params.tensors[2].shape[0], m = d.params.tensors[2].shape[1], n = d.params.tensors[2].shape[2];
   if (batch == 0 || m == 0 || n == 0) return false;  // K == 0 still runs: C = beta * C (or the bias)
+  const bool tensor_cores = c.dtype == KESTREL_DTYPE_F16 && stream->context->physical->coop_n != 0;
   set_tile_grid(stream->context, d, m, n, batch,
-                "gemm of " + std::to_string(batch) + " x " + std::to_string(m) + " x " + std::to_string(n));
+                "gemm of " + std::to_string(batch) + " x " + std::to_string(m) + " x " + std::to_string(n), tensor_cores);
   return true;
 }
 

@@ -1,5 +1,6 @@
 // The Vulkan instance and its physical devices: every VkPhysicalDevice with a compute queue is a
 // Kestrel device. KESTREL_VULKAN_VALIDATION=1 enables VK_LAYER_KHRONOS_validation when installed.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -32,7 +33,26 @@ bool validation_layer_installed() {
   return false;
 }
 
-PhysicalDevice describe(VkPhysicalDevice handle, uint32_t instance_version) {
+// The N of the f16 x f16 + f32 -> f32 cooperative matrices (16 x N x 16, subgroup scope) gemm_coop.comp
+// has variants for that the device offers, 16 preferred; 0 when it offers neither.
+uint32_t cooperative_matrix_n(VkInstance instance, VkPhysicalDevice handle) {
+  auto properties_of = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+      vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+  if (!properties_of) return 0;
+  uint32_t count = 0;
+  properties_of(handle, &count, nullptr);
+  std::vector<VkCooperativeMatrixPropertiesNV> shapes(count, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+  properties_of(handle, &count, shapes.data());
+  uint32_t best = 0;
+  for (const VkCooperativeMatrixPropertiesNV& m : shapes)
+    if (m.MSize == 16 && m.KSize == 16 && (m.NSize == 16 || m.NSize == 8) && m.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+        m.BType == VK_COMPONENT_TYPE_FLOAT16_NV && m.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+        m.DType == VK_COMPONENT_TYPE_FLOAT32_NV && m.scope == VK_SCOPE_SUBGROUP_NV)
+      best = std::max(best, m.NSize);
+  return best;
+}
+
+PhysicalDevice describe(VkInstance instance, VkPhysicalDevice handle, uint32_t instance_version) {
   PhysicalDevice d;
   d.handle = handle;
   vkGetPhysicalDeviceProperties(handle, &d.properties);
@@ -73,6 +93,21 @@ PhysicalDevice describe(VkPhysicalDevice handle, uint32_t instance_version) {
     vkGetPhysicalDeviceProperties2(handle, &properties2);
     d.subgroup_size = subgroup.subgroupSize;
     if (want_driver && driver.driverName[0]) d.driver = driver.driverName;
+
+    // Tensor cores for f16 products: gemm_coop.comp needs float16_t arithmetic (shaderFloat16), the
+    // Vulkan memory model (the extension's scopes) and exactly 4 subgroups in its 128 invocations.
+    if (device_version >= VK_API_VERSION_1_2 && d.has_16bit_storage && d.subgroup_size == 32 &&
+        has_extension(extensions, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) &&
+        !kestrel::plugin_env::flag("KESTREL_VULKAN_DISABLE_COOPMAT")) {
+      VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+      VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+      coop.pNext = &v12;
+      VkPhysicalDeviceFeatures2 wanted{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+      wanted.pNext = &coop;
+      vkGetPhysicalDeviceFeatures2(handle, &wanted);
+      if (coop.cooperativeMatrix && v12.shaderFloat16 && v12.vulkanMemoryModel)
+        d.coop_n = cooperative_matrix_n(instance, handle);
+    }
   }
 
   uint32_t families = 0;
@@ -129,7 +164,7 @@ std::unique_ptr<Instance> create_instance() {
   std::vector<VkPhysicalDevice> handles(count);
   vkEnumeratePhysicalDevices(result->handle, &count, handles.data());
   for (VkPhysicalDevice handle : handles) {
-    PhysicalDevice d = describe(handle, result->api_version);
+    PhysicalDevice d = describe(result->handle, handle, result->api_version);
     if (d.has_compute_queue && d.properties.apiVersion >= VK_API_VERSION_1_1 &&
         d.properties.limits.maxPerStageDescriptorStorageBuffers >= uint32_t(kMaxBindings))
       result->devices.push_back(d);
@@ -215,6 +250,7 @@ void fill_properties(const PhysicalDevice& d, kestrel_device_properties* props) 
   std::string runtime = "Vulkan " + version_text(d.properties.apiVersion);
   if (!d.driver.empty()) runtime += " (" + d.driver + ")";
   runtime += ", subgroup " + std::to_string(d.subgroup_size);
+  if (d.coop_n) runtime += ", f16 cooperative matrices 16x" + std::to_string(d.coop_n) + "x16";
   copy_string(props->runtime, sizeof(props->runtime), runtime);
   props->dtype_mask = dtype_mask(d);
 }

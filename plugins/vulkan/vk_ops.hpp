@@ -52,11 +52,12 @@ void launch_conv(kestrel_stream* stream, const kestrel_op& op);
 bool wide_blocks(const kestrel_context* context);
 // The block of the result one workgroup of a tiled product computes (TILE_MN in shaders/tiles.glsl).
 constexpr uint32_t kTile = 64;
-// A tiled product's variant and grid: "_wide" appended to d.shader where wide_blocks, one workgroup per
-// kTile x kTile block of the (rows x columns) result, z over the batch; a grid past the device's limits
-// fails, naming `what` (ops_gemm.cpp).
+// A tiled product's variant and grid: "_coop16xN" appended to d.shader for `tensor_cores` (gemm_coop.comp,
+// on devices with PhysicalDevice::coop_n), else "_wide" where wide_blocks; one workgroup per kTile x kTile
+// block of the (rows x columns) result, z over the batch; a grid past the device's limits fails, naming
+// `what` (ops_gemm.cpp).
 void set_tile_grid(const kestrel_context* context, Dispatch& d, uint64_t rows, uint64_t columns, uint64_t batch,
-                   const std::string& what);
+                   const std::string& what, bool tensor_cores = false);
 
 // The shaders' integer test for a Bernoulli draw of probability p on a Philox word w: keep when
 // (w >> 8) < the threshold (ops_random.cpp).

@@ -126,6 +126,19 @@ kestrel_status context_create(int32_t device, kestrel_context** out) {
     VkPhysicalDevice16BitStorageFeatures storage16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
     storage16.storageBuffer16BitAccess = VK_TRUE;
     if (physical.has_16bit_storage) info.pNext = &storage16;
+    // Tensor cores for the f16 GEMM (see PhysicalDevice::coop_n).
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    const char* coop_extension = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    if (physical.coop_n) {
+      coop.cooperativeMatrix = VK_TRUE;
+      v12.shaderFloat16 = VK_TRUE;
+      v12.vulkanMemoryModel = VK_TRUE;
+      storage16.pNext = &coop;
+      coop.pNext = &v12;
+      info.enabledExtensionCount = 1;
+      info.ppEnabledExtensionNames = &coop_extension;
+    }
     info.queueCreateInfoCount = 1;
     info.pQueueCreateInfos = &queue;
     info.pEnabledFeatures = &features;

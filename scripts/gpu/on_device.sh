@@ -92,7 +92,14 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
               # The GEMM shader's wide register blocks (the default on lavapipe only) against the narrow ones.
               KESTREL_VULKAN_GEMM_BLOCKS=wide build/bin/kestrel conformance --backend vulkan --family gemm | tail -1
               KESTREL_VULKAN_GEMM_BLOCKS=wide build/bin/bench_train --benchmark_filter='^train_step/.*/vulkan' \
-                                    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true ;;
+                                    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+              # f16 products on cooperative matrices (the default where `kestrel devices` lists them) against
+              # the scalar shader and CUDA, on the 8192-wide MLP; the f16 GEMM conformance both ways.
+              build/bin/bench_mfu --benchmark_filter='mfu/mlp_8192/(cuda|vulkan):0/(f32|f16)/b8192/captured'
+              KESTREL_VULKAN_DISABLE_COOPMAT=1 build/bin/bench_mfu --benchmark_filter='mfu/mlp_8192/vulkan:0/f16/'
+              for family in gemm fused; do
+                KESTREL_VULKAN_DISABLE_COOPMAT=1 build/bin/kestrel conformance --backend vulkan --family $family | tail -1
+              done ;;
       *) echo "unknown step $s"; exit 2 ;;
     esac
   done

@@ -1,0 +1,88 @@
+#version 450
+// The f16 GEMM and linear on tensor cores, through VK_NV_cooperative_matrix (Debian's glslang has the
+// NV extension, not yet the KHR one): the same operands, grid and epilogue as gemm.comp (gemm_io.glsl),
+// f16 products summed in f32 and C rounded once. Picked by the host only on devices that advertise
+// f16 x f16 + f32 matrices of the variant's shape at subgroup scope with 32-invocation subgroups.
+//
+// A workgroup is 4 subgroups of 32 and computes a 64 x 64 block of C (kTile, as gemm.comp); subgroup
+// s computes the 32 x 32 quarter (s / 2, s % 2) of it as 2 x (32 / CM_N) accumulators of 16 x CM_N.
+// K goes in slices of 32: the workgroup copies A's 64 x 32 and B's 32 x 64 slice into shared memory
+// (any strides, zeros past the edges), then each subgroup multiplies its rows of A by its columns of
+// B in two steps of 16. Results leave through a 16 x CM_N scratch per subgroup, so that store_c can
+// bound and convert them. Checked on lavapipe by replacing the matrix operations with per-lane loops
+// over the same tiles (the f16 gemm and fused conformance passed; a shifted B tile failed them).
+// kestrel-variant: gemm_f16_coop16x16 -DSTORE_T=float16_t -DCM_N=16
+// kestrel-variant: linear_f16_coop16x16 -DLINEAR=1 -DSTORE_T=float16_t -DCM_N=16
+// kestrel-variant: gemm_f16_coop16x8 -DSTORE_T=float16_t -DCM_N=8
+// kestrel-variant: linear_f16_coop16x8 -DLINEAR=1 -DSTORE_T=float16_t -DCM_N=8
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#include "common.glsl"
+#include "gemm_io.glsl"
+
+#define TILE_MN 64
+#define SLICE_K 32
+#define CM_M 16
+#define CM_K 16
+#define ROWS_PER_SUBGROUP 32
+#define ACC_I (ROWS_PER_SUBGROUP / CM_M)
+#define ACC_J (ROWS_PER_SUBGROUP / CM_N)
+// Rows of the tiles are padded by 8 halves: strides and offsets stay multiples of 16 bytes, as
+// cooperative-matrix loads want, and rows start on different banks.
+#define A_STRIDE (SLICE_K + 8)
+#define B_STRIDE (TILE_MN + 8)
+layout(local_size_x = 128) in;
+
+shared float16_t a_tile[TILE_MN * A_STRIDE];   // A's slice, row-major: (row, k) at row * A_STRIDE + k
+shared float16_t b_tile[SLICE_K * B_STRIDE];   // B's slice, row-major: (k, col) at k * B_STRIDE + col
+shared float c_scratch[4][CM_M * CM_N];        // one accumulator of each subgroup on its way out
+
+void main() {
+  const uint M = SHAPE(2, 1), N = SHAPE(2, 2), K = SHAPE(0, 2);
+  const uint row0 = gl_WorkGroupID.y * TILE_MN, col0 = gl_WorkGroupID.x * TILE_MN;
+  const uint lane = gl_LocalInvocationID.x, s = gl_SubgroupID, sub_lane = gl_SubgroupInvocationID;
+  const uint sub_row = (s / 2) * ROWS_PER_SUBGROUP, sub_col = (s % 2) * ROWS_PER_SUBGROUP;
+  const bool a_k = a_along_k(), b_n = b_along_n();
+
+  fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N> acc[ACC_I][ACC_J];
+  for (int i = 0; i < ACC_I; ++i)
+    for (int j = 0; j < ACC_J; ++j) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N>(0.0);
+
+  for (uint k0 = 0; k0 < K; k0 += SLICE_K) {
+    // 2048 halves of each operand, 16 per invocation, filled along the operand's unit stride.
+    for (uint e = lane; e < TILE_MN * SLICE_K; e += 128) {
+      const uint r = a_k ? e / SLICE_K : e % TILE_MN, k = a_k ? e % SLICE_K : e / TILE_MN;
+      const uint gr = row0 + r, gk = k0 + k;
+      a_tile[r * A_STRIDE + k] = (gr < M && gk < K) ? a_buf.data[a_index(gr, gk)] : float16_t(0.0);
+      const uint bk = b_n ? e / TILE_MN : e % SLICE_K, c = b_n ? e % TILE_MN : e / SLICE_K;
+      const uint gbk = k0 + bk, gc = col0 + c;
+      b_tile[bk * B_STRIDE + c] = (gbk < K && gc < N) ? b_buf.data[b_index(gbk, gc)] : float16_t(0.0);
+    }
+    barrier();
+    for (uint kk = 0; kk < SLICE_K; kk += CM_K) {
+      fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[ACC_I];
+      for (int i = 0; i < ACC_I; ++i)
+        coopMatLoadNV(a[i], a_tile, (sub_row + i * CM_M) * A_STRIDE + kk, A_STRIDE, false);
+      for (int j = 0; j < ACC_J; ++j) {
+        fcoopmatNV<16, gl_ScopeSubgroup, CM_K, CM_N> b;
+        coopMatLoadNV(b, b_tile, kk * B_STRIDE + sub_col + j * CM_N, B_STRIDE, false);
+        for (int i = 0; i < ACC_I; ++i) acc[i][j] = coopMatMulAddNV(a[i], b, acc[i][j]);
+      }
+    }
+    barrier();
+  }
+
+  for (int i = 0; i < ACC_I; ++i)
+    for (int j = 0; j < ACC_J; ++j) {
+      coopMatStoreNV(acc[i][j], c_scratch[s], 0, CM_N, false);
+      subgroupMemoryBarrierShared();
+      subgroupBarrier();
+      for (uint e = sub_lane; e < CM_M * CM_N; e += 32) {
+        const uint row = row0 + sub_row + i * CM_M + e / CM_N, col = col0 + sub_col + j * CM_N + e % CM_N;
+        if (row < M && col < N) store_c(row, col, c_scratch[s][e]);
+      }
+      subgroupBarrier();  // every lane has read the scratch before the next accumulator overwrites it
+    }
+}
