@@ -36,8 +36,8 @@ struct Job {
   Transport::Ready ready;    // what the memory waits for first; may be empty
 };
 
-// Runs the job's `ready` (and lets go of what it holds, such as a device's fences); "" when it succeeded,
-// else why not, with the status to fail the transport with.
+// Runs the job's `ready` and lets go of it (and of what it holds, such as a device's fences); "" when it
+// succeeded, else why not, with the status to fail the transport with.
 std::string make_ready(Job& job, kestrel_status& status) {
   if (!job.ready) return "";
   try {
@@ -172,6 +172,11 @@ void Transport::State::work() {
       changed.notify_all();
       continue;
     }
+    if (failed != KESTREL_STATUS_OK) {  // meanwhile (the watchdog, on an earlier collective): run nothing more
+      running = false;
+      changed.notify_all();
+      continue;
+    }
     started = Clock::now();
     lock.unlock();
     const int code = current.run();
@@ -245,6 +250,7 @@ void Transport::State::watch() {
     lock.unlock();
     const std::string where = inspect(ticket);
     lock.lock();
+    if (!running || preparing || current.ticket != ticket) continue;  // it completed while the ranks answered
     fail_with(KESTREL_STATUS_PEER_FAILED,
               "collective #" + std::to_string(ticket) + " (" + what + ") on rank " + std::to_string(rank) + " of " +
                   std::to_string(size) + " did not complete within " + seconds_text(limit) +
@@ -263,7 +269,7 @@ void Transport::State::wait_before_finalize() {
   std::unique_lock<std::mutex> lock(mutex);
   if (changed.wait_for(lock, std::chrono::duration<double>(timeout), [&] { return !running; })) return;
   std::fprintf(stderr,
-               "kestrel: MPI_Finalize was called on rank %d while its collective #%llu (%s) is still blocked in MPI "
+               "kestrel: MPI_Finalize was called on rank %d while its collective #%llu (%s) has not finished "
                "after the transport failed (%s); MPI cannot finalise with a collective in flight, so the job ends "
                "(MPI_Abort). After a collective fails, end the job (the communicator's abort) instead.\n",
                rank, static_cast<unsigned long long>(current.ticket), current.what.c_str(), failure.c_str());
@@ -318,6 +324,13 @@ Transport::~Transport() {
     // collective complete after all, the worker skips the rest of the queue and ends; MPI_Finalize waits
     // for that (wait_before_finalize). Registering the wait is an MPI call beside the worker's, which only
     // MPI_THREAD_MULTIPLE allows; with less, the host may not finalise with a thread in MPI either.
+    // The collectives it will skip go now, on this thread: their `ready`s may hold a device's fences,
+    // which must not outlive the device.
+    std::deque<Job> skipped;
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      skipped.swap(s.queue);
+    }
     s.worker.detach();
     s.watchdog.detach();
     if (s.can_inspect) {

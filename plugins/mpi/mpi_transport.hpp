@@ -23,7 +23,7 @@ class Transport {
   // rank and world_size must be MPI's (the group is MPI's world); MPI must be initialised by the host
   // with at least MPI_THREAD_SERIALIZED. `backend` names the plugin in messages.
   Transport(const char* backend, int32_t rank, int32_t world_size);
-  // Waits for the queued collectives, each within the timeout. After a failure (a timeout included) a
+  // Waits for the queued collectives, each within the timeout once ready. After a failure (a timeout included) a
   // collective may block in MPI for good: then the threads are left to the process's end (the host aborts
   // the job). Should the host finalise MPI instead, MPI_Finalize first waits up to the timeout for that
   // collective to complete, and ends the job if it does not.
@@ -32,8 +32,9 @@ class Transport {
   Transport& operator=(const Transport&) = delete;
 
   // What a collective's memory must wait for before MPI may read it (a device still writing it), run
-  // on the transport's thread just before the collective and outside its timeout. Throws Failure when
-  // the wait fails: the transport then fails with that status and message.
+  // on the transport's thread just before the collective and outside its timeout (a wait that never
+  // ends is not a stalled peer, and is not reported as one). Throws Failure when the wait fails: the
+  // transport then fails with that status and message.
   using Ready = std::function<void()>;
 
   // Each queues a collective and returns its ticket, 1, 2, ... in issue order. The memory is the
@@ -47,8 +48,8 @@ class Transport {
   // input: n elements; output: world_size * n, block r being rank r's input.
   uint64_t all_gather(const void* input, void* output, int64_t n, kestrel_dtype dtype, Ready ready = {});
 
-  // Blocks until collective `ticket` has completed; throws Failure (PEER_FAILED) when the transport
-  // failed first.
+  // Blocks until collective `ticket` has completed; throws Failure (PEER_FAILED, or a failed Ready's
+  // status) when the transport failed first.
   void wait(uint64_t ticket);
   // Throws the failure (PEER_FAILED) once the transport has failed: a failed transport runs nothing more,
   // and its worker may still be inside MPI with the memory of the collective that failed.

@@ -28,9 +28,10 @@ TensorDesc as_batched(const kestrel_tensor& t) {
 
 }  // namespace
 
+// Also (ABI 1.6) f16 or bf16 operands into an f32 result: the _f32 variants keep C in f32.
 bool supports_gemm(const kestrel_op& op, uint32_t dtypes) {
-  const kestrel_dtype dtype = op.outputs[0].dtype;
-  return kestrel::plugin_shapes::gemm_fits(op) && float_dtype(dtype) && in_mask(dtypes, dtype);
+  const kestrel_dtype dtype = op.inputs[0].dtype;
+  return kestrel::plugin_shapes::gemm_fits(op, /*f32_of_16bit=*/true) && float_dtype(dtype) && in_mask(dtypes, dtype);
 }
 
 bool wide_blocks(const kestrel_context* context) {
@@ -75,7 +76,7 @@ bool gemm_dispatch(kestrel_stream* stream, const std::string& shader, const kest
   d.buffers[2] = c.buffer;
   const uint32_t batch = d.params.tensors[2].shape[0], m = d.params.tensors[2].shape[1], n = d.params.tensors[2].shape[2];
   if (batch == 0 || m == 0 || n == 0) return false;  // K == 0 still runs: C = beta * C (or the bias)
-  const bool tensor_cores = c.dtype == KESTREL_DTYPE_F16 && stream->context->physical->coop_n != 0;
+  const bool tensor_cores = a.dtype == KESTREL_DTYPE_F16 && stream->context->physical->coop_n != 0;
   set_tile_grid(stream->context, d, m, n, batch,
                 "gemm of " + std::to_string(batch) + " x " + std::to_string(m) + " x " + std::to_string(n), tensor_cores);
   return true;
@@ -88,8 +89,9 @@ void launch_gemm(kestrel_stream* stream, const kestrel_op& op) {
   Dispatch d;
   d.params.floats[0] = static_cast<float>(p.alpha);
   d.params.floats[1] = static_cast<float>(p.beta);
-  const kestrel_tensor& c = op.outputs[0];
-  if (gemm_dispatch(stream, std::string("gemm_") + dtype_suffix(c.dtype), op.inputs[0], op.inputs[1], c, d))
+  const kestrel_tensor &a = op.inputs[0], &c = op.outputs[0];
+  const std::string widened = c.dtype != a.dtype ? "_f32" : "";
+  if (gemm_dispatch(stream, std::string("gemm_") + dtype_suffix(a.dtype) + widened, a, op.inputs[1], c, d))
     run(stream, {d});
 }
 

@@ -45,6 +45,7 @@ kestrel_status capture_begin(kestrel_stream* stream) {
   return Boundary::guarded([&] {
     if (stream->recording) fail("capture_begin: this stream is already being captured; end that capture first");
     kestrel_context* context = stream->context;
+    wait_for_collectives(stream);  // their staged results land on the stream, not in the graph
     flush(stream);  // what was launched before runs before any replay
     auto graph = std::make_unique<kestrel_graph>();
     graph->context = context;

@@ -5,11 +5,15 @@
 // device memory is host-visible (lavapipe, integrated GPUs), else host buffers that a reader stream of
 // the communicator's own fills in queue order. The host goes on recording backward meanwhile. Work on
 // the collective's stream after it (and any host wait on that stream) first waits for the collective and
-// writes staged results back to the device, in stream order (wait_for_collectives).
+// writes staged results back to the device, in stream order (wait_for_collectives). The reader's ring
+// of submissions bounds how far ahead of the device the host may issue staged collectives.
 //
-// A communicator is used by one host thread at a time, as NCCL's are.
+// A communicator and the streams it issued collectives on are used by one host thread at a time (as
+// NCCL's are): waiting on any of those streams settles the communicator's bookkeeping. After a failure
+// the host ends the job (comm_abort): the transport's thread may still be inside MPI with the memory.
 #include <algorithm>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <set>
 #include <string>
@@ -96,7 +100,17 @@ class Issue {
     wait_for_submissions_of(stream);
     writers_.insert(writers_.end(), stream->awaited.begin(), stream->awaited.end());
   }
-  ~Issue() { return_host_buffers(comm_, pending_.held); }  // not issued after all (or already handed on)
+  // Not issued after all (the transport refused it): its host buffers go back to the spares once the
+  // reader has finished filling them.
+  ~Issue() {
+    if (pending_.held.empty()) return;
+    try {
+      if (read_back_) synchronize(comm_->reader);
+      return_host_buffers(comm_, pending_.held);
+    } catch (...) {
+      // the device failed: the buffers are left alone
+    }
+  }
   Issue(const Issue&) = delete;
   Issue& operator=(const Issue&) = delete;
 
@@ -117,6 +131,7 @@ class Issue {
       kestrel_stream* reader = reader_stream();
       copy_on_device(reader, staged, 0, t->buffer, offset, bytes);
       wait_for_submissions_of(reader);
+      read_back_ = true;
     }
     if (result) {
       pending_.result = t->buffer;
@@ -133,13 +148,20 @@ class Issue {
     Transport::Ready ready = [writers = std::move(writers_)] {
       for (const std::shared_ptr<Fence>& fence : writers) wait_fence(*fence);
     };
-    pending_.ticket = queue(comm_->transport, std::move(ready));
+    // The bookkeeping's room first: nothing may fail once the transport owns the memory.
+    comm_->pending.emplace_back();
+    const bool listed = comm_->streams.insert(stream_).second;
+    try {
+      pending_.ticket = queue(comm_->transport, std::move(ready));
+    } catch (...) {
+      comm_->pending.pop_back();
+      if (listed) comm_->streams.erase(stream_);
+      throw;
+    }
     pending_.stream = stream_;
-    comm_->pending.push_back(std::move(pending_));
-    pending_ = PendingCollective();
+    std::swap(comm_->pending.back(), pending_);
     stream_->comm = comm_;
     stream_->comm_ticket = comm_->pending.back().ticket;
-    comm_->streams.insert(stream_);
   }
 
  private:
@@ -147,6 +169,7 @@ class Issue {
   kestrel_stream* stream_;
   std::vector<std::shared_ptr<Fence>> writers_;  // the submissions MPI waits for
   PendingCollective pending_;
+  bool read_back_ = false;  // the reader copies into pending_.held
 
   // Submits what `s` recorded; MPI will wait for it.
   void wait_for_submissions_of(kestrel_stream* s) {
@@ -184,17 +207,30 @@ void wait_for_collectives(kestrel_stream* stream) {
     forget_collectives(comm, stream);  // `comm` stays: later work on the stream fails the same way
     throw;
   }
-  stream->comm = nullptr;  // first: the write-backs below record on the stream
-  comm->streams.erase(stream);
+  // The stream's collectives leave the communicator's books before anything below may fail.
+  std::vector<PendingCollective> done;
   for (auto p = comm->pending.begin(); p != comm->pending.end();) {
     if (p->stream != stream) {
       ++p;
       continue;
     }
-    if (p->result) copy_to_device(stream, p->result, p->result_offset, p->staged_result->mapped, p->result_bytes);
-    return_host_buffers(comm, p->held);
+    done.push_back(std::move(*p));
     p = comm->pending.erase(p);
   }
+  stream->comm = nullptr;  // the write-backs below record on the stream
+  comm->streams.erase(stream);
+  std::exception_ptr failed;
+  for (PendingCollective& p : done) {
+    if (p.result && !failed) try {
+        copy_to_device(stream, p.result, p.result_offset, p.staged_result->mapped, p.result_bytes);
+      } catch (...) {
+        failed = std::current_exception();  // the results not yet written back are lost
+      }
+    return_host_buffers(comm, p.held);
+  }
+  if (failed) std::rethrow_exception(failed);
+  // Submitted now, in their own batch: the caller may be about to record into upload space it reserved.
+  if (std::any_of(done.begin(), done.end(), [](const PendingCollective& p) { return p.result; })) flush(stream);
 }
 
 void leave_collectives(kestrel_stream* stream) noexcept {
@@ -222,14 +258,14 @@ void comm_destroy(kestrel_comm* comm) {
   for (kestrel_stream* stream : streams) leave_collectives(stream);
   std::string failure;
   const bool failed = comm->transport.query(failure) != KESTREL_STATUS_OK;
+  if (comm->reader) {  // first: its copies may still be filling spares
+    destroy_stream_objects(comm->reader);
+    delete comm->reader;
+  }
   for (kestrel_buffer* buffer : comm->spare) destroy_host_buffer(buffer);
   if (!failed)  // else see forget_collectives
     for (PendingCollective& p : comm->pending)
       for (kestrel_buffer* buffer : p.held) destroy_host_buffer(buffer);
-  if (comm->reader) {
-    destroy_stream_objects(comm->reader);
-    delete comm->reader;
-  }
   delete comm;
 }
 

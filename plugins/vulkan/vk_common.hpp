@@ -321,8 +321,9 @@ void wait_fence(const Fence& fence);
 
 // ---- collectives (vk_comm.cpp; no-ops in a plugin built without MPI) ----
 
-// Waits for the collectives issued on the stream and records the write-back of their staged results;
-// throws PEER_FAILED when the transport failed. Called before the stream records or submits more work.
+// Waits for the collectives issued on the stream and submits the write-back of their staged results;
+// throws PEER_FAILED when the transport failed. Called before the stream records or submits more work
+// (open_batch, synchronize, event_record, capture_begin, graph replays).
 void wait_for_collectives(kestrel_stream* stream);
 // The same as the stream ends: failures are dropped, and the communicator forgets the stream.
 void leave_collectives(kestrel_stream* stream) noexcept;

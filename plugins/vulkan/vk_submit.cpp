@@ -82,7 +82,9 @@ Submission* open_submission(kestrel_stream* stream) {
 
 // The batch being recorded, opening one (after the slot's previous use has finished) when needed.
 Submission& open_batch(kestrel_stream* stream) {
-  if (stream->comm) wait_for_collectives(stream);  // stream order: after the collectives issued on it
+  // Stream order: after the collectives issued on it (none while capturing: capture_begin waited, and
+  // collectives are refused during a capture).
+  if (stream->comm) wait_for_collectives(stream);
   if (stream->recording) return open_chunk(stream->recording);
   Submission& slot = stream->ring[stream->current];
   if (slot.open) return slot;
@@ -314,6 +316,7 @@ void destroy_chunks(kestrel_graph* graph) {
 }
 
 void submit_chunks(kestrel_stream* stream, kestrel_graph* graph) {
+  wait_for_collectives(stream);
   flush(stream);  // the stream's earlier work goes first
   Submission& slot = stream->ring[stream->current];
   reclaim_slot(stream, slot);

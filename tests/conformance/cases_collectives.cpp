@@ -128,6 +128,30 @@ void collective_cases(Runner& r) {
     r.expect_close(whole, want, Tolerance{0, 0}, "gathered sums");
     r.expect_close(meanwhile, want_meanwhile, Tolerance{0, 0}, "computed meanwhile");
   });
+
+  // An f16 sum, which a transport may refuse (MPI has no f16 sum; NCCL has), leaves nothing behind that
+  // the next collective could trip on: the broadcast after it gets root's values.
+  r.run("f16_sum_then_broadcast", offered && r.required(true, {DType::f16}), [&] {
+    ProcessGroup& g = get_group();
+    const int64_t n = 4099;
+    Tensor sum = r.upload({n}, values_of(rank, n, 7), DType::f16);
+    bool summed = true;
+    try {
+      g.all_reduce_sum(sum);
+    } catch (const Unsupported&) {
+      summed = false;
+    }
+    Tensor sent = r.upload({n}, values_of(rank, n, 8), DType::f16);
+    g.broadcast(sent, 0);
+    g.wait("f16 sum, then broadcast");
+    if (summed) {
+      std::vector<double> want(size_t(n), 0.0);
+      for (int64_t k = 0; k < world; ++k)
+        for (int64_t i = 0; i < n; ++i) want[i] += value_of(k, i, 7);
+      r.expect_close(sum, want, Tolerance{0, 0}, "sum");
+    }
+    r.expect_close(sent, values_of(0, n, 8), Tolerance{0, 0}, "broadcast");
+  });
 }
 
 }  // namespace kestrel::conformance

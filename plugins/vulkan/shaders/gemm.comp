@@ -9,12 +9,16 @@
 // kestrel-variant: linear_f16 -DLINEAR=1 -DSTORE_T=float16_t
 // kestrel-variant: gemm_bf16 -DBF16=1
 // kestrel-variant: linear_bf16 -DLINEAR=1 -DBF16=1
+// kestrel-variant: gemm_f16_f32 -DSTORE_T=float16_t -DC_F32=1
+// kestrel-variant: gemm_bf16_f32 -DBF16=1 -DC_F32=1
 // kestrel-variant: gemm_f32_wide -DWIDE=1
 // kestrel-variant: linear_f32_wide -DLINEAR=1 -DWIDE=1
 // kestrel-variant: gemm_f16_wide -DSTORE_T=float16_t -DWIDE=1
 // kestrel-variant: linear_f16_wide -DLINEAR=1 -DSTORE_T=float16_t -DWIDE=1
 // kestrel-variant: gemm_bf16_wide -DBF16=1 -DWIDE=1
 // kestrel-variant: linear_bf16_wide -DLINEAR=1 -DBF16=1 -DWIDE=1
+// kestrel-variant: gemm_f16_f32_wide -DSTORE_T=float16_t -DC_F32=1 -DWIDE=1
+// kestrel-variant: gemm_bf16_f32_wide -DBF16=1 -DC_F32=1 -DWIDE=1
 #include "common.glsl"
 #include "gemm_io.glsl"
 #include "tiles.glsl"

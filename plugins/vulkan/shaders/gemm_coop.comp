@@ -1,7 +1,7 @@
 #version 450
 // The f16 GEMM and linear on tensor cores, through VK_NV_cooperative_matrix (Debian's glslang has the
 // NV extension, not yet the KHR one): the same operands, grid and epilogue as gemm.comp (gemm_io.glsl),
-// f16 products summed in f32 and C rounded once. Picked by the host only on devices that advertise
+// f16 products summed in f32 and C rounded once (or kept in f32: C_F32). Picked by the host only on devices that advertise
 // f16 x f16 + f32 matrices of the variant's shape at subgroup scope with 32-invocation subgroups.
 //
 // A workgroup is 4 subgroups of 32 and computes a 64 x 64 block of C (kTile, as gemm.comp); subgroup
@@ -13,7 +13,9 @@
 // over the same tiles (the f16 gemm and fused conformance passed; a shifted B tile failed them).
 // kestrel-variant: gemm_f16_coop16x16 -DSTORE_T=float16_t -DCM_N=16
 // kestrel-variant: linear_f16_coop16x16 -DLINEAR=1 -DSTORE_T=float16_t -DCM_N=16
+// kestrel-variant: gemm_f16_f32_coop16x16 -DSTORE_T=float16_t -DC_F32=1 -DCM_N=16
 // kestrel-variant: gemm_f16_coop16x8 -DSTORE_T=float16_t -DCM_N=8
+// kestrel-variant: gemm_f16_f32_coop16x8 -DSTORE_T=float16_t -DC_F32=1 -DCM_N=8
 // kestrel-variant: linear_f16_coop16x8 -DLINEAR=1 -DSTORE_T=float16_t -DCM_N=8
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require

@@ -5,7 +5,9 @@
 // floats[0] = alpha, floats[1] = beta; beta == 0 ignores C's old contents (NaN there stays out).
 // LINEAR (KESTREL_OP_LINEAR) stores C = act(A @ B + bias) instead, with alpha 1 and beta 0;
 // tensors[3] = bias (rank 1, binding 4) when ints[1] != 0, ints[0] = kestrel_activation.
-// The batch entry is gl_WorkGroupID.z. STORE_T is the stored element type of every operand.
+// The batch entry is gl_WorkGroupID.z. STORE_T is the stored element type of every operand, except
+// that C_F32 keeps C in f32 (ABI 1.6: 16-bit operands into an f32 result, e.g. an f32 weight gradient
+// accumulated with beta 1 under autocast, unrounded).
 #ifdef LINEAR
 #include "math.glsl"
 #endif
@@ -13,9 +15,18 @@
 #ifndef STORE_T
 #define STORE_T float
 #endif
+#ifdef C_F32
+#define C_T float
+#define C_LOAD(x) (x)
+#define C_STORE(v) (v)
+#else
+#define C_T STORE_T
+#define C_LOAD(x) LOAD(x)
+#define C_STORE(v) STORE(v)
+#endif
 layout(std430, set = 0, binding = 1) readonly buffer A { STORE_T data[]; } a_buf;
 layout(std430, set = 0, binding = 2) readonly buffer B { STORE_T data[]; } b_buf;
-layout(std430, set = 0, binding = 3) buffer C { STORE_T data[]; } c_buf;
+layout(std430, set = 0, binding = 3) buffer C { C_T data[]; } c_buf;
 #ifdef LINEAR
 layout(std430, set = 0, binding = 4) readonly buffer Bias { STORE_T data[]; } bias_buf;
 
@@ -50,7 +61,7 @@ void store_c(uint row, uint col, float sum) {
 #else
   float value = PFLOAT(0) * sum;
   const float beta = PFLOAT(1);
-  if (beta != 0.0) value += beta * LOAD(c_buf.data[c_at]);
-  c_buf.data[c_at] = STORE(value);
+  if (beta != 0.0) value += beta * C_LOAD(c_buf.data[c_at]);
+  c_buf.data[c_at] = C_STORE(value);
 #endif
 }
