@@ -30,7 +30,35 @@ kestrel_install_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# The cuDNN frontend (header-only C++) for the CUDA plugin's fused attention: the headers of PyPI's
+# nvidia-cudnn-frontend wheel, unpacked into the build folder once, where a CUDA toolkit is installed.
+# Without them (no network, say) the plugin builds without cuDNN's attention and runs its own kernels.
+KESTREL_CUDNN_FRONTEND_VERSION=1.32.0
+kestrel_fetch_cudnn_frontend() {
+  local dest="$KESTREL_BUILD/cudnn-frontend"
+  [ -f "$dest/include/cudnn_frontend.h" ] && return 0
+  command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || return 0
+  local tools="$KESTREL_BUILD/tools-venv"
+  if python3 -m venv "$tools" &&
+     "$tools/bin/pip" download --quiet --no-deps --only-binary=:all: -d "$dest/wheel" \
+       "nvidia-cudnn-frontend==$KESTREL_CUDNN_FRONTEND_VERSION" &&
+     python3 - "$dest" <<'PY'
+import pathlib, sys, zipfile
+dest = pathlib.Path(sys.argv[1])
+with zipfile.ZipFile(next((dest / "wheel").glob("*.whl"))) as wheel:
+    wheel.extractall(dest, [name for name in wheel.namelist() if name.startswith("include/")])
+PY
+  then
+    rm -rf "$dest/wheel"
+  else
+    echo "kestrel: could not fetch nvidia-cudnn-frontend $KESTREL_CUDNN_FRONTEND_VERSION from PyPI: the CUDA plugin" \
+         "is built without cuDNN's fused attention"
+  fi
+}
+
 kestrel_build() {
+  mkdir -p "$KESTREL_BUILD"
+  kestrel_fetch_cudnn_frontend
   # numpy and pytest come from Debian's packages above, so the Python module and its test are built for
   # Debian's interpreter rather than one a version manager (pyenv) puts first on PATH without them.
   local python=()

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <stdexcept>
@@ -58,6 +59,10 @@ enum DeviceErrorKind { DEVICE_ERROR_GATHER = 1, DEVICE_ERROR_SCATTER = 2, DEVICE
 // ---- the opaque ABI objects ----
 struct kestrel_stream;
 
+namespace kestrel_cuda {
+struct SdpaPlans;
+}
+
 struct kestrel_context {
   int device = 0;
   cudaMemPool_t pool = nullptr;  // this context's own stream-ordered pool
@@ -82,6 +87,8 @@ struct kestrel_stream {
   // be initialised (then only convolutions fail).
   cudnnHandle_t dnn = nullptr;
   std::string dnn_error;
+  // cuDNN's attention graphs built on `dnn`, by shape (cudnn_sdpa.cpp); released before it.
+  std::shared_ptr<kestrel_cuda::SdpaPlans> sdpa_plans;
 #endif
   kestrel_cuda::DeviceErrorSlot* error_host = nullptr;   // pinned, mapped
   kestrel_cuda::DeviceErrorSlot* error_device = nullptr; // the same memory as the device sees it

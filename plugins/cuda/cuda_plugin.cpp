@@ -29,6 +29,7 @@ kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
     // Release everything built so far when a later step fails.
     auto cleanup = [stream] {
 #ifdef KESTREL_CUDA_CUDNN
+      stream->sdpa_plans.reset();  // its plans were built on the handle
       if (stream->dnn) cudnnDestroy(stream->dnn);
 #endif
       if (stream->error_host) cudaFreeHost(stream->error_host);
@@ -96,6 +97,7 @@ void stream_destroy(kestrel_stream* stream) {
   }
   cublasDestroy(stream->blas);
 #ifdef KESTREL_CUDA_CUDNN
+  stream->sdpa_plans.reset();  // its plans were built on the handle
   if (stream->dnn) cudnnDestroy(stream->dnn);
 #endif
   cudaFree(stream->blas_workspace);

@@ -10,6 +10,9 @@
 #include <optional>
 
 #include "cuda_kernels.cuh"
+#ifdef KESTREL_CUDA_SDPA
+#include "cudnn_sdpa.hpp"
+#endif
 #include "kestrel/philox.h"
 
 namespace kestrel_cuda {
@@ -264,6 +267,9 @@ bool supports_attention(const kestrel_op& op) {
 }
 
 void launch_attention(kestrel_stream& s, const kestrel_op& op) {
+#ifdef KESTREL_CUDA_SDPA
+  if (sdpa_try(s, op)) return;  // f16/bf16 through cuDNN's fused attention, where it computes the same
+#endif
   if (op.kind == KESTREL_OP_ATTENTION_BACKWARD)
     attention_backward(s, op);
   else

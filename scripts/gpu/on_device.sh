@@ -22,6 +22,14 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
     case $s in
       ctest) ctest --test-dir build --output-on-failure -j8 -E model_schema ;;  # jsonschema is not there
       conformance) build/bin/kestrel devices && build/bin/kestrel conformance --backend cuda ;;
+      # Issue 15: f16/bf16 attention through cuDNN's fused SDPA (the default where built) against the plugin's
+      # own kernels: the attention family's cases both ways, then GPT-2 small's bf16 step both ways.
+      sdpa) build/bin/kestrel conformance --backend cuda --family attention | tail -2
+            KESTREL_CUDA_DISABLE_SDPA=1 build/bin/kestrel conformance --backend cuda --family attention | tail -2
+            for disabled in 0 1; do
+              echo "KESTREL_CUDA_DISABLE_SDPA=$disabled"
+              KESTREL_CUDA_DISABLE_SDPA=$disabled build/bin/bench_mfu --benchmark_filter='gpt2_small/cuda:0/bf16/b8/captured'
+            done ;;
       # The tests that train on every device, CUDA and NVIDIA's Vulkan among them (no MPI, fuzzing or packaging).
       devicetests) gl_libraries
                    KESTREL_EXPECT_DEVICES=cpu,cuda,vulkan timeout 240 ctest --test-dir build --output-on-failure -j8 \

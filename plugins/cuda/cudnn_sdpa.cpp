@@ -1,0 +1,175 @@
+// f16/bf16 attention through cuDNN's fused scaled-dot-product attention (flash attention on tensor
+// cores: the (Tq x Tk) scores never reach memory), built with the cuDNN frontend's graph API. It takes
+// the ABI's ATTENTION and ATTENTION_BACKWARD where cuDNN computes exactly what they ask: no dropout
+// (cuDNN would draw its own mask, not RANDOM's), no key padding (Kestrel's masks are any keys, cuDNN's
+// padding is a length), causal only with Tq == Tk (Kestrel aligns the diagonal bottom-right), head size
+// a multiple of 8 up to 128, 16-byte aligned tensors. Everything else, and f32, goes to the plugin's own
+// kernels (ops_attention.cu), whose forward leaves the same log-sum-exp (cuDNN's "stats": natural log of
+// each query's sum of exp(scaled score)), so either backward takes either forward's.
+//
+// The ABI's (B, T, D) tensors are cuDNN's (B, 1, T, D). Each shape's graph is built once per stream (its
+// cuDNN handle) and cached; its workspace comes from the stream-ordered pool, so a step replayed from a
+// CUDA graph runs it too. Backward asks for cuDNN's deterministic algorithm (exact resume needs two runs
+// of a step to agree). KESTREL_CUDA_DISABLE_SDPA=1 keeps every attention on the plugin's own kernels.
+#include "cudnn_sdpa.hpp"
+
+#include <cudnn_frontend.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <unordered_map>
+
+#include "kestrel/plugin_env.hpp"
+
+#include <dlfcn.h>
+
+namespace fe = cudnn_frontend;
+
+// Built with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING (see CMakeLists.txt), the frontend reaches cuDNN through
+// this handle: the libcudnn.so.9 the plugin is linked with, opened once before the first graph.
+namespace cudnn_frontend {
+void* cudnn_dlhandle = nullptr;
+}
+
+namespace kestrel_cuda {
+
+namespace {
+
+// Tensor ids in a graph's variant pack.
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+struct Shape {
+  int64_t b, tq, tk, d;
+  kestrel_dtype dtype;
+  bool causal, backward;
+  float scale;
+  auto key() const { return std::make_tuple(b, tq, tk, d, int(dtype), causal, backward, scale); }
+  bool operator<(const Shape& o) const { return key() < o.key(); }
+};
+
+struct Built {
+  std::shared_ptr<fe::graph::Graph> graph;
+  int64_t workspace = 0;
+};
+
+void check(fe::error_t status, const char* what) {
+  if (status.is_bad()) fail(std::string("cuDNN attention: ") + what + ": " + status.get_message());
+}
+
+// (b, 1, t, d), contiguous.
+std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph& g, const char* name, Uid uid, int64_t b,
+                                                     int64_t t, int64_t d) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim({b, 1, t, d})
+                      .set_stride({t * d, t * d, d, 1}));
+}
+
+void as_output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, Uid uid, int64_t b, int64_t rows, int64_t d) {
+  t->set_output(true).set_uid(uid).set_dim({b, 1, rows, d}).set_stride({rows * d, rows * d, d, 1});
+}
+
+Built build(cudnnHandle_t handle, const Shape& s) {
+  Built built;
+  built.graph = std::make_shared<fe::graph::Graph>();
+  fe::graph::Graph& g = *built.graph;
+  g.set_io_data_type(s.dtype == KESTREL_DTYPE_BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto q = tensor(g, "q", kQ, s.b, s.tq, s.d), k = tensor(g, "k", kK, s.b, s.tk, s.d),
+       v = tensor(g, "v", kV, s.b, s.tk, s.d);
+  if (!s.backward) {
+    auto options =
+        fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(s.scale);
+    if (s.causal) options.set_causal_mask(true);
+    auto [o, stats] = g.sdpa(q, k, v, options);
+    as_output(o, kO, s.b, s.tq, s.d);
+    stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT);
+    stats->set_dim({s.b, 1, s.tq, 1}).set_stride({s.tq, s.tq, 1, 1});
+  } else {
+    auto o = tensor(g, "o", kO, s.b, s.tq, s.d), d_o = tensor(g, "dout", kDO, s.b, s.tq, s.d);
+    auto stats = g.tensor(fe::graph::Tensor_attributes()
+                              .set_name("stats")
+                              .set_uid(kStats)
+                              .set_dim({s.b, 1, s.tq, 1})
+                              .set_stride({s.tq, s.tq, 1, 1})
+                              .set_data_type(fe::DataType_t::FLOAT));
+    auto options = fe::graph::SDPA_backward_attributes()
+                       .set_name("attention_backward")
+                       .set_attn_scale(s.scale)
+                       .set_deterministic_algorithm(true);
+    if (s.causal) options.set_causal_mask(true);
+    auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, d_o, stats, options);
+    as_output(dq, kDQ, s.b, s.tq, s.d);
+    as_output(dk, kDK, s.b, s.tk, s.d);
+    as_output(dv, kDV, s.b, s.tk, s.d);
+  }
+  check(g.validate(), "validating the graph");
+  check(g.build_operation_graph(handle), "building the operation graph");
+  check(g.create_execution_plans({fe::HeurMode_t::A}), "finding execution plans");
+  check(g.check_support(handle), "no engine supports this attention");
+  check(g.build_plans(handle), "building the plan");
+  check(g.get_workspace_size(built.workspace), "sizing the workspace");
+  return built;
+}
+
+bool aligned(const kestrel_tensor& t) { return reinterpret_cast<uintptr_t>(ref(t).base) % 16 == 0; }
+
+}  // namespace
+
+// Each stream's built graphs, by shape; failures are remembered too, so a shape cuDNN refuses is asked
+// about once and then runs on the plugin's own kernels.
+struct SdpaPlans {
+  std::map<Shape, std::shared_ptr<Built>> built;
+};
+
+bool sdpa_try(kestrel_stream& s, const kestrel_op& op) {
+  static const bool disabled = kestrel::plugin_env::flag("KESTREL_CUDA_DISABLE_SDPA");
+  if (disabled || !s.dnn) return false;
+  const auto& p = params_of<kestrel_attention_params>(op, "attention");
+  const bool backward = op.kind == KESTREL_OP_ATTENTION_BACKWARD;
+  const kestrel_tensor &q = op.inputs[backward ? 1 : 0], &k = op.inputs[backward ? 2 : 1];
+  const Shape shape{q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.dtype, p.causal != 0, backward,
+                    static_cast<float>(p.scale)};
+  const bool fits = (q.dtype == KESTREL_DTYPE_F16 || q.dtype == KESTREL_DTYPE_BF16) && p.dropout == 0 &&
+                    !p.key_padding && (!p.causal || shape.tq == shape.tk) && shape.d % 8 == 0 && shape.d <= 128 &&
+                    shape.b > 0 && shape.tq > 0 && shape.tk > 0;
+  if (!fits) return false;
+  for (int i = 0; i < op.num_inputs; ++i)
+    if (!aligned(op.inputs[i])) return false;
+  for (int i = 0; i < op.num_outputs; ++i)
+    if (!aligned(op.outputs[i])) return false;
+
+  static void* const cudnn = fe::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW);
+  if (!cudnn) return false;
+  if (!s.sdpa_plans) s.sdpa_plans = std::make_shared<SdpaPlans>();
+  std::shared_ptr<Built>& built = s.sdpa_plans->built[shape];
+  if (!built) {
+    built = std::make_shared<Built>();
+    try {
+      *built = build(s.dnn, shape);
+    } catch (const Failure&) {
+      built->graph.reset();  // cuDNN has no engine for it here: the plugin's kernels take this shape
+    }
+  }
+  if (!built->graph) return false;
+
+  std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*> pack;
+  auto bind = [&](Uid uid, const kestrel_tensor& t) { pack[uid] = ref(t).base; };
+  if (!backward) {
+    bind(kQ, op.inputs[0]), bind(kK, op.inputs[1]), bind(kV, op.inputs[2]);
+    bind(kO, op.outputs[0]), bind(kStats, op.outputs[1]);
+  } else {
+    bind(kDO, op.inputs[0]), bind(kQ, op.inputs[1]), bind(kK, op.inputs[2]), bind(kV, op.inputs[3]);
+    bind(kO, op.inputs[4]), bind(kStats, op.inputs[5]);
+    bind(kDQ, op.outputs[0]), bind(kDK, op.outputs[1]), bind(kDV, op.outputs[2]);
+  }
+  Scratch workspace(s, uint64_t(std::max<int64_t>(built->workspace, 1)));
+  check(built->graph->execute(s.dnn, pack, workspace.get()), "running the attention");
+  return true;
+}
+
+}  // namespace kestrel_cuda
