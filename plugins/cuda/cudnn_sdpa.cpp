@@ -1,5 +1,6 @@
 // f16/bf16 attention through cuDNN's fused scaled-dot-product attention (flash attention on tensor
-// cores: the (Tq x Tk) scores never reach memory), built with the cuDNN frontend's graph API. It takes
+// cores: forward never writes the (Tq x Tk) scores to memory; the deterministic backward keeps one
+// 2-byte (B x Tq x Tk) workspace), built with the cuDNN frontend's graph API. It takes
 // the ABI's ATTENTION and ATTENTION_BACKWARD where cuDNN computes exactly what they ask: no dropout
 // (cuDNN would draw its own mask, not RANDOM's), no key padding (Kestrel's masks are any keys, cuDNN's
 // padding is a length), causal only with Tq == Tk (Kestrel aligns the diagonal bottom-right), head size
@@ -8,13 +9,18 @@
 // each query's sum of exp(scaled score)), so either backward takes either forward's.
 //
 // The ABI's (B, T, D) tensors are cuDNN's (B, 1, T, D). Each shape's graph is built once per stream (its
-// cuDNN handle) and cached; its workspace comes from the stream-ordered pool, so a step replayed from a
-// CUDA graph runs it too. Backward asks for cuDNN's deterministic algorithm (exact resume needs two runs
-// of a step to agree). KESTREL_CUDA_DISABLE_SDPA=1 keeps every attention on the plugin's own kernels.
+// cuDNN handle), in an eager step (cuDNN compiles kernels then; a shape first met inside a graph capture
+// runs on the plugin's kernels), and cached; its workspace comes from the stream-ordered pool, so a step
+// replayed from a CUDA graph runs it too, and a shape whose workspace would pass the plugin's own scratch
+// budget (1 GiB) is left to its kernels, which work in chunks. Backward asks for cuDNN's deterministic
+// algorithm (exact resume needs two runs of a step to agree). KESTREL_CUDA_DISABLE_SDPA=1 keeps every
+// attention on the plugin's own kernels.
 #include "cudnn_sdpa.hpp"
 
 #include <cudnn_frontend.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -40,12 +46,18 @@ namespace {
 // Tensor ids in a graph's variant pack.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
+constexpr int64_t kWorkspaceBudget = int64_t(1) << 30;  // as the plugin's own kernels' scratch
+
 struct Shape {
   int64_t b, tq, tk, d;
   kestrel_dtype dtype;
   bool causal, backward;
   float scale;
-  auto key() const { return std::make_tuple(b, tq, tk, d, int(dtype), causal, backward, scale); }
+  auto key() const {
+    uint32_t scale_bits;  // by bits: a NaN scale must not break the map's ordering
+    std::memcpy(&scale_bits, &scale, sizeof scale_bits);
+    return std::make_tuple(b, tq, tk, d, int(dtype), causal, backward, scale_bits);
+  }
   bool operator<(const Shape& o) const { return key() < o.key(); }
 };
 
@@ -113,10 +125,18 @@ Built build(cudnnHandle_t handle, const Shape& s) {
   check(g.check_support(handle), "no engine supports this attention");
   check(g.build_plans(handle), "building the plan");
   check(g.get_workspace_size(built.workspace), "sizing the workspace");
+  if (built.workspace > kWorkspaceBudget) fail("cuDNN attention: its workspace would pass the scratch budget");
   return built;
 }
 
 bool aligned(const kestrel_tensor& t) { return reinterpret_cast<uintptr_t>(ref(t).base) % 16 == 0; }
+
+// The libcudnn the plugin is linked with (and made its handles with), already loaded; null if not found.
+void* linked_cudnn() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&cudnnCreate), &info) || !info.dli_fname) return nullptr;
+  return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+}
 
 }  // namespace
 
@@ -143,18 +163,23 @@ bool sdpa_try(kestrel_stream& s, const kestrel_op& op) {
   for (int i = 0; i < op.num_outputs; ++i)
     if (!aligned(op.outputs[i])) return false;
 
-  static void* const cudnn = fe::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW);
+  static void* const cudnn = fe::cudnn_dlhandle = linked_cudnn();
   if (!cudnn) return false;
   if (!s.sdpa_plans) s.sdpa_plans = std::make_shared<SdpaPlans>();
-  std::shared_ptr<Built>& built = s.sdpa_plans->built[shape];
-  if (!built) {
-    built = std::make_shared<Built>();
+  auto found = s.sdpa_plans->built.find(shape);
+  if (found == s.sdpa_plans->built.end()) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s.cuda, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone)
+      return false;  // building compiles and loads kernels: not inside a capture
+    auto built = std::make_shared<Built>();
     try {
       *built = build(s.dnn, shape);
-    } catch (const Failure&) {
-      built->graph.reset();  // cuDNN has no engine for it here: the plugin's kernels take this shape
+    } catch (const std::exception&) {
+      built->graph.reset();  // cuDNN has no engine for it here (or too large a workspace): the plugin's kernels
     }
+    found = s.sdpa_plans->built.emplace(shape, std::move(built)).first;
   }
+  const std::shared_ptr<Built>& built = found->second;
   if (!built->graph) return false;
 
   std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*> pack;
