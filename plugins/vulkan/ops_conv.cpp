@@ -85,6 +85,7 @@ void launch_conv(kestrel_stream* stream, const kestrel_op& op) {
           tiled(dispatch("conv_filter_", {t.y, t.x, t.weight, y_for_mask}), out_channels, g.c * taps)};
       if (op.num_outputs == 2) {  // the bias gradient: a workgroup per channel
         Dispatch bias = dispatch("conv_bias_", {t.y, t.x, &op.outputs[1], y_for_mask});
+        bias.shader += subgroup_variant(stream->context);
         bias.groups[0] = static_cast<uint32_t>(out_channels);
         dispatches.push_back(bias);
       }

@@ -40,6 +40,10 @@ ReduceViews split_axes(const kestrel_tensor& in, const kestrel_tensor& out) {
 
 }  // namespace
 
+const char* subgroup_variant(const kestrel_context* context) {
+  return context->physical->subgroup_folds ? "_subgroups" : "";
+}
+
 bool supports_reduce(const kestrel_op& op, uint32_t dtypes) {
   if (!kestrel::plugin_shapes::reduce_fits(op)) return false;
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
@@ -57,6 +61,7 @@ void launch_reduce(kestrel_stream* stream, const kestrel_op& op) {
   const ReduceViews views = split_axes(in, out);
   Dispatch d;
   d.shader = std::string(fn == KESTREL_REDUCE_ARGMAX ? "argmax_" : "reduce_") + dtype_suffix(in.dtype);
+  if (fn != KESTREL_REDUCE_ARGMAX && float_dtype(in.dtype)) d.shader += subgroup_variant(stream->context);
   d.params.tensors[0] = views.kept_in;
   d.params.tensors[1] = views.kept_out;
   d.params.tensors[2] = views.reduced;

@@ -35,7 +35,7 @@ void launch_softmax(kestrel_stream* stream, const kestrel_op& op) {
   if (cols == 0 || numel(in) == 0) return;
   const int64_t rows = numel(in) / cols;
   Dispatch d;
-  d.shader = "softmax_f32";
+  d.shader = std::string("softmax_f32") + subgroup_variant(stream->context);
   d.params.tensors[0].offset = static_cast<uint32_t>(in.offset);
   d.params.tensors[1].offset = static_cast<uint32_t>(out.offset);
   d.params.uints[0] = static_cast<uint32_t>(cols);
@@ -63,7 +63,7 @@ void launch_softmax_cross_entropy(kestrel_stream* stream, const kestrel_op& op) 
   // reported at the stream's next sync point, and its rows come out NaN instead of reading astray.
   record_index_check(stream, labels, cols, 4);
   Dispatch d;
-  d.shader = std::string("softmax_cross_entropy_f32_") + dtype_suffix(labels.dtype);
+  d.shader = std::string("softmax_cross_entropy_f32_") + dtype_suffix(labels.dtype) + subgroup_variant(stream->context);
   d.params.tensors[0].offset = static_cast<uint32_t>(logits.offset);
   d.params.tensors[1].offset = static_cast<uint32_t>(labels.offset);
   d.params.tensors[2].offset = static_cast<uint32_t>(op.outputs[0].offset);

@@ -60,6 +60,9 @@ struct PhysicalDevice {
   VkPhysicalDeviceProperties properties{};
   VkPhysicalDeviceMemoryProperties memory{};
   uint32_t subgroup_size = 0;
+  // Subgroups that add, compare and vote in compute shaders: reductions and softmax fold through them
+  // (shaders/workgroup_fold.glsl). False also with KESTREL_VULKAN_DISABLE_SUBGROUPS=1.
+  bool subgroup_folds = false;
   uint32_t compute_queue_family = 0;
   bool has_compute_queue = false;
   bool has_int64 = false;          // shaderInt64: needed for i64 tensors

@@ -92,6 +92,11 @@ PhysicalDevice describe(VkInstance instance, VkPhysicalDevice handle, uint32_t i
     properties2.pNext = &subgroup;
     vkGetPhysicalDeviceProperties2(handle, &properties2);
     d.subgroup_size = subgroup.subgroupSize;
+    constexpr VkSubgroupFeatureFlags kFolds =
+        VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT | VK_SUBGROUP_FEATURE_VOTE_BIT;
+    d.subgroup_folds = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                       (subgroup.supportedOperations & kFolds) == kFolds &&
+                       !kestrel::plugin_env::flag("KESTREL_VULKAN_DISABLE_SUBGROUPS");
     if (want_driver && driver.driverName[0]) d.driver = driver.driverName;
 
     // Tensor cores for f16 products: gemm_coop.comp needs float16_t arithmetic (shaderFloat16), the
@@ -249,7 +254,7 @@ void fill_properties(const PhysicalDevice& d, kestrel_device_properties* props) 
                              : 0;
   std::string runtime = "Vulkan " + version_text(d.properties.apiVersion);
   if (!d.driver.empty()) runtime += " (" + d.driver + ")";
-  runtime += ", subgroup " + std::to_string(d.subgroup_size);
+  runtime += ", subgroup " + std::to_string(d.subgroup_size) + (d.subgroup_folds ? " (folds reductions)" : "");
   if (d.coop_n) runtime += ", f16 cooperative matrices 16x" + std::to_string(d.coop_n) + "x16";
   copy_string(props->runtime, sizeof(props->runtime), runtime);
   props->dtype_mask = dtype_mask(d);

@@ -50,6 +50,9 @@ void launch_conv(kestrel_stream* stream, const kestrel_op& op);
 // where they took half the time; GPUs keep the narrow ones until a GPU run compares the two.
 // KESTREL_VULKAN_GEMM_BLOCKS=wide or narrow chooses, for that comparison (ops_gemm.cpp).
 bool wide_blocks(const kestrel_context* context);
+// "_subgroups" where the device's subgroups fold (PhysicalDevice::subgroup_folds): the variant of a
+// reduction, softmax or bias gradient that folds through them; else "" (ops_reduce.cpp).
+const char* subgroup_variant(const kestrel_context* context);
 // The block of the result one workgroup of a tiled product computes (TILE_MN in shaders/tiles.glsl).
 constexpr uint32_t kTile = 64;
 // A tiled product's variant and grid: "_coop16xN" appended to d.shader for `tensor_cores` (gemm_coop.comp,

@@ -33,6 +33,9 @@
 // kestrel-variant: conv_filter_bf16 -DFILTER=1 -DBF16=1
 // kestrel-variant: conv_filter_bf16_wide -DFILTER=1 -DBF16=1 -DWIDE=1
 // kestrel-variant: conv_bias_bf16 -DBIAS=1 -DBF16=1
+// kestrel-variant: conv_bias_f32_subgroups -DBIAS=1 -DSTORE_T=float -DSUBGROUPS=1
+// kestrel-variant: conv_bias_f16_subgroups -DBIAS=1 -DSTORE_T=float16_t -DSUBGROUPS=1
+// kestrel-variant: conv_bias_bf16_subgroups -DBIAS=1 -DBF16=1 -DSUBGROUPS=1
 #define T float
 #include "common.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer T0 { STORE_T data[]; } t0;
@@ -169,10 +172,11 @@ void main() {
 }
 #else
 layout(local_size_x = KESTREL_LOCAL_SIZE) in;
-shared float partial[KESTREL_LOCAL_SIZE];
+#include "math.glsl"
+#include "workgroup_fold.glsl"
 
 // One workgroup per channel o (gl_WorkGroupID.x): its invocations fold strided shares of the N*L
-// gradients in a fixed order, then a tree.
+// gradients in a fixed order, then meet through workgroup_fold.glsl.
 void main() {
   const uint o = gl_WorkGroupID.x, lid = gl_LocalInvocationID.x, spatial = G_OH * G_OW;
   float sum = 0.0;
@@ -180,12 +184,7 @@ void main() {
     uint n = e / spatial;
     sum += output_grad(n, o, e - n * spatial);
   }
-  partial[lid] = sum;
-  barrier();
-  for (uint s = KESTREL_LOCAL_SIZE / 2; s > 0; s >>= 1) {
-    if (lid < s) partial[lid] += partial[lid + s];
-    barrier();
-  }
-  if (lid == 0u) t2.data[AT(2) + o] = STORE(partial[0]);
+  sum = workgroup_fold(FOLD_SUM, sum);
+  if (lid == 0u) t2.data[AT(2) + o] = STORE(sum);
 }
 #endif

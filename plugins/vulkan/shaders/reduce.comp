@@ -20,8 +20,14 @@
 // kestrel-variant: argmax_bf16 -DT=float -DBF16=1 -DIS_FLOAT=1 -DARGMAX=1
 // kestrel-variant: argmax_i32 -DT=int -DARGMAX=1
 // kestrel-variant: argmax_i64 -DT=int64_t -DARGMAX=1
+// kestrel-variant: reduce_f32_subgroups -DT=float -DACC_T=float -DIS_FLOAT=1 -DSUBGROUPS=1
+// kestrel-variant: reduce_f16_subgroups -DT=float -DSTORE_T=float16_t -DACC_T=float -DIS_FLOAT=1 -DSUBGROUPS=1
+// kestrel-variant: reduce_bf16_subgroups -DT=float -DBF16=1 -DACC_T=float -DIS_FLOAT=1 -DSUBGROUPS=1
 #include "common.glsl"
 #include "math.glsl"
+#if defined(IS_FLOAT) && !defined(ARGMAX)
+#include "workgroup_fold.glsl"  // float sums, maxima and minima; integers keep the tree below
+#endif
 #ifndef STORE_T
 #define STORE_T T
 #endif
@@ -60,7 +66,9 @@ void combine(uint a, uint b) {
   }
 }
 #else
+#ifndef IS_FLOAT
 shared ACC_T partial[KESTREL_LOCAL_SIZE];
+#endif
 
 ACC_T fold(int fn, ACC_T acc, ACC_T v) {
 #ifdef IS_FLOAT
@@ -107,18 +115,24 @@ void main() {
   ACC_T acc = additive || count == 0 ? ACC_T(0) : ACC_T(LOAD(in_buf.data[base]));
   for (uint r = lid; r < count; r += KESTREL_LOCAL_SIZE)
     acc = fold(fn, acc, ACC_T(LOAD(in_buf.data[base + element_offset(2, r)])));
+#ifdef IS_FLOAT
+  const ACC_T total = workgroup_fold(additive ? FOLD_SUM : fn == 2 ? FOLD_MAX : FOLD_MIN, acc);
+#else
   partial[lid] = acc;
   barrier();
   for (uint s = KESTREL_LOCAL_SIZE / 2; s > 0; s >>= 1) {
     if (lid < s) partial[lid] = fold(fn, partial[lid], partial[lid + s]);
     barrier();
   }
-  if (lid == 0) {
-    ACC_T total = partial[0];
-#ifdef IS_FLOAT
-    if (fn == 1) total = count > 0 ? total / float(count) : K_NAN;
+  ACC_T total = partial[0];
 #endif
-    out_buf.data[element_offset(1, o)] = STORE(T(total));
+  if (lid == 0) {
+#ifdef IS_FLOAT
+    const ACC_T result = fn == 1 ? (count > 0 ? total / float(count) : K_NAN) : total;
+#else
+    const ACC_T result = total;
+#endif
+    out_buf.data[element_offset(1, o)] = STORE(T(result));
   }
 #endif
 }

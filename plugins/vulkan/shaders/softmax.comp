@@ -1,7 +1,7 @@
 #version 450
 // Row-wise softmax, log-softmax and softmax cross-entropy over the last axis of contiguous rows. One
-// workgroup per row: every invocation folds a strided share of the row, and the shares meet in a
-// shared-memory tree (as in reduce.comp: lavapipe stops any loop after 65535 iterations, so one
+// workgroup per row: every invocation folds a strided share of the row, and the shares meet through
+// workgroup_fold.glsl (as in reduce.comp: lavapipe stops any loop after 65535 iterations, so one
 // invocation must never walk a whole long row; the host declines rows over 256 * 65535).
 // Arithmetic follows the CPU plugin (ops_fused.cpp): max first, then sum(exp(x - max)), then the row.
 //   uints[0] = columns, uints[1] = rows; tensors[t].offset locates each tensor.
@@ -12,8 +12,12 @@
 // kestrel-variant: softmax_f32
 // kestrel-variant: softmax_cross_entropy_f32_i32 -DCROSS_ENTROPY=1 -DI=int
 // kestrel-variant: softmax_cross_entropy_f32_i64 -DCROSS_ENTROPY=1 -DI=int64_t
+// kestrel-variant: softmax_f32_subgroups -DSUBGROUPS=1
+// kestrel-variant: softmax_cross_entropy_f32_i32_subgroups -DCROSS_ENTROPY=1 -DI=int -DSUBGROUPS=1
+// kestrel-variant: softmax_cross_entropy_f32_i64_subgroups -DCROSS_ENTROPY=1 -DI=int64_t -DSUBGROUPS=1
 #include "common.glsl"
 #include "math.glsl"
+#include "workgroup_fold.glsl"
 layout(local_size_x = KESTREL_LOCAL_SIZE) in;
 layout(std430, set = 0, binding = 1) readonly buffer In { float data[]; } in_buf;
 #ifdef CROSS_ENTROPY
@@ -23,35 +27,6 @@ layout(std430, set = 0, binding = 4) writeonly buffer Grad { float data[]; } gra
 #else
 layout(std430, set = 0, binding = 2) writeonly buffer Out { float data[]; } out_buf;
 #endif
-
-shared float partial[KESTREL_LOCAL_SIZE];
-
-// The max (tree_max) or sum (tree_sum) of every invocation's value, returned to all of them.
-float tree_max(float mine) {
-  uint lid = gl_LocalInvocationID.x;
-  partial[lid] = mine;
-  barrier();
-  for (uint s = KESTREL_LOCAL_SIZE / 2; s > 0; s >>= 1) {
-    if (lid < s) partial[lid] = nan_max(partial[lid], partial[lid + s]);
-    barrier();
-  }
-  float total = partial[0];
-  barrier();  // partial is reused by the next tree
-  return total;
-}
-
-float tree_sum(float mine) {
-  uint lid = gl_LocalInvocationID.x;
-  partial[lid] = mine;
-  barrier();
-  for (uint s = KESTREL_LOCAL_SIZE / 2; s > 0; s >>= 1) {
-    if (lid < s) partial[lid] += partial[lid + s];
-    barrier();
-  }
-  float total = partial[0];
-  barrier();
-  return total;
-}
 
 void main() {
   // Every invocation of a workgroup has the same row, so the barriers are in uniform control flow.
@@ -64,10 +39,10 @@ void main() {
   // Column 0 seeds every share: folding it twice does not change a max.
   float top = in_buf.data[base];
   for (uint j = lid; j < cols; j += KESTREL_LOCAL_SIZE) top = nan_max(top, in_buf.data[base + j]);
-  top = tree_max(top);
+  top = workgroup_fold(FOLD_MAX, top);
   float sum = 0.0;
   for (uint j = lid; j < cols; j += KESTREL_LOCAL_SIZE) sum += exp(in_buf.data[base + j] - top);
-  sum = tree_sum(sum);
+  sum = workgroup_fold(FOLD_SUM, sum);
   float log_sum = log(sum);
 
 #ifdef CROSS_ENTROPY
