@@ -2,8 +2,10 @@
 # Packs the build for a GPU machine that has the NVIDIA driver and CUDA but no package access (the
 # team's lent H100/H200): programs, plugins, the fault plugins the tests load, CTest's files, the
 # libraries they need (through ../shared/gpu/bundle), Fashion-MNIST and the fortunes corpus, into
-# gpu-bundle/kb.tgz. On that machine, from the repository root: bash scripts/gpu/on_device.sh
-# [ctest|conformance|collectives|memcheck|accuracy|speedup|speedup_cuda|precision|mfu|profile|exitcrash|recurrent|convnet|floor|cpustep|vulkan]...
+# gpu-bundle/kb.tgz. On that machine, from the repository root: bash scripts/gpu/next_session.sh (the
+# pending checks in priority order), or bash scripts/gpu/on_device.sh [ctest|conformance|sdpa|collectives|
+# memcheck|accuracy|speedup|speedup_cuda|precision|mfu|profile|exitcrash|recurrent|convnet|wgrad|floor|
+# cpustep|vulkan|vulkan_quick]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bundler=${KESTREL_GPU_BUNDLER:-../shared/gpu/bundle}

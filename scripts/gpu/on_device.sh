@@ -2,7 +2,7 @@
 # Runs the GPU checks on a machine with the bundle of scripts/gpu/bundle.sh (see there). The build's
 # absolute paths (CTest, compiled-in source folder) are made valid with symbolic links.
 set -uo pipefail
-tar xzf gpu-bundle/kb.tgz -C /tmp
+[ -d /tmp/kb ] || tar xzf gpu-bundle/kb.tgz -C /tmp  # once per machine: next_session.sh calls this per step
 if [ "$PWD" != /work/main ]; then mkdir -p /work; rm -rf /work/main; ln -s "$PWD" /work/main; fi
 rm -rf build; ln -s /tmp/kb/build build
 . /tmp/kb/env.sh
@@ -90,6 +90,22 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       # Issue 18: each CUDA step against its floor (its products' GPU time plus the optimizer's bytes at the
       # copy bandwidth); ONLY picks workloads.
       floor) python3 bench/floor.py --only "${ONLY:-}" ;;
+      # The shorter forms of convnet and vulkan that next_session.sh runs: the weight-gradient A/B (issue
+      # 18: make gemm the default in ops_conv.cu's wgrad_by_gemm if it wins at b64 and b512), and Vulkan's
+      # conformance and steps against CUDA's on NVIDIA's driver (cooperative matrices, subgroup folds,
+      # fused attention, layer norm and convolutions: none of it has run on a GPU yet).
+      wgrad) KESTREL_CUDA_CONV_WGRAD=gemm build/bin/kestrel conformance --backend cuda --family conv | tail -2
+             for wgrad in cudnn gemm; do
+               echo "KESTREL_CUDA_CONV_WGRAD=$wgrad"
+               KESTREL_CUDA_CONV_WGRAD=$wgrad build/bin/bench_train --benchmark_filter='^train_step/fashion_convnet/cuda' \
+                 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+             done ;;
+      vulkan_quick)
+              gl_libraries
+              build/bin/kestrel devices | grep -A3 'vulkan:' && build/bin/kestrel conformance --backend vulkan | tail -3
+              build/bin/bench_train --benchmark_filter='^train_step/(fashion_mlp|seeds_mlp|fashion_convnet)/(cuda|vulkan):0' \
+                                    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+              build/bin/bench_mfu --benchmark_filter='mfu/mlp_8192/(cuda|vulkan):0/(f32|f16)/b8192/captured' ;;
       cpustep) python3 bench/cpu_step_overhead.py --rounds "${ROUNDS:-11}" --pytorch python3 ;;
       vulkan)
               gl_libraries
