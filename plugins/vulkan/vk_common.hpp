@@ -72,7 +72,7 @@ struct PhysicalDevice {
   bool has_16bit_storage = false;
   bool has_memory_budget = false;  // VK_EXT_memory_budget
   // VK_NV_cooperative_matrix with f16 x f16 + f32 -> f32 matrices of 16 x coop_n x 16 at subgroup scope
-  // (coop_n 16 or 8), shaderFloat16, the Vulkan memory model and 32-invocation subgroups: the f16
+  // (coop_n 16 or 8), shaderFloat16, the Vulkan memory model and full subgroups of 32 (1.3): the f16
   // GEMM runs on tensor cores (shaders/gemm_coop.comp). 0 without, or with KESTREL_VULKAN_DISABLE_COOPMAT=1.
   uint32_t coop_n = 0;
   uint32_t timestamp_valid_bits = 0;  // of the compute queue family: 0 means no timestamps (profiling)

@@ -73,7 +73,7 @@ PhysicalDevice describe(VkInstance instance, VkPhysicalDevice handle, uint32_t i
   if (device_version >= VK_API_VERSION_1_1) {
     // f16 and bf16 are stored, not computed, in 16 bits: shaders load float16_t (bf16: uint16_t bits)
     // into floats and store them back (shaders/common.glsl), so 16-bit storage suffices and
-    // shaderFloat16 is not asked for. Devices without it declare neither. The alternative, two halves packed per 32-bit word
+    // shaderFloat16 is asked for only by the cooperative-matrix GEMM below. Devices without it declare neither. The alternative, two halves packed per 32-bit word
     // (unpackHalf2x16/packHalf2x16), would need an atomic read-modify-write for every strided store,
     // since two invocations may write the two halves of one word; not worth it for the few devices
     // that lack 16-bit storage.
@@ -100,17 +100,30 @@ PhysicalDevice describe(VkInstance instance, VkPhysicalDevice handle, uint32_t i
     if (want_driver && driver.driverName[0]) d.driver = driver.driverName;
 
     // Tensor cores for f16 products: gemm_coop.comp needs float16_t arithmetic (shaderFloat16), the
-    // Vulkan memory model (the extension's scopes) and exactly 4 subgroups in its 128 invocations.
-    if (device_version >= VK_API_VERSION_1_2 && d.has_16bit_storage && d.subgroup_size == 32 &&
+    // Vulkan memory model (the extension's scopes) and exactly 4 full subgroups of 32 in its 128
+    // invocations, which only a pipeline that requires full subgroups of that size is promised
+    // (computeFullSubgroups and subgroupSizeControl, Vulkan 1.3; see vk_pipelines.cpp).
+    const bool basic_subgroups = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                                 (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
+    if (device_version >= VK_API_VERSION_1_3 && d.has_16bit_storage && basic_subgroups &&
         has_extension(extensions, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) &&
         !kestrel::plugin_env::flag("KESTREL_VULKAN_DISABLE_COOPMAT")) {
       VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
       VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+      VkPhysicalDeviceVulkan13Features v13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
       coop.pNext = &v12;
+      v12.pNext = &v13;
       VkPhysicalDeviceFeatures2 wanted{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
       wanted.pNext = &coop;
       vkGetPhysicalDeviceFeatures2(handle, &wanted);
-      if (coop.cooperativeMatrix && v12.shaderFloat16 && v12.vulkanMemoryModel)
+      VkPhysicalDeviceSubgroupSizeControlProperties sizes{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES};
+      VkPhysicalDeviceProperties2 size_properties{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+      size_properties.pNext = &sizes;
+      vkGetPhysicalDeviceProperties2(handle, &size_properties);
+      const bool warps_of_32 = v13.subgroupSizeControl && v13.computeFullSubgroups &&
+                               (sizes.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                               sizes.minSubgroupSize <= 32 && sizes.maxSubgroupSize >= 32;
+      if (coop.cooperativeMatrix && v12.shaderFloat16 && v12.vulkanMemoryModel && warps_of_32)
         d.coop_n = cooperative_matrix_n(instance, handle);
     }
   }

@@ -46,6 +46,15 @@ VkPipeline pipeline(kestrel_context* context, const std::string& name) {
   info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
   info.stage.module = module;
   info.stage.pName = "main";
+  // gemm_coop.comp's cooperative matrices take whole subgroups of 32, four to a workgroup: asked for
+  // here (PhysicalDevice::coop_n is set only where the device can promise it).
+  VkPipelineShaderStageRequiredSubgroupSizeCreateInfo warps{
+      VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO};
+  warps.requiredSubgroupSize = 32;
+  if (name.find("_coop16x") != std::string::npos) {
+    info.stage.flags = VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
+    info.stage.pNext = &warps;
+  }
   info.layout = context->pipeline_layout;
   VkPipeline created = VK_NULL_HANDLE;
   VkResult status = vkCreateComputePipelines(context->device, context->pipeline_cache, 1, &info, nullptr, &created);

@@ -129,13 +129,17 @@ kestrel_status context_create(int32_t device, kestrel_context** out) {
     // Tensor cores for the f16 GEMM (see PhysicalDevice::coop_n).
     VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
     VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceVulkan13Features v13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
     const char* coop_extension = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
     if (physical.coop_n) {
       coop.cooperativeMatrix = VK_TRUE;
       v12.shaderFloat16 = VK_TRUE;
       v12.vulkanMemoryModel = VK_TRUE;
+      v13.subgroupSizeControl = VK_TRUE;
+      v13.computeFullSubgroups = VK_TRUE;
       storage16.pNext = &coop;
       coop.pNext = &v12;
+      v12.pNext = &v13;
       info.enabledExtensionCount = 1;
       info.ppEnabledExtensionNames = &coop_extension;
     }

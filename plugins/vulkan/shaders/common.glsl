@@ -10,7 +10,7 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 // f16 tensors are float16_t arrays in storage buffers (VK_KHR_16bit_storage, storageBuffer16BitAccess):
 // shaders only load them into floats and store floats back through explicit conversions, so all
-// arithmetic is f32 and shaderFloat16 is never needed. The capability enters a shader's SPIR-V only
+// arithmetic is f32 and shaderFloat16 is not needed (except by gemm_coop.comp's tensor-core products). The capability enters a shader's SPIR-V only
 // when it declares a float16_t buffer, so f32/int variants run on devices without 16-bit storage.
 #extension GL_EXT_shader_16bit_storage : require
 

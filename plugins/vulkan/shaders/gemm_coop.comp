@@ -2,7 +2,8 @@
 // The f16 GEMM and linear on tensor cores, through VK_NV_cooperative_matrix (Debian's glslang has the
 // NV extension, not yet the KHR one): the same operands, grid and epilogue as gemm.comp (gemm_io.glsl),
 // f16 products summed in f32 and C rounded once (or kept in f32: C_F32). Picked by the host only on devices that advertise
-// f16 x f16 + f32 matrices of the variant's shape at subgroup scope with 32-invocation subgroups.
+// f16 x f16 + f32 matrices of the variant's shape at subgroup scope, and full subgroups of 32 (the
+// pipeline requires them: vk_pipelines.cpp). NVIDIA's driver lists 16x8x16 for f16 (the 16x8 variants).
 //
 // A workgroup is 4 subgroups of 32 and computes a 64 x 64 block of C (kTile, as gemm.comp); subgroup
 // s computes the 32 x 32 quarter (s / 2, s % 2) of it as 2 x (32 / CM_N) accumulators of 16 x CM_N.
@@ -21,6 +22,7 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "gemm_io.glsl"
 
@@ -49,8 +51,8 @@ void main() {
   const bool a_k = a_along_k(), b_n = b_along_n();
 
   fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N> acc[ACC_I][ACC_J];
-  for (int i = 0; i < ACC_I; ++i)
-    for (int j = 0; j < ACC_J; ++j) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N>(0.0);
+  [[unroll]] for (int i = 0; i < ACC_I; ++i)
+    [[unroll]] for (int j = 0; j < ACC_J; ++j) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N>(0.0);
 
   for (uint k0 = 0; k0 < K; k0 += SLICE_K) {
     // 2048 halves of each operand, 16 per invocation, filled along the operand's unit stride.
@@ -63,21 +65,22 @@ void main() {
       b_tile[bk * B_STRIDE + c] = (gbk < K && gc < N) ? b_buf.data[b_index(gbk, gc)] : float16_t(0.0);
     }
     barrier();
-    for (uint kk = 0; kk < SLICE_K; kk += CM_K) {
+    // Unrolled, so that the accumulators stay in registers (indexed by constants).
+    [[unroll]] for (uint kk = 0; kk < SLICE_K; kk += CM_K) {
       fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[ACC_I];
-      for (int i = 0; i < ACC_I; ++i)
+      [[unroll]] for (int i = 0; i < ACC_I; ++i)
         coopMatLoadNV(a[i], a_tile, (sub_row + i * CM_M) * A_STRIDE + kk, A_STRIDE, false);
-      for (int j = 0; j < ACC_J; ++j) {
+      [[unroll]] for (int j = 0; j < ACC_J; ++j) {
         fcoopmatNV<16, gl_ScopeSubgroup, CM_K, CM_N> b;
         coopMatLoadNV(b, b_tile, kk * B_STRIDE + sub_col + j * CM_N, B_STRIDE, false);
-        for (int i = 0; i < ACC_I; ++i) acc[i][j] = coopMatMulAddNV(a[i], b, acc[i][j]);
+        [[unroll]] for (int i = 0; i < ACC_I; ++i) acc[i][j] = coopMatMulAddNV(a[i], b, acc[i][j]);
       }
     }
     barrier();
   }
 
-  for (int i = 0; i < ACC_I; ++i)
-    for (int j = 0; j < ACC_J; ++j) {
+  [[unroll]] for (int i = 0; i < ACC_I; ++i)
+    [[unroll]] for (int j = 0; j < ACC_J; ++j) {
       coopMatStoreNV(acc[i][j], c_scratch[s], 0, CM_N, false);
       subgroupMemoryBarrierShared();
       subgroupBarrier();
