@@ -36,6 +36,11 @@ int main(int argc, char** argv) {
     };
     if (!config.distributed.devices.empty()) {  // several devices of this process: a file per rank
       kestrel::MultiDeviceTrainer trainers(config);
+      for (int r = 1; r < trainers.size(); ++r)
+        if (&trainers.rank(r).train_data() != &trainers.rank(0).train_data()) {
+          fmt::print(stderr, "data_parallel_worker: rank {} holds its own copy of the training data\n", r);
+          return 1;
+        }
       trainers.fit(options);
       bool written = true;
       for (int r = 0; r < trainers.size(); ++r) written = write_parameters(trainers.rank(r)) && written;

@@ -80,14 +80,17 @@ struct Prediction {
   std::vector<std::pair<int64_t, double>> top;     // (class, probability), best first
 };
 
+struct RunData;  // a run's loaded data, engine-internal (train/run_data.h)
+
 class Trainer {
  public:
   // Picks the device from the config's backend preference, loads data and builds the model. Under a
   // launcher also joins the other ranks (checking that they run the same thing).
   explicit Trainer(RunConfig config, Engine& engine = Engine::global());
   // One rank of `world` (one of World::in_process's, on the device the config's distributed.devices
-  // names for it), constructed on that rank's thread.
-  Trainer(RunConfig config, Engine& engine, World& world);
+  // names for it), constructed on that rank's thread. `data`: the run's data, loaded once for every rank
+  // of the process (MultiDeviceTrainer: the ranks only read it); null: this rank loads its own.
+  Trainer(RunConfig config, Engine& engine, World& world, std::shared_ptr<const RunData> data = nullptr);
   ~Trainer();
 
   TrainSummary fit(const TrainOptions& options = {});

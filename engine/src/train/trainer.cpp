@@ -108,7 +108,7 @@ void check_precision(const RunConfig& config, const Device& device) {
 
 Trainer::Trainer(RunConfig config, Engine& engine) : Trainer(std::move(config), engine, World::get()) {}
 
-Trainer::Trainer(RunConfig config, Engine& engine, World& world)
+Trainer::Trainer(RunConfig config, Engine& engine, World& world, std::shared_ptr<const RunData> data)
     : config_(std::move(config)), engine_(engine), world_(world) {
   config_.micro_batch_size();  // flags may have changed either number since the file was read
   check_batch_split(world_, config_);
@@ -119,10 +119,10 @@ Trainer::Trainer(RunConfig config, Engine& engine, World& world)
                                   "{}; name layers it has (kestrel check {} lists them)",
                                   config_.source, unmatched.front(), spec.source(), spec.source()));
   if (config_.out_dir.empty()) config_.out_dir = "runs/" + spec.name();
-  RunData data = load_run_data(config_, spec);
-  train_ = std::make_shared<const data::Dataset>(std::move(data.train));
-  test_ = std::make_shared<const data::Dataset>(std::move(data.test));
-  vocabulary_ = std::move(data.vocabulary);
+  if (!data) data = std::make_shared<const RunData>(load_run_data(config_, spec));
+  train_ = std::shared_ptr<const data::Dataset>(data, &data->train);  // sharing `data`'s lifetime
+  test_ = std::shared_ptr<const data::Dataset>(data, &data->test);
+  vocabulary_ = data->vocabulary;
   // Ranks of one process take the devices the config names, one each; processes, theirs by local rank.
   device_ = world_.rendezvous() ? engine_.device(config_.distributed.devices.at(size_t(world_.rank())))
                                 : rank_device(engine_, select_device(engine_, config_.backends, config_.fallback),
