@@ -34,26 +34,37 @@ bool supports_gemm(const kestrel_op& op, uint32_t dtypes) {
   return kestrel::plugin_shapes::gemm_fits(op, /*f32_of_16bit=*/true) && float_dtype(dtype) && in_mask(dtypes, dtype);
 }
 
-bool wide_blocks(const kestrel_context* context) {
+Blocks gemm_blocks(const kestrel_context* context) {
   static const std::string forced = [] {
     const char* v = std::getenv("KESTREL_VULKAN_GEMM_BLOCKS");
     return std::string(v ? v : "");
   }();
-  if (forced == "wide") return true;
-  if (forced == "narrow") return false;
+  // The large tiles' 16.6 KiB of shared memory pass Vulkan's 16 KiB minimum: narrow where it has less.
+  constexpr uint32_t kLargeTilesBytes = (128 * 17 + 16 * 129) * 4;
+  if (forced == "large")
+    return context->physical->properties.limits.maxComputeSharedMemorySize >= kLargeTilesBytes ? Blocks::large
+                                                                                               : Blocks::narrow;
+  if (forced == "wide") return Blocks::wide;
+  if (forced == "narrow") return Blocks::narrow;
   if (!forced.empty())
-    fail("KESTREL_VULKAN_GEMM_BLOCKS is '" + forced + "': use wide or narrow (unset: wide on software devices only)",
-         KESTREL_STATUS_INVALID_ARGUMENT);
-  return context->physical->properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    fail("KESTREL_VULKAN_GEMM_BLOCKS is '" + forced + "': use narrow, wide or large (unset: wide on software devices, "
+         "narrow elsewhere)", KESTREL_STATUS_INVALID_ARGUMENT);
+  return context->physical->properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? Blocks::wide : Blocks::narrow;
 }
 
 void set_tile_grid(const kestrel_context* context, Dispatch& d, uint64_t rows, uint64_t columns, uint64_t batch,
-                   const std::string& what, bool tensor_cores) {
-  if (tensor_cores)
+                   const std::string& what, bool tensor_cores, bool has_large) {
+  uint64_t tile = kTile;
+  const Blocks blocks = gemm_blocks(context);
+  if (tensor_cores) {
     d.shader += "_coop16x" + std::to_string(context->physical->coop_n);
-  else if (wide_blocks(context))
+  } else if (blocks == Blocks::large && has_large) {
+    d.shader += "_large";
+    tile = 2 * kTile;
+  } else if (blocks == Blocks::wide) {
     d.shader += "_wide";
-  const uint64_t groups[3] = {(columns + kTile - 1) / kTile, (rows + kTile - 1) / kTile, batch};
+  }
+  const uint64_t groups[3] = {(columns + tile - 1) / tile, (rows + tile - 1) / tile, batch};
   const uint32_t* limits = context->physical->properties.limits.maxComputeWorkGroupCount;
   for (int i = 0; i < 3; ++i) {
     if (groups[i] > limits[i])
@@ -78,7 +89,8 @@ bool gemm_dispatch(kestrel_stream* stream, const std::string& shader, const kest
   if (batch == 0 || m == 0 || n == 0) return false;  // K == 0 still runs: C = beta * C (or the bias)
   const bool tensor_cores = a.dtype == KESTREL_DTYPE_F16 && stream->context->physical->coop_n != 0;
   set_tile_grid(stream->context, d, m, n, batch,
-                "gemm of " + std::to_string(batch) + " x " + std::to_string(m) + " x " + std::to_string(n), tensor_cores);
+                "gemm of " + std::to_string(batch) + " x " + std::to_string(m) + " x " + std::to_string(n), tensor_cores,
+                /*has_large=*/true);
   return true;
 }
 

@@ -1,7 +1,7 @@
 #version 450
 // C = alpha * A @ B + beta * C for each batch entry (the operands and the LINEAR epilogue: gemm_io.glsl),
-// through the shared tiles of tiles.glsl. Grid: x over 64-column blocks, y over 64-row blocks, z over
-// the batch. The f16 variants load halves into the float tiles, accumulate in f32 and round once when
+// through the shared tiles of tiles.glsl. Grid: x over column blocks, y over row blocks (64 wide, 128
+// for LARGE), z over the batch. The f16 variants load halves into the float tiles, accumulate in f32 and round once when
 // storing C, as GPU half-precision training does; gemm_coop.comp is their tensor-core form.
 // kestrel-variant: gemm_f32
 // kestrel-variant: linear_f32 -DLINEAR=1
@@ -19,6 +19,14 @@
 // kestrel-variant: linear_bf16_wide -DLINEAR=1 -DBF16=1 -DWIDE=1
 // kestrel-variant: gemm_f16_f32_wide -DSTORE_T=float16_t -DC_F32=1 -DWIDE=1
 // kestrel-variant: gemm_bf16_f32_wide -DBF16=1 -DC_F32=1 -DWIDE=1
+// kestrel-variant: gemm_f32_large -DLARGE=1
+// kestrel-variant: linear_f32_large -DLINEAR=1 -DLARGE=1
+// kestrel-variant: gemm_f16_large -DSTORE_T=float16_t -DLARGE=1
+// kestrel-variant: linear_f16_large -DLINEAR=1 -DSTORE_T=float16_t -DLARGE=1
+// kestrel-variant: gemm_bf16_large -DBF16=1 -DLARGE=1
+// kestrel-variant: linear_bf16_large -DLINEAR=1 -DBF16=1 -DLARGE=1
+// kestrel-variant: gemm_f16_f32_large -DSTORE_T=float16_t -DC_F32=1 -DLARGE=1
+// kestrel-variant: gemm_bf16_f32_large -DBF16=1 -DC_F32=1 -DLARGE=1
 #include "common.glsl"
 #include "gemm_io.glsl"
 #include "tiles.glsl"

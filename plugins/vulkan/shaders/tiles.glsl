@@ -4,11 +4,16 @@
 // WIDE variants (8 x 8 sums on 8 x 8 invocations: 64 multiply-adds per 16 shared-memory reads) are for
 // software devices such as lavapipe, where every shared access is a real memory access; there the others
 // (4 x 4 sums on 16 x 16 invocations: 16 per 8) took about twice the time (bench/results/2026-11-26-vm-vulkan-
-// gemm-tile-k.md). GPUs keep the latter, with 4x the threads per tile for small products, until measured.
+// gemm-tile-k.md). GPUs keep the latter, with 4x the threads per tile for small products, until measured;
+// the LARGE variants (8 x 8 sums on 16 x 16 invocations: 128 x 128 tiles, GEMM and linear only) are the
+// usual shape of a fast f32 GEMM on GPUs, for large products, to be measured against them there.
 // The including shader defines, before including this:
 //   float load_a(uint row, uint k)   element (row, k) of A (M x K), called only inside it
 //   float load_b(uint k, uint col)   element (k, col) of B (K x N), likewise
-#ifdef WIDE
+#if defined(LARGE)
+#define THREADS 16
+#define BLOCK 8
+#elif defined(WIDE)
 #define THREADS 8
 #define BLOCK 8
 #else
@@ -17,6 +22,7 @@
 #endif
 #define TILE_MN (THREADS * BLOCK)
 #define TILE_K 16  // 32: no faster with 8 x 8 blocks, and its 16.4 KiB of tiles pass Vulkan's 16 KiB minimum
+// (LARGE's 128-row tiles take 16.6 KiB even at 16: the host picks them only where the device has room.)
 layout(local_size_x = THREADS, local_size_y = THREADS) in;
 
 // +1 keeps both ways of filling and reading a tile off one bank on real GPUs.
