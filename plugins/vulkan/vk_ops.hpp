@@ -48,7 +48,7 @@ void launch_conv(kestrel_stream* stream, const kestrel_op& op);
 
 // The register blocks of the tiled products (shaders/tiles.glsl): narrow, 4 x 4 sums on 16 x 16
 // invocations; wide, 8 x 8 on 8 x 8 (software devices, where they took half the time); large, 8 x 8 on
-// 16 x 16 with tiles of 2 kTile (GEMM and linear only; the others take narrow). GPUs keep narrow until a
+// 16 x 16 with tiles of 2 kTile (the products: GEMM, linear, convolutions). GPUs keep narrow until a
 // GPU run compares them. KESTREL_VULKAN_GEMM_BLOCKS=narrow, wide or large chooses (ops_gemm.cpp).
 enum class Blocks { narrow, wide, large };
 Blocks gemm_blocks(const kestrel_context* context);

@@ -106,10 +106,12 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
               build/bin/bench_train --benchmark_filter='^train_step/(fashion_mlp|seeds_mlp|fashion_convnet)/(cuda|vulkan):0' \
                                     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
               build/bin/bench_mfu --benchmark_filter='mfu/mlp_8192/(cuda|vulkan):0/(f32|f16)/b8192/captured'
-              # The f32 GEMM shader's register blocks on large products (narrow is the default on GPUs).
+              # The f32 products' register blocks (narrow is the default on GPUs), on the big MLP and the ConvNet.
               for blocks in wide large; do
                 echo "KESTREL_VULKAN_GEMM_BLOCKS=$blocks"
                 KESTREL_VULKAN_GEMM_BLOCKS=$blocks build/bin/bench_mfu --benchmark_filter='mfu/mlp_8192/vulkan:0/f32/'
+                KESTREL_VULKAN_GEMM_BLOCKS=$blocks build/bin/bench_train --benchmark_filter='^train_step/fashion_convnet/vulkan' \
+                  --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
               done ;;
       cpustep) python3 bench/cpu_step_overhead.py --rounds "${ROUNDS:-11}" --pytorch python3 ;;
       vulkan)

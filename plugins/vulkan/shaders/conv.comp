@@ -36,6 +36,15 @@
 // kestrel-variant: conv_bias_f32_subgroups -DBIAS=1 -DSTORE_T=float -DSUBGROUPS=1
 // kestrel-variant: conv_bias_f16_subgroups -DBIAS=1 -DSTORE_T=float16_t -DSUBGROUPS=1
 // kestrel-variant: conv_bias_bf16_subgroups -DBIAS=1 -DBF16=1 -DSUBGROUPS=1
+// kestrel-variant: conv_forward_f32_large -DFORWARD=1 -DSTORE_T=float -DLARGE=1
+// kestrel-variant: conv_data_f32_large -DDATA=1 -DSTORE_T=float -DLARGE=1
+// kestrel-variant: conv_filter_f32_large -DFILTER=1 -DSTORE_T=float -DLARGE=1
+// kestrel-variant: conv_forward_f16_large -DFORWARD=1 -DSTORE_T=float16_t -DLARGE=1
+// kestrel-variant: conv_data_f16_large -DDATA=1 -DSTORE_T=float16_t -DLARGE=1
+// kestrel-variant: conv_filter_f16_large -DFILTER=1 -DSTORE_T=float16_t -DLARGE=1
+// kestrel-variant: conv_forward_bf16_large -DFORWARD=1 -DBF16=1 -DLARGE=1
+// kestrel-variant: conv_data_bf16_large -DDATA=1 -DBF16=1 -DLARGE=1
+// kestrel-variant: conv_filter_bf16_large -DFILTER=1 -DBF16=1 -DLARGE=1
 #define T float
 #include "common.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer T0 { STORE_T data[]; } t0;

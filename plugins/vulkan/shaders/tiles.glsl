@@ -5,7 +5,7 @@
 // software devices such as lavapipe, where every shared access is a real memory access; there the others
 // (4 x 4 sums on 16 x 16 invocations: 16 per 8) took about twice the time (bench/results/2026-11-26-vm-vulkan-
 // gemm-tile-k.md). GPUs keep the latter, with 4x the threads per tile for small products, until measured;
-// the LARGE variants (8 x 8 sums on 16 x 16 invocations: 128 x 128 tiles, GEMM and linear only) are the
+// the LARGE variants (8 x 8 sums on 16 x 16 invocations: 128 x 128 tiles) are the
 // usual shape of a fast f32 GEMM on GPUs, for large products, to be measured against them there.
 // The including shader defines, before including this:
 //   float load_a(uint row, uint k)   element (row, k) of A (M x K), called only inside it
