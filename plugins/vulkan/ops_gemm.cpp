@@ -58,7 +58,9 @@ void set_tile_grid(const kestrel_context* context, Dispatch& d, uint64_t rows, u
   const Blocks blocks = gemm_blocks(context);
   if (tensor_cores) {
     d.shader += "_coop16x" + std::to_string(context->physical->coop_n);
-  } else if (blocks == Blocks::large && has_large) {
+  } else if (blocks == Blocks::large && has_large && rows >= 2 * kTile && columns >= 2 * kTile) {
+    // Only where the result fills a large tile both ways: the ConvNet's 32- and 64-channel products took
+    // twice as long on lavapipe with half of each tile idle (2026-11-26-vm-vulkan-large-blocks.md).
     d.shader += "_large";
     tile = 2 * kTile;
   } else if (blocks == Blocks::wide) {

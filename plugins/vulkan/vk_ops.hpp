@@ -59,8 +59,8 @@ const char* subgroup_variant(const kestrel_context* context);
 // narrow and wide; large blocks compute 2 kTile.
 constexpr uint32_t kTile = 64;
 // A tiled product's variant and grid: "_coop16xN" appended to d.shader for `tensor_cores` (gemm_coop.comp,
-// on devices with PhysicalDevice::coop_n), else "_large" (where `has_large`) or "_wide" as gemm_blocks
-// says; one workgroup per tile of the (rows x columns) result, z over the batch; a grid past the
+// on devices with PhysicalDevice::coop_n), else "_large" (where `has_large` and the result has at least
+// 2 kTile rows and columns; narrow otherwise) or "_wide" as gemm_blocks says; one workgroup per tile of the (rows x columns) result, z over the batch; a grid past the
 // device's limits fails, naming `what` (ops_gemm.cpp).
 void set_tile_grid(const kestrel_context* context, Dispatch& d, uint64_t rows, uint64_t columns, uint64_t batch,
                    const std::string& what, bool tensor_cores = false, bool has_large = false);

@@ -53,6 +53,9 @@ std::vector<Geometry> geometries() {
   all.push_back({70, 2, 8, 8, window(3, 3, 1, 1, 1, 1)});
   all.push_back({3, 40, 30, 30, window(1, 1, 1, 1, 0, 0)});
   all.push_back({16, 32, 14, 14, window(3, 3, 1, 1, 1, 1)});
+  // 130 channels in and out (out_channels below): each of the three products has more than 128 rows and
+  // columns, as Vulkan's large register blocks want.
+  all.push_back({1, 130, 12, 12, window(3, 3, 1, 1, 1, 1)});
   return all;
 }
 
@@ -62,7 +65,7 @@ void conv_cases(Runner& r) {
   for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     const std::string dt(dtype_name(dtype));
     for (const Geometry& g : geometries()) {
-      const int64_t out_channels = 5, rows = g.c * g.win.kernel_h * g.win.kernel_w;
+      const int64_t out_channels = g.c > 128 ? g.c : 5, rows = g.c * g.win.kernel_h * g.win.kernel_w;
       const Shape x_shape{g.n, g.c, g.h, g.w}, w_shape{out_channels, g.c, g.win.kernel_h, g.win.kernel_w};
       const Shape y_shape{g.n, out_channels, g.oh(), g.ow()};
       const kestrel_conv_params plain{abi_size<kestrel_conv_params>, g.win.stride_h, g.win.stride_w, g.win.pad_h,

@@ -45,15 +45,18 @@ void fused_cases(Runner& r) {
     std::string dt(dtype_name(dtype));
     // linear: x (M, K) @ w^T where w is stored (N, K) like torch.nn.Linear, + bias, then activation.
     // padded: the outputs' rows are padded (a view of a wider matrix), as the engine pads products whose
-    // rows would miss the device's preferred GEMM alignment.
+    // rows would miss the device's preferred GEMM alignment. large: 150 x 130 outputs, more than one of
+    // Vulkan's large 128 x 128 tiles each way (with bias and ReLU, dense).
     for (auto act : {KESTREL_ACTIVATION_NONE, KESTREL_ACTIVATION_RELU, KESTREL_ACTIVATION_GELU})
       for (bool bias : {true, false})
         for (bool keep_pre : {true, false})
           for (bool padded : {false, true})
+          for (bool large : {false, true}) {
+          if (large && (act != KESTREL_ACTIVATION_RELU || !bias || padded)) continue;
           r.run(case_name({"linear", dt, fmt::format("act{}", static_cast<int>(act)), bias ? "bias" : "nobias",
-                           keep_pre ? "preact" : "noreact", padded ? "padded" : "dense"}),
+                           keep_pre ? "preact" : "noreact", padded ? "padded" : large ? "dense 150x20x130" : "dense"}),
                 false, [&] {
-                  const int64_t m = 8, k = 5, n = 3;
+                  const int64_t m = large ? 150 : 8, k = large ? 20 : 5, n = large ? 130 : 3;
                   auto x = r.values(m * k, -1, 1, dtype), w = r.values(n * k, -1, 1, dtype), b = r.values(n, -1, 1, dtype);
                   auto p = params<kestrel_linear_params>();
                   p.activation = act;
@@ -78,6 +81,7 @@ void fused_cases(Runner& r) {
                   r.expect_close(out[0], want, tolerance_for(dtype, 8), "output");
                   if (keep_pre) r.expect_close(out[1], want_pre, tolerance_for(dtype, 8), "pre-activation");
                 });
+          }
     // padded: attention's scores of padded keys (-1e29) and causally hidden ones (-1e30) in every row,
     // the first row seeing padding only, whose softmax must weigh its five padded entries 1/5 each (f16
     // cannot hold them).
