@@ -31,28 +31,40 @@ kestrel_install_packages() {
 }
 
 # The cuDNN frontend (header-only C++) for the CUDA plugin's fused attention: the headers of PyPI's
-# nvidia-cudnn-frontend wheel, unpacked into the build folder once, where a CUDA toolkit is installed.
-# Without them (no network, say) the plugin builds without cuDNN's attention and runs its own kernels.
+# nvidia-cudnn-frontend wheel, unpacked into the build folder once per version, where a CUDA toolkit is
+# installed. Without them (no network, say) the plugin builds without cuDNN's attention and runs its own
+# kernels; a failed fetch is not retried for that version until the marker is removed.
 KESTREL_CUDNN_FRONTEND_VERSION=1.32.0
 kestrel_fetch_cudnn_frontend() {
-  local dest="$KESTREL_BUILD/cudnn-frontend"
-  [ -f "$dest/include/cudnn_frontend.h" ] && return 0
+  local dest="$KESTREL_BUILD/cudnn-frontend" version=$KESTREL_CUDNN_FRONTEND_VERSION
+  [ "$(cat "$dest/version" 2>/dev/null)" = "$version" ] && return 0
   command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || return 0
-  local tools="$KESTREL_BUILD/tools-venv"
+  local failed="$KESTREL_BUILD/cudnn-frontend-$version.failed"
+  if [ -e "$failed" ]; then
+    echo "kestrel: building without cuDNN's fused attention (fetching nvidia-cudnn-frontend $version failed before;" \
+         "remove $failed to try again)"
+    return 0
+  fi
+  local tools="$KESTREL_BUILD/tools-venv" unpacked="$KESTREL_BUILD/cudnn-frontend.partial"
+  rm -rf "$unpacked"
   if python3 -m venv "$tools" &&
-     "$tools/bin/pip" download --quiet --no-deps --only-binary=:all: -d "$dest/wheel" \
-       "nvidia-cudnn-frontend==$KESTREL_CUDNN_FRONTEND_VERSION" &&
-     python3 - "$dest" <<'PY'
+     "$tools/bin/pip" download --quiet --timeout 20 --retries 1 --no-deps --only-binary=:all: \
+       -d "$unpacked/wheel" "nvidia-cudnn-frontend==$version" &&
+     python3 - "$unpacked" <<'PY'
 import pathlib, sys, zipfile
 dest = pathlib.Path(sys.argv[1])
 with zipfile.ZipFile(next((dest / "wheel").glob("*.whl"))) as wheel:
     wheel.extractall(dest, [name for name in wheel.namelist() if name.startswith("include/")])
 PY
   then
-    rm -rf "$dest/wheel"
+    rm -rf "$unpacked/wheel" "$dest"
+    echo "$version" > "$unpacked/version"
+    mv "$unpacked" "$dest"  # complete or absent, never half there
   else
-    echo "kestrel: could not fetch nvidia-cudnn-frontend $KESTREL_CUDNN_FRONTEND_VERSION from PyPI: the CUDA plugin" \
-         "is built without cuDNN's fused attention"
+    rm -rf "$unpacked"
+    touch "$failed"
+    echo "kestrel: could not fetch nvidia-cudnn-frontend $version from PyPI: the CUDA plugin is built without" \
+         "cuDNN's fused attention"
   fi
 }
 

@@ -66,8 +66,7 @@ void launch_conv(kestrel_stream* stream, const kestrel_op& op) {
     return d;
   };
   auto tiled = [&](Dispatch d, int64_t rows, int64_t columns) {
-    set_tile_grid(stream->context, d, uint64_t(rows), uint64_t(columns), 1, "conv2d's product", false,
-                  /*has_large=*/true);
+    set_tile_grid(stream->context, d, uint64_t(rows), uint64_t(columns), 1, "conv2d's product");
     return d;
   };
   const bool relu = p.activation == KESTREL_ACTIVATION_RELU;

@@ -1,8 +1,9 @@
 // Matrix products, rank 2 or batched rank 3 (shaders/gemm.comp: shared-memory tiles), and the fused
 // linear op (the same kernel with a bias and activation epilogue). Transposed and stride-0 (broadcast)
-// operands are read through their strides, so nothing is packed on the host. f16 operands (all of
-// them f16) are multiplied and accumulated in f32 and C is rounded to f16 once; on devices with
-// cooperative matrices (NVIDIA's tensor cores) through shaders/gemm_coop.comp.
+// operands are read through their strides, so nothing is packed on the host. f16 and bf16 operands are
+// multiplied and accumulated in f32 and C is rounded once to their dtype, or kept in f32 (ABI 1.6); f16
+// products run on cooperative matrices (NVIDIA's tensor cores) where the device has them
+// (shaders/gemm_coop.comp).
 #include <cstdlib>
 #include <string>
 
@@ -34,33 +35,49 @@ bool supports_gemm(const kestrel_op& op, uint32_t dtypes) {
   return kestrel::plugin_shapes::gemm_fits(op, /*f32_of_16bit=*/true) && float_dtype(dtype) && in_mask(dtypes, dtype);
 }
 
+namespace {
+
+// Where neither the environment nor a product's shape says otherwise: wide on software devices, where
+// they took half the time, narrow on GPUs until measured there.
+Blocks default_blocks(const kestrel_context* context) {
+  return context->physical->properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? Blocks::wide : Blocks::narrow;
+}
+
+}  // namespace
+
 Blocks gemm_blocks(const kestrel_context* context) {
   static const std::string forced = [] {
     const char* v = std::getenv("KESTREL_VULKAN_GEMM_BLOCKS");
     return std::string(v ? v : "");
   }();
-  // The large tiles' 16.6 KiB of shared memory pass Vulkan's 16 KiB minimum: narrow where it has less.
-  constexpr uint32_t kLargeTilesBytes = (128 * 17 + 16 * 129) * 4;
-  if (forced == "large")
-    return context->physical->properties.limits.maxComputeSharedMemorySize >= kLargeTilesBytes ? Blocks::large
-                                                                                               : Blocks::narrow;
+  if (forced == "large") {
+    // The large tiles' shared memory (16.6 KiB) passes Vulkan's 16 KiB minimum.
+    constexpr uint32_t kLargeTilesBytes = (128 * 17 + 16 * 129) * 4;
+    const uint32_t room = context->physical->properties.limits.maxComputeSharedMemorySize;
+    if (room < kLargeTilesBytes)
+      fail("KESTREL_VULKAN_GEMM_BLOCKS=large: the large tiles need " + std::to_string(kLargeTilesBytes) +
+               " bytes of shared memory and this device has " + std::to_string(room) + "; use narrow or wide",
+           KESTREL_STATUS_UNSUPPORTED);
+    return Blocks::large;
+  }
   if (forced == "wide") return Blocks::wide;
   if (forced == "narrow") return Blocks::narrow;
   if (!forced.empty())
     fail("KESTREL_VULKAN_GEMM_BLOCKS is '" + forced + "': use narrow, wide or large (unset: wide on software devices, "
          "narrow elsewhere)", KESTREL_STATUS_INVALID_ARGUMENT);
-  return context->physical->properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? Blocks::wide : Blocks::narrow;
+  return default_blocks(context);
 }
 
 void set_tile_grid(const kestrel_context* context, Dispatch& d, uint64_t rows, uint64_t columns, uint64_t batch,
-                   const std::string& what, bool tensor_cores, bool has_large) {
+                   const std::string& what, bool tensor_cores) {
   uint64_t tile = kTile;
-  const Blocks blocks = gemm_blocks(context);
+  Blocks blocks = gemm_blocks(context);
+  // Large tiles only where the result fills one both ways: on lavapipe the ConvNet's 32- and 64-channel
+  // products took twice as long with half of each tile idle (2026-11-26-vm-vulkan-large-blocks.md).
+  if (blocks == Blocks::large && (rows < 2 * kTile || columns < 2 * kTile)) blocks = default_blocks(context);
   if (tensor_cores) {
     d.shader += "_coop16x" + std::to_string(context->physical->coop_n);
-  } else if (blocks == Blocks::large && has_large && rows >= 2 * kTile && columns >= 2 * kTile) {
-    // Only where the result fills a large tile both ways: the ConvNet's 32- and 64-channel products took
-    // twice as long on lavapipe with half of each tile idle (2026-11-26-vm-vulkan-large-blocks.md).
+  } else if (blocks == Blocks::large) {
     d.shader += "_large";
     tile = 2 * kTile;
   } else if (blocks == Blocks::wide) {
@@ -91,8 +108,7 @@ bool gemm_dispatch(kestrel_stream* stream, const std::string& shader, const kest
   if (batch == 0 || m == 0 || n == 0) return false;  // K == 0 still runs: C = beta * C (or the bias)
   const bool tensor_cores = a.dtype == KESTREL_DTYPE_F16 && stream->context->physical->coop_n != 0;
   set_tile_grid(stream->context, d, m, n, batch,
-                "gemm of " + std::to_string(batch) + " x " + std::to_string(m) + " x " + std::to_string(n), tensor_cores,
-                /*has_large=*/true);
+                "gemm of " + std::to_string(batch) + " x " + std::to_string(m) + " x " + std::to_string(n), tensor_cores);
   return true;
 }
 

@@ -1,6 +1,7 @@
 // Reductions over any set of axes (out has in's rank, extent 1 on each reduced axis) and argmax over
-// one axis (shaders/reduce.comp). One workgroup per output element, folding its reduced elements in a
-// shared-memory tree. f16 inputs are summed in an f32 accumulator.
+// one axis (shaders/reduce.comp). One workgroup per output element, folding its reduced elements through
+// its subgroups where they can (shaders/workgroup_fold.glsl), else a shared-memory tree. f16 inputs are
+// summed in an f32 accumulator.
 #include "kestrel/plugin_shapes.hpp"
 #include "vk_ops.hpp"
 

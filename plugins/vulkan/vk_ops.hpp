@@ -48,8 +48,8 @@ void launch_conv(kestrel_stream* stream, const kestrel_op& op);
 
 // The register blocks of the tiled products (shaders/tiles.glsl): narrow, 4 x 4 sums on 16 x 16
 // invocations; wide, 8 x 8 on 8 x 8 (software devices, where they took half the time); large, 8 x 8 on
-// 16 x 16 with tiles of 2 kTile (the products: GEMM, linear, convolutions). GPUs keep narrow until a
-// GPU run compares them. KESTREL_VULKAN_GEMM_BLOCKS=narrow, wide or large chooses (ops_gemm.cpp).
+// 16 x 16 with tiles of 2 kTile, for results that fill them. GPUs keep narrow until a GPU run compares
+// them. KESTREL_VULKAN_GEMM_BLOCKS=narrow, wide or large chooses (ops_gemm.cpp).
 enum class Blocks { narrow, wide, large };
 Blocks gemm_blocks(const kestrel_context* context);
 // "_subgroups" where the device's subgroups fold (PhysicalDevice::subgroup_folds): the variant of a
@@ -59,11 +59,11 @@ const char* subgroup_variant(const kestrel_context* context);
 // narrow and wide; large blocks compute 2 kTile.
 constexpr uint32_t kTile = 64;
 // A tiled product's variant and grid: "_coop16xN" appended to d.shader for `tensor_cores` (gemm_coop.comp,
-// on devices with PhysicalDevice::coop_n), else "_large" (where `has_large` and the result has at least
-// 2 kTile rows and columns; narrow otherwise) or "_wide" as gemm_blocks says; one workgroup per tile of the (rows x columns) result, z over the batch; a grid past the
+// on devices with PhysicalDevice::coop_n), else "_large" or "_wide" as gemm_blocks says (large only where
+// the result has at least 2 kTile rows and columns; the device's default blocks otherwise); one workgroup per tile of the (rows x columns) result, z over the batch; a grid past the
 // device's limits fails, naming `what` (ops_gemm.cpp).
 void set_tile_grid(const kestrel_context* context, Dispatch& d, uint64_t rows, uint64_t columns, uint64_t batch,
-                   const std::string& what, bool tensor_cores = false, bool has_large = false);
+                   const std::string& what, bool tensor_cores = false);
 
 // The shaders' integer test for a Bernoulli draw of probability p on a Philox word w: keep when
 // (w >> 8) < the threshold (ops_random.cpp).

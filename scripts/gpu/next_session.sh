@@ -6,9 +6,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 log=${OUT:-/tmp}/log.txt
+rm -rf /tmp/kb && tar xzf gpu-bundle/kb.tgz -C /tmp || { echo "cannot extract gpu-bundle/kb.tgz" | tee -a "$log"; exit 1; }
+export KESTREL_BUNDLE_EXTRACTED=1
 step() {
   local limit=$1 name=$2
-  timeout "$limit" bash scripts/gpu/on_device.sh "$name" 2>&1 | tee -a "$log"
+  timeout -k 10 "$limit" bash scripts/gpu/on_device.sh "$name" 2>&1 | tee -a "$log"
   echo "=== $name ended with ${PIPESTATUS[0]} ($(date +%T))" | tee -a "$log"
 }
 step 130 conformance   # first CUDA runs: attention dropout and key padding, pool scatter, window bounds, cuDNN SDPA

@@ -2,7 +2,9 @@
 # Runs the GPU checks on a machine with the bundle of scripts/gpu/bundle.sh (see there). The build's
 # absolute paths (CTest, compiled-in source folder) are made valid with symbolic links.
 set -uo pipefail
-[ -d /tmp/kb ] || tar xzf gpu-bundle/kb.tgz -C /tmp  # once per machine: next_session.sh calls this per step
+# The bundle, fresh each call (a warm machine keeps the last call's /tmp/kb), unless next_session.sh
+# extracted it once for all its steps.
+if [ -z "${KESTREL_BUNDLE_EXTRACTED:-}" ]; then rm -rf /tmp/kb; tar xzf gpu-bundle/kb.tgz -C /tmp; fi
 if [ "$PWD" != /work/main ]; then mkdir -p /work; rm -rf /work/main; ln -s "$PWD" /work/main; fi
 rm -rf build; ln -s /tmp/kb/build build
 . /tmp/kb/env.sh
@@ -103,6 +105,9 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       vulkan_quick)
               gl_libraries
               build/bin/kestrel devices | grep -A3 'vulkan:' && build/bin/kestrel conformance --backend vulkan | tail -3
+              for family in gemm fused conv; do
+                KESTREL_VULKAN_GEMM_BLOCKS=large build/bin/kestrel conformance --backend vulkan --family $family | tail -1
+              done
               build/bin/bench_train --benchmark_filter='^train_step/(fashion_mlp|seeds_mlp|fashion_convnet)/(cuda|vulkan):0' \
                                     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
               build/bin/bench_mfu --benchmark_filter='mfu/mlp_8192/(cuda|vulkan):0/(f32|f16)/b8192/captured'

@@ -107,6 +107,15 @@ void reduce_cases(Runner& r) {
         Tensor out = ops::reduce(fn, r.upload({2, 3}, values, dtype), {1});
         r.expect_close(out, reduce_reference(fn, values, {2, 3}, {1}), tolerance_for(dtype));
       });
+      // The NaN far into a long row: in another thread's share, another subgroup of a device's workgroup.
+      r.run(case_name({reduce_fn_name(fn), std::string(dtype_name(dtype)), "nan at 250 of 300"}),
+            r.required(dtype == DType::f32, {dtype}), [&] {
+        std::vector<double> values(600);
+        for (size_t i = 0; i < values.size(); ++i) values[i] = double(int(i % 7) - 3);
+        values[250] = std::numeric_limits<double>::quiet_NaN();
+        Tensor out = ops::reduce(fn, r.upload({2, 300}, values, dtype), {1});
+        r.expect_close(out, reduce_reference(fn, values, {2, 300}, {1}), tolerance_for(dtype, 2 * std::sqrt(301.0)));
+      });
     }
   }
 }

@@ -80,7 +80,7 @@ struct Prediction {
   std::vector<std::pair<int64_t, double>> top;     // (class, probability), best first
 };
 
-struct RunData;  // a run's loaded data, engine-internal (train/run_data.h)
+class SharedRunData;  // a run's data shared by the ranks of one process, engine-internal (train/run_data.h)
 
 class Trainer {
  public:
@@ -88,9 +88,10 @@ class Trainer {
   // launcher also joins the other ranks (checking that they run the same thing).
   explicit Trainer(RunConfig config, Engine& engine = Engine::global());
   // One rank of `world` (one of World::in_process's, on the device the config's distributed.devices
-  // names for it), constructed on that rank's thread. `data`: the run's data, loaded once for every rank
-  // of the process (MultiDeviceTrainer: the ranks only read it); null: this rank loads its own.
-  Trainer(RunConfig config, Engine& engine, World& world, std::shared_ptr<const RunData> data = nullptr);
+  // names for it), constructed on that rank's thread. `data`: where the ranks of the process get the
+  // run's data, loaded once for all of them (MultiDeviceTrainer: they only read it); null: this rank
+  // loads its own.
+  Trainer(RunConfig config, Engine& engine, World& world, std::shared_ptr<SharedRunData> data = nullptr);
   ~Trainer();
 
   TrainSummary fit(const TrainOptions& options = {});

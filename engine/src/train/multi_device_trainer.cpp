@@ -65,7 +65,7 @@ MultiDeviceTrainer::MultiDeviceTrainer(RunConfig config, Engine& engine)
     : worlds_(worlds_for(config, engine)), timeout_seconds_(config.distributed.timeout_seconds) {
   ranks_.resize(worlds_.size());
   // The data once for every rank (Fashion-MNIST's training set is 188 MB of floats): they only read it.
-  const auto data = std::make_shared<const RunData>(load_run_data(config, ModelSpec::load(config.model_path)));
+  const auto data = std::make_shared<SharedRunData>();
   // The trainers meet while they are built (the same run on every rank, rank 0's weights).
   on_every_rank(worlds_, [&](int r) {
     ranks_[size_t(r)] = std::make_unique<Trainer>(config, engine, worlds_[size_t(r)], data);

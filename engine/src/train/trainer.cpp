@@ -108,7 +108,7 @@ void check_precision(const RunConfig& config, const Device& device) {
 
 Trainer::Trainer(RunConfig config, Engine& engine) : Trainer(std::move(config), engine, World::get()) {}
 
-Trainer::Trainer(RunConfig config, Engine& engine, World& world, std::shared_ptr<const RunData> data)
+Trainer::Trainer(RunConfig config, Engine& engine, World& world, std::shared_ptr<SharedRunData> shared)
     : config_(std::move(config)), engine_(engine), world_(world) {
   config_.micro_batch_size();  // flags may have changed either number since the file was read
   check_batch_split(world_, config_);
@@ -119,7 +119,8 @@ Trainer::Trainer(RunConfig config, Engine& engine, World& world, std::shared_ptr
                                   "{}; name layers it has (kestrel check {} lists them)",
                                   config_.source, unmatched.front(), spec.source(), spec.source()));
   if (config_.out_dir.empty()) config_.out_dir = "runs/" + spec.name();
-  if (!data) data = std::make_shared<const RunData>(load_run_data(config_, spec));
+  const std::shared_ptr<const RunData> data =
+      shared ? shared->get(config_, spec) : std::make_shared<const RunData>(load_run_data(config_, spec));
   train_ = std::shared_ptr<const data::Dataset>(data, &data->train);  // sharing `data`'s lifetime
   test_ = std::shared_ptr<const data::Dataset>(data, &data->test);
   vocabulary_ = data->vocabulary;

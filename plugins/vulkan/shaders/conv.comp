@@ -5,7 +5,7 @@
 //   FORWARD  y (O x N*L)  = w (O x C*KH*KW) @ columns of x, + bias, ReLU; stored as (N, O, OH, OW).
 //   DATA     dx (C x N*H*W) = w^T (C x O*KH*KW) @ dy' (each input pixel's windows); stored as (N, C, H, W).
 //   FILTER   dw (O x C*KH*KW) = dy' (O x N*L) @ columns of x transposed.
-//   BIAS     db (O) = dy' summed over images and pixels: one workgroup per channel, a tree in shared memory.
+//   BIAS     db (O) = dy' summed over images and pixels: one workgroup per channel (workgroup_fold.glsl).
 // dy' is dy, or with ReLU dy where y > 0 and 0 elsewhere (plugin.h). Tensors are contiguous; tensors[t]
 // gives each one's offset: FORWARD 0 x, 1 w, 2 y, 3 bias; DATA 0 dy, 1 w, 2 dx, 3 y; FILTER and BIAS 0 dy,
 // 1 x, 2 dw or db, 3 y; bindings 1-4 in the same order. Geometry in ints: 0 N, 1 C, 2 H, 3 W, 4 O, 5 KH,

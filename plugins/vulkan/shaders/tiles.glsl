@@ -39,7 +39,8 @@ void multiply_tiles(uint M, uint N, uint K, uint row0, uint col0, bool a_along_k
   for (int i = 0; i < BLOCK; ++i)
     for (int j = 0; j < BLOCK; ++j) acc[i][j] = 0.0;
   for (uint k0 = 0; k0 < K; k0 += TILE_K) {
-    // Each invocation loads 1024 / THREADS^2 elements of each 64 x 16 (A) and 16 x 64 (B) slice.
+    // Each invocation loads TILE_MN * TILE_K / THREADS^2 elements of each TILE_MN x 16 (A) and 16 x TILE_MN
+    // (B) slice.
     for (uint e = lane; e < TILE_MN * TILE_K; e += THREADS * THREADS) {
       uint r = a_along_k ? e / TILE_K : e % TILE_MN, k = a_along_k ? e % TILE_K : e / TILE_MN;  // A: row r, column k
       uint gr = row0 + r, gk = k0 + k;

@@ -4,7 +4,8 @@
 // flow. With SUBGROUPS (the variants for devices whose subgroups add, compare and vote in compute
 // shaders) each subgroup folds its values in registers and only the subgroups' results meet in shared
 // memory, each invocation folding them in the same order: two barriers where the shared-memory tree of
-// the other variants takes nine. Either way the order is fixed, so a result is the same every run.
+// the other variants takes ten (each counting the one that frees the scratch for the next fold). Either
+// way the order is fixed, so a result is the same every run.
 #ifdef SUBGROUPS
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_vote : require
