@@ -33,15 +33,39 @@
 #define ROWS_PER_SUBGROUP 32
 #define ACC_I (ROWS_PER_SUBGROUP / CM_M)
 #define ACC_J (ROWS_PER_SUBGROUP / CM_N)
-// Rows of the tiles are padded by 8 halves: strides and offsets stay multiples of 16 bytes, as
-// cooperative-matrix loads want, and rows start on different banks.
-#define A_STRIDE (SLICE_K + 8)
-#define B_STRIDE (TILE_MN + 8)
+// The tiles hold 8 halves per uvec4: cooperative-matrix loads want rows that start on 16 bytes, which
+// only a 16-byte element type promises in shared memory (as NVIDIA's sample does), and a whole uvec4 is
+// stored at once. Offsets and strides below count uvec4s. Rows are padded by one uvec4, so that rows
+// start on different banks.
+#define A_STRIDE (SLICE_K / 8 + 1)
+#define B_STRIDE (TILE_MN / 8 + 1)
 layout(local_size_x = 128) in;
 
-shared float16_t a_tile[TILE_MN * A_STRIDE];   // A's slice, row-major: (row, k) at row * A_STRIDE + k
-shared float16_t b_tile[SLICE_K * B_STRIDE];   // B's slice, row-major: (k, col) at k * B_STRIDE + col
-shared float c_scratch[4][CM_M * CM_N];        // one accumulator of each subgroup on its way out
+shared uvec4 a_tile[TILE_MN * A_STRIDE];   // A's slice, row-major: (row, k) in a_tile[row * A_STRIDE + k / 8]
+shared uvec4 b_tile[SLICE_K * B_STRIDE];   // B's slice, row-major: (k, col) in b_tile[k * B_STRIDE + col / 8]
+shared float c_scratch[4][CM_M * CM_N];    // one accumulator of each subgroup on its way out
+
+// Elements (row, k) .. (row, k + 7) of A, zeros past M and K, packed; likewise (k, col) .. (k, col + 7) of B.
+uvec4 a_eight(uint row, uint k, uint M, uint K) {
+  uvec4 packed;
+  [[unroll]] for (uint q = 0; q < 4; ++q) {
+    const uint k1 = k + 2 * q, k2 = k1 + 1;
+    const float16_t lo = row < M && k1 < K ? a_buf.data[a_index(row, k1)] : float16_t(0.0);
+    const float16_t hi = row < M && k2 < K ? a_buf.data[a_index(row, k2)] : float16_t(0.0);
+    packed[q] = packFloat2x16(f16vec2(lo, hi));
+  }
+  return packed;
+}
+uvec4 b_eight(uint k, uint col, uint K, uint N) {
+  uvec4 packed;
+  [[unroll]] for (uint q = 0; q < 4; ++q) {
+    const uint c1 = col + 2 * q, c2 = c1 + 1;
+    const float16_t lo = k < K && c1 < N ? b_buf.data[b_index(k, c1)] : float16_t(0.0);
+    const float16_t hi = k < K && c2 < N ? b_buf.data[b_index(k, c2)] : float16_t(0.0);
+    packed[q] = packFloat2x16(f16vec2(lo, hi));
+  }
+  return packed;
+}
 
 void main() {
   const uint M = SHAPE(2, 1), N = SHAPE(2, 2), K = SHAPE(0, 2);
@@ -55,24 +79,24 @@ void main() {
     [[unroll]] for (int j = 0; j < ACC_J; ++j) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N>(0.0);
 
   for (uint k0 = 0; k0 < K; k0 += SLICE_K) {
-    // 2048 halves of each operand, 16 per invocation, filled along the operand's unit stride.
-    for (uint e = lane; e < TILE_MN * SLICE_K; e += 128) {
-      const uint r = a_k ? e / SLICE_K : e % TILE_MN, k = a_k ? e % SLICE_K : e / TILE_MN;
-      const uint gr = row0 + r, gk = k0 + k;
-      a_tile[r * A_STRIDE + k] = (gr < M && gk < K) ? a_buf.data[a_index(gr, gk)] : float16_t(0.0);
-      const uint bk = b_n ? e / TILE_MN : e % SLICE_K, c = b_n ? e % TILE_MN : e / SLICE_K;
-      const uint gbk = k0 + bk, gc = col0 + c;
-      b_tile[bk * B_STRIDE + c] = (gbk < K && gc < N) ? b_buf.data[b_index(gbk, gc)] : float16_t(0.0);
+    // 256 uvec4s of each operand, 2 per invocation. Neighbouring invocations take neighbouring groups of 8
+    // along the operand's unit stride (A along K, B along N), else neighbouring rows (A) or k (B).
+    for (uint e = lane; e < TILE_MN * SLICE_K / 8; e += 128) {
+      const uint groups_k = SLICE_K / 8, groups_n = TILE_MN / 8;
+      const uint r = a_k ? e / groups_k : e % TILE_MN, g = a_k ? e % groups_k : e / TILE_MN;
+      a_tile[r * A_STRIDE + g] = a_eight(row0 + r, k0 + 8 * g, M, K);
+      const uint bk = b_n ? e / groups_n : e % SLICE_K, h = b_n ? e % groups_n : e / SLICE_K;
+      b_tile[bk * B_STRIDE + h] = b_eight(k0 + bk, col0 + 8 * h, K, N);
     }
     barrier();
     // Unrolled, so that the accumulators stay in registers (indexed by constants).
     [[unroll]] for (uint kk = 0; kk < SLICE_K; kk += CM_K) {
       fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[ACC_I];
       [[unroll]] for (int i = 0; i < ACC_I; ++i)
-        coopMatLoadNV(a[i], a_tile, (sub_row + i * CM_M) * A_STRIDE + kk, A_STRIDE, false);
+        coopMatLoadNV(a[i], a_tile, (sub_row + i * CM_M) * A_STRIDE + kk / 8, A_STRIDE, false);
       [[unroll]] for (int j = 0; j < ACC_J; ++j) {
         fcoopmatNV<16, gl_ScopeSubgroup, CM_K, CM_N> b;
-        coopMatLoadNV(b, b_tile, kk * B_STRIDE + sub_col + j * CM_N, B_STRIDE, false);
+        coopMatLoadNV(b, b_tile, kk * B_STRIDE + (sub_col + j * CM_N) / 8, B_STRIDE, false);
         [[unroll]] for (int i = 0; i < ACC_I; ++i) acc[i][j] = coopMatMulAddNV(a[i], b, acc[i][j]);
       }
     }
