@@ -135,6 +135,8 @@ TEST(MixedPrecision, PaddedOutputFeaturesTrainAsUnpadded) {
   EXPECT_NE(plain_log.find("linear 64x10x256"), std::string::npos) << plain_log;
   EXPECT_NE(padded_log.find("linear 64x16x256"), std::string::npos) << padded_log;
   EXPECT_EQ(padded_log.find("linear 64x10x256"), std::string::npos) << padded_log;
+  // The weight's gradient over the padded features too (its padding's rows dropped after).
+  EXPECT_NE(padded_log.find("gemm 16x256x64"), std::string::npos) << padded_log;
   EXPECT_NEAR(padded["train_loss"].get<double>(), plain["train_loss"].get<double>(), 1e-6);
   EXPECT_NEAR(padded["test_loss"].get<double>(), plain["test_loss"].get<double>(), 1e-6);
   EXPECT_EQ(padded["test_accuracy"], plain["test_accuracy"]);

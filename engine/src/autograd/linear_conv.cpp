@@ -138,7 +138,15 @@ Var linear_autocast(const Var& x, const Var& weight, const Var& bias, kestrel_ac
                     Tensor dz = activation_grad(activation, dy16, y16, pre16);  // (N, features) 16-bit
                     if (x->requires_grad) accumulate_grad(*x, ops::matmul(dz, w16, DType::f32));  // (N, in)
                     const Tensor dz_out = dz.slice(1, 0, out);                                  // (N, out)
-                    accumulate_product(*weight, dz_out.transpose(0, 1), x16);                   // (out, in)
+                    if (dz.size(1) == out) {
+                      accumulate_product(*weight, dz_out.transpose(0, 1), x16);                 // (out, in)
+                    } else if (weight->requires_grad) {
+                      // Over the padded features too, their rows then dropped: the features are the
+                      // extent this product's kernels vectorise along, and cuBLAS takes its slow align1
+                      // kernels for an unaligned one (GPT-2's 50257 logits, 2026-11-25-h100-mfu.md).
+                      const Tensor padded = ops::matmul(dz.transpose(0, 1), x16, DType::f32);  // (features, in)
+                      accumulate_grad(*weight, padded.slice(0, 0, out));                        // (out, in)
+                    }
                     if (bias && bias->requires_grad) accumulate_grad(*bias, math::sum(dz_out, {0}, false).to(DType::f32));
                   });
 }
