@@ -88,6 +88,18 @@ __device__ __forceinline__ int64_t visible_keys(int64_t i, int64_t queries, int6
 }
 
 
+// The largest of a row's scores over keys [0, seen) and the sum of exp(score - largest), both handed to
+// every thread of the block; score(j) gives key j's score (with its padding bias).
+template <class Score>
+__device__ __forceinline__ float2 row_top_and_sum(Score score, int64_t seen) {
+  float top = -INFINITY;
+  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) top = fmaxf(top, score(j));
+  top = block_all_reduce(top, -INFINITY, MaxOp{});
+  float sum = 0;
+  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) sum += expf(score(j) - top);
+  return make_float2(top, block_all_reduce(sum, 0.0f, SumOp{}));
+}
+
 // One block per query row of the chunk. scores: (rows, Tk) f32, already scaled; weights: (rows, Tk) in
 // the op's dtype (the same memory as scores for f32: each element is read before it is overwritten, by
 // the same thread), dropped out; lse: (rows), of the scores with their padding bias, before dropout.
@@ -98,12 +110,8 @@ __global__ void softmax_rows(const float* scores, typename E::storage* weights, 
   const uint64_t offset = o.base ? o.offset + uint64_t(*o.base) : 0;
   const float* s = scores + row * keys;
   auto score = [&](int64_t j) { return s[j] + key_bias<E>(o, row, queries, keys, j); };  // with its padding bias
-  float top = -INFINITY;
-  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) top = fmaxf(top, score(j));
-  top = block_all_reduce(top, -INFINITY, MaxOp{});
-  float sum = 0;
-  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) sum += expf(score(j) - top);
-  const float log_sum = top + logf(block_all_reduce(sum, 0.0f, SumOp{}));
+  const float2 stats = row_top_and_sum(score, seen);
+  const float log_sum = stats.x + logf(stats.y);
   typename E::storage* w = weights + row * keys;
   for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
     const float p = j < seen ? expf(score(j) - log_sum) : 0.0f;
@@ -127,12 +135,9 @@ __global__ void softmax_grad_rows(const float* scores, const float* dprobs, cons
   auto score = [&](int64_t j) { return s[j] + key_bias<E>(o, row, queries, keys, j); };  // with its padding bias
   float top = lse[row], norm = 1.0f;  // p = exp(score - top) / norm
   if (o.mask) {
-    top = -INFINITY;
-    for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) top = fmaxf(top, score(j));
-    top = block_all_reduce(top, -INFINITY, MaxOp{});
-    float sum = 0;
-    for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) sum += expf(score(j) - top);
-    norm = block_all_reduce(sum, 0.0f, SumOp{});
+    const float2 stats = row_top_and_sum(score, seen);
+    top = stats.x;
+    norm = stats.y;
   }
   auto p_at = [&](int64_t j) { return expf(score(j) - top) / norm; };
   float delta = 0;
