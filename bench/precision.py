@@ -90,9 +90,11 @@ def main():
         f"Date: {date}. Host: {platform.machine()}, backend {args.backend}. Produced by `python3 bench/precision.py "
         f"--backend {args.backend} --precisions {' '.join(args.precisions)} --seeds {' '.join(map(str, args.seeds))} "
         f"--only {' '.join(args.only)} --mlp-epochs {args.mlp_epochs} --convnet-epochs {args.convnet_epochs} --gpt-steps {args.gpt_steps}`.",
-        "Each lower precision runs the products (linear layers, convolutions, attention's matmuls, recurrent "
-        "cells' GEMMs) in that dtype with f32 accumulation; master weights, gradients, the optimizer and every "
-        "other op stay in f32. Same seed, same data order, same initial weights as the f32 run.",
+        "Each lower precision follows torch.autocast's rule: the products (linear layers, convolutions, "
+        "matmuls, attention, recurrent cells' GEMMs) run in that dtype with f32 accumulation and their results "
+        "stay in it; softmax, norms, losses, reductions, pooling and the recurrent cells' gate math widen to "
+        "f32; master weights, their gradients and the optimizer stay in f32. Same seed, same data order, same "
+        "initial weights as the f32 run.",
         "",
         *lines,
     ]))

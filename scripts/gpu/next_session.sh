@@ -14,7 +14,8 @@ step() {
   echo "=== $name ended with ${PIPESTATUS[0]} ($(date +%T))" | tee -a "$log"
 }
 step 130 conformance   # first CUDA runs: attention dropout and key padding, pool scatter, window bounds, cuDNN SDPA
+step 60 mlp16          # issue 16: the MLP's bf16 step with 16-bit activations, PyTorch eager beside it
 step 100 sdpa          # issue 15: cuDNN's attention against the plugin's kernels, conformance and GPT-2's step
 step 90 wgrad          # issue 18: the ConvNet's weight gradient, cuDNN against one cuBLAS product
 step 60 floor          # issue 18: each CUDA step against its products and Adam's bytes
-step 170 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA
+step 140 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA

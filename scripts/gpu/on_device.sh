@@ -49,6 +49,9 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       precision) python3 bench/precision.py --backend cuda --precisions bf16 f16 --seeds 42 43 7 --only mlp &&
                  python3 bench/precision.py --backend cuda --precisions bf16 f16 --only convnet gpt \
                                             --convnet-epochs 10 --gpt-steps 2000 ;;
+      # Issue 16: the 8192-wide MLP's bf16 step with 16-bit activations between products, PyTorch eager beside it.
+      mlp16) build/bin/bench_mfu --benchmark_filter='mlp_8192/cuda:0/bf16/b8192/captured'
+             python3 bench/pytorch/mfu.py --only mlp_8192 --precisions bf16 --modes eager --timeout 40 ;;
       # Issues 15/16: utilisation of the 8192-wide MLP and GPT-2 small against PyTorch AMP, eager and compiled.
       # compile-max-autotune is left out: it did not finish compiling GPT-2 within 280 s on any lease.
       mfu) python3 bench/mfu.py --only mlp_8192 gpt2_small --precisions bf16 f16 \

@@ -48,11 +48,33 @@ TEST(MixedPrecision, AProductRoundsItsOperandsAndItsResultOnly) {
     got = fn::linear(Var(x), Var(w), Var(b), KESTREL_ACTIVATION_RELU).value();
   }
   EXPECT_EQ(fn::autocast_dtype(), DType::f32) << "the scope ends with its block";
-  EXPECT_EQ(got.dtype(), DType::f32) << "the other ops see f32";
-  EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
+  EXPECT_EQ(got.dtype(), DType::bf16) << "the activations between products stay 16-bit";
+  EXPECT_EQ(got.to(DType::f32).to_vector<float>(), want.to_vector<float>());
   // Without a scope nothing is rounded.
   const Tensor exact = fn::linear(Var(x), Var(w), Var(b)).value();
   EXPECT_NE(exact.to_vector<float>(), fn::linear(Var(rounded(x, DType::bf16)), Var(w), Var(b)).value().to_vector<float>());
+}
+
+// torch.autocast's three kinds of op: products return the scope's dtype, activations keep what they get,
+// and ops that need f32 (softmax, norms, losses, reductions, pooling) widen; two dtypes meet in the wider.
+TEST(MixedPrecision, ProductsStay16BitAndTheF32OpsWiden) {
+  const Tensor x = random_f32({4, 6}, 7), w = random_f32({5, 6}, 8), residual = random_f32({4, 5}, 9);
+  fn::AutocastScope autocast(DType::f16);
+  const Var product = fn::linear(Var(x), Var(w), Var());  // (4, 5)
+  EXPECT_EQ(product.value().dtype(), DType::f16);
+  EXPECT_EQ(fn::relu(product).value().dtype(), DType::f16);
+  EXPECT_EQ(fn::linear(fn::relu(product), Var(random_f32({3, 5}, 10)), Var()).value().dtype(), DType::f16)
+      << "a 16-bit input goes straight into the next product";
+  const Var sum = fn::add(product, Var(residual));
+  EXPECT_EQ(sum.value().dtype(), DType::f32) << "f16 + f32 promotes";
+  EXPECT_EQ(sum.value().to_vector<float>(),
+            fn::add(Var(product.value().to(DType::f32)), Var(residual)).value().to_vector<float>());
+  EXPECT_EQ(fn::softmax(product).value().dtype(), DType::f32);
+  EXPECT_EQ(fn::layer_norm(product, Var(), Var(), 1, 1e-5).value().dtype(), DType::f32);
+  EXPECT_EQ(fn::mean(product).value().dtype(), DType::f32);
+  EXPECT_EQ(fn::cross_entropy(product, Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3}, {4}, cpu())).value().dtype(),
+            DType::f32);
+  EXPECT_EQ(fn::concat({product, Var(residual)}, 0).value().dtype(), DType::f32);
 }
 
 TEST(MixedPrecision, GradientsReachTheF32WeightsThroughTheCasts) {

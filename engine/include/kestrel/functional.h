@@ -10,13 +10,14 @@
 
 namespace kestrel::fn {
 
-// Mixed precision (torch.autocast): while a scope is active on this thread, linear, conv2d and matmul
-// multiply in `dtype` (bf16 or f16): their f32 operands are rounded to it, the GEMMs accumulate in f32,
-// and their results come back as f32, so every other op (softmax, norms, losses, reductions, the
-// optimizer) runs in f32 on f32 master weights. Their backward GEMMs run in `dtype` too; gradients reach
-// the weights through the casts, in f32. Blocks that opt in through into_autocast (the transformer's
-// feed-forward and attention) keep their activations in `dtype` between products instead, with their
-// inputs cast once and their results cast back to f32. f32 (the default) turns it off.
+// Mixed precision (torch.autocast): while a scope is active on this thread, the products (linear,
+// conv2d, matmul, attention) multiply in `dtype` (bf16 or f16) with f32 accumulation, their operands cast
+// to it, and return results in `dtype`: the activations between products stay 16-bit, as under PyTorch's
+// autocast. Ops that need f32 (softmax and log-softmax, layer and batch norm, losses, reductions, pooling,
+// recurrent layers) widen a 16-bit input to f32 and return f32; activations and dropout run in the dtype
+// they get; add, sub, mul and concat of two dtypes promote to the wider. Weights stay f32 (master
+// weights): each product casts them, and their gradients come out of the backward GEMMs in f32 where the
+// device multiplies 16-bit operands into f32 (plugin ABI 1.6). f32 (the default) turns it off.
 class AutocastScope {
  public:
   explicit AutocastScope(DType dtype);
@@ -28,13 +29,6 @@ class AutocastScope {
   DType previous_;
 };
 DType autocast_dtype();  // f32 outside any scope
-// A block of products and element-wise ops (a feed-forward, an attention) may run in the scope's dtype
-// from its input to its output, as PyTorch's autocast keeps activations between products: one cast in and
-// one back instead of one each way around every product. into_autocast(v) is v cast to the scope's dtype
-// when v is f32 and a lower scope is active, else v itself (an undefined Var stays undefined). Inside such
-// a block the products' weight gradients come out of 16-bit GEMMs, rounded, and reach the f32 weights
-// through the casts, as under PyTorch's autocast (linear layers outside blocks land them in f32 unrounded).
-Var into_autocast(const Var& v);
 
 // x in another dtype (a copy), its gradient cast back to x's dtype.
 Var cast(const Var& x, DType dtype);

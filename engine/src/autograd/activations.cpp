@@ -1,4 +1,5 @@
 // Element-wise activations, dropout and softmax: forward and backward side by side.
+#include "autocast.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
 
@@ -59,7 +60,8 @@ Tensor softmax_forward(const Tensor& x, bool log) {
 }
 }  // namespace
 
-Var softmax(const Var& x) {
+Var softmax(const Var& x_in) {
+  const Var x = widened(x_in);
   Tensor y = softmax_forward(x.value(), false);
   return make_var(y, {x}, "softmax", [x = x.node(), y](const Tensor& dy) {
     // dx = y * (dy - sum(dy * y, last))
@@ -69,7 +71,8 @@ Var softmax(const Var& x) {
   });
 }
 
-Var log_softmax(const Var& x) {
+Var log_softmax(const Var& x_in) {
+  const Var x = widened(x_in);
   Tensor y = softmax_forward(x.value(), true);
   return make_var(y, {x}, "log_softmax", [x = x.node(), y](const Tensor& dy) {
     // dx = dy - exp(y) * sum(dy, last)

@@ -65,8 +65,8 @@ std::vector<Tensor> with_extras(std::vector<Tensor> inputs, const Tensor& paddin
 // The fused op on q (B, Tq, D), k and v (B, Tk, D), or nothing when the device lacks it (forward or
 // backward) or the options need the composed path (an explicit mask). Dropout on the weights goes into
 // the op (plugin ABI 1.8) with the composed path's seed and offset, so both drop the same weights, and
-// a key-padding mask (1.9) in the op's dtype; a device that cannot do either composes. Under autocast it runs in the scope's 16-bit dtype and returns f32, like
-// the products it replaces.
+// a key-padding mask (1.9) in the op's dtype; a device that cannot do either composes. Under autocast it runs in the
+// scope's 16-bit dtype and returns its result in it, like the products it replaces.
 std::optional<Var> fused_attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& o) {
   if (!ops::fused_ops_enabled() || (o.mask.defined() && !o.causal)) return std::nullopt;
   const DType dtype = autocasts(q) ? autocast_dtype() : q.value().dtype();
@@ -99,8 +99,7 @@ std::optional<Var> fused_attention(const Var& q, const Var& k, const Var& v, con
                                            with_extras({out, q_in, k_in, v_in, out, log_sum_exp}, padding, counter),
                                            {q_in, k_in, v_in});
   if (!ops::supports(device, backward) || !ops::launch_if_supported(device, forward)) return std::nullopt;
-  const DType result = q.value().dtype();
-  return make_var(out.to(result), {q, k, v}, "attention",
+  return make_var(out, {q, k, v}, "attention",
                   [q = q.node(), k = k.node(), v = v.node(), q_in, k_in, v_in, out, log_sum_exp, params, padding,
                    counter](const Tensor& dy) {
                     const Tensor dout = dy.to(out.dtype()).contiguous();  // (B, Tq, D)
@@ -156,8 +155,8 @@ Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, const
     throw InvalidArgument(fmt::format("attention: a key-padding mask {} must be (N, {}) for {} queries of N samples",
                                       padding.describe(), keys, query.describe()));
   if (std::optional<Var> fused = fused_attention(q, k, v, o)) return *fused;
-  // 16-bit inputs of an autocast block are widened for the composed path, whose mask and softmax then run
-  // in f32 as autocast's rule has them (its products still run in the scope's dtype).
+  // 16-bit inputs under autocast are widened for the composed path: its scale and mask then apply in f32
+  // (a mask's large negatives would overflow f16), and its products still run in the scope's dtype.
   const DType dtype = query.dtype();
   if (dtype != DType::f32 && dtype == autocast_dtype())
     return cast(composed_attention(cast(q, DType::f32), cast(k, DType::f32), cast(v, DType::f32), o), dtype);
@@ -172,9 +171,8 @@ Var multihead_attention(const Var& query, const Var& key_value, const AttentionW
     throw InvalidArgument(fmt::format("multihead attention: query {} and key/value {} with in_proj_weight {} and {} heads",
                                       query.value().describe(), key_value.value().describe(),
                                       w.in_proj_weight.value().describe(), heads));
-  // Under autocast the whole block runs in the scope's 16-bit dtype, from its input to its output.
-  const Var in_proj_weight = into_autocast(w.in_proj_weight), in_proj_bias = into_autocast(w.in_proj_bias);
-  const Var q_in = into_autocast(query);
+  // Under autocast the projections and the attention run in the scope's 16-bit dtype, and so does the result.
+  const Var &in_proj_weight = w.in_proj_weight, &in_proj_bias = w.in_proj_bias, &q_in = query;
   Var q, k, v;
   if (key_value.node() == query.node()) {  // self-attention: one product with the packed (3E, E) weight
     const std::vector<Var> qkv = chunk(project(q_in, in_proj_weight, in_proj_bias), 2, 3);
@@ -182,7 +180,7 @@ Var multihead_attention(const Var& query, const Var& key_value, const AttentionW
     k = split_heads(qkv[1], heads);
     v = split_heads(qkv[2], heads);
   } else {  // q, k and v from the three (E, E) blocks of the packed projection, as torch packs them
-    const Var kv_in = into_autocast(key_value);
+    const Var& kv_in = key_value;
     const std::vector<Var> weight = chunk(in_proj_weight, 0, 3);
     const std::vector<Var> bias = in_proj_bias.defined() ? chunk(in_proj_bias, 0, 3) : std::vector<Var>(3);
     q = split_heads(project(q_in, weight[0], bias[0]), heads);
@@ -202,7 +200,7 @@ Var multihead_attention(const Var& query, const Var& key_value, const AttentionW
     cache->key_padding = options.key_padding;
   }
   Var attended = join_heads(scaled_dot_product_attention(q, k, v, options), heads);  // (N, Tq, E)
-  return cast(project(attended, into_autocast(w.out_proj_weight), into_autocast(w.out_proj_bias)), query.value().dtype());
+  return project(attended, w.out_proj_weight, w.out_proj_bias);
 }
 
 }  // namespace kestrel::fn

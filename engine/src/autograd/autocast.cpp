@@ -17,9 +17,21 @@ AutocastScope::AutocastScope(DType dtype) : previous_(autocast) {
 AutocastScope::~AutocastScope() { autocast = previous_; }
 DType autocast_dtype() { return autocast; }
 
-bool autocasts(const Var& x) { return autocast != DType::f32 && x.value().dtype() == DType::f32; }
+bool autocasts(const Var& x) {
+  const DType dtype = x.value().dtype();
+  return autocast != DType::f32 && (dtype == DType::f32 || dtype == autocast);
+}
 Var lowered(const Var& v) { return v.defined() ? cast(v, autocast) : v; }
-Var into_autocast(const Var& v) { return v.defined() && autocasts(v) ? cast(v, autocast) : v; }
+Var widened(const Var& v) {
+  return v.defined() && autocast != DType::f32 && v.value().dtype() == autocast ? cast(v, DType::f32) : v;
+}
+
+DType promoted_dtype(DType a, DType b) {
+  auto floating = [](DType d) { return d == DType::f16 || d == DType::bf16 || d == DType::f32 || d == DType::f64; };
+  if (a == b || !floating(a) || !floating(b)) return a;
+  if (dtype_size(a) == dtype_size(b)) return DType::f32;
+  return dtype_size(a) > dtype_size(b) ? a : b;
+}
 
 Var cast(const Var& x, DType dtype) {
   if (x.value().dtype() == dtype) return x;

@@ -1,27 +1,40 @@
 // Arithmetic and shape ops on Vars.
 #include <fmt/format.h>
 
+#include <utility>
+
 #include "autocast.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
 
 namespace kestrel::fn {
 
-Var add(const Var& a, const Var& b) {
+namespace {
+// a and b in the dtype they promote to (an autocast product's 16-bit result and an f32 residual meet in f32).
+std::pair<Var, Var> promoted(const Var& a, const Var& b) {
+  const DType dtype = promoted_dtype(a.value().dtype(), b.value().dtype());
+  return {cast(a, dtype), cast(b, dtype)};
+}
+}  // namespace
+
+Var add(const Var& a_in, const Var& b_in) {
+  const auto [a, b] = promoted(a_in, b_in);
   return make_var(math::add(a.value(), b.value()), {a, b}, "add", [a = a.node(), b = b.node()](const Tensor& dy) {
     accumulate_broadcast_grad(*a, dy);
     accumulate_broadcast_grad(*b, dy);
   });
 }
 
-Var sub(const Var& a, const Var& b) {
+Var sub(const Var& a_in, const Var& b_in) {
+  const auto [a, b] = promoted(a_in, b_in);
   return make_var(math::sub(a.value(), b.value()), {a, b}, "sub", [a = a.node(), b = b.node()](const Tensor& dy) {
     accumulate_broadcast_grad(*a, dy);
     if (b->requires_grad) accumulate_broadcast_grad(*b, math::scale(dy, -1.0));
   });
 }
 
-Var mul(const Var& a, const Var& b) {
+Var mul(const Var& a_in, const Var& b_in) {
+  const auto [a, b] = promoted(a_in, b_in);
   return make_var(math::mul(a.value(), b.value()), {a, b}, "mul", [a = a.node(), b = b.node()](const Tensor& dy) {
     if (a->requires_grad) accumulate_broadcast_grad(*a, math::mul(dy, b->value));
     if (b->requires_grad) accumulate_broadcast_grad(*b, math::mul(dy, a->value));
@@ -41,23 +54,22 @@ Var permute(const Var& x, const std::vector<int>& dims) {
 }
 
 namespace {
-// Mixed precision's product of f32 a and b: both rounded to the scope's dtype and multiplied there, the
-// result and both gradients coming out of the GEMMs as f32 (unrounded on devices with ABI 1.6's mixed
-// GEMM). a: (B, M, K), b: (B, K, N).
+// Mixed precision's product of a and b (f32 or 16-bit): both in the scope's dtype and multiplied there,
+// the result in it too; an f32 operand's gradient comes out of its GEMM as f32 (unrounded on devices with
+// ABI 1.6's mixed GEMM). a: (B, M, K), b: (B, K, N).
 Var matmul_autocast(const Var& a, const Var& b) {
   const DType low = autocast_dtype();
   const Tensor a16 = a.value().to(low), b16 = b.value().to(low);
-  return make_var(ops::matmul(a16, b16, DType::f32), {a, b}, "matmul",
-                  [a = a.node(), b = b.node(), a16, b16](const Tensor& dy) {
-                    const Tensor dy16 = dy.to(a16.dtype());  // (B, M, N)
-                    if (a->requires_grad) accumulate_grad(*a, ops::matmul(dy16, b16.transpose(1, 2), DType::f32));
-                    if (b->requires_grad) accumulate_grad(*b, ops::matmul(a16.transpose(1, 2), dy16, DType::f32));
-                  });
+  return make_var(ops::matmul(a16, b16), {a, b}, "matmul", [a = a.node(), b = b.node(), a16, b16](const Tensor& dy) {
+    const Tensor dy16 = dy.to(a16.dtype());  // (B, M, N)
+    if (a->requires_grad) accumulate_grad(*a, ops::matmul(dy16, b16.transpose(1, 2), a->value.dtype()));
+    if (b->requires_grad) accumulate_grad(*b, ops::matmul(a16.transpose(1, 2), dy16, b->value.dtype()));
+  });
 }
 }  // namespace
 
 Var matmul(const Var& a, const Var& b) {
-  if (autocasts(a)) return matmul_autocast(a, b);
+  if (autocasts(a) && autocasts(b)) return matmul_autocast(a, b);
   return make_var(ops::matmul(a.value(), b.value()), {a, b}, "matmul", [a = a.node(), b = b.node()](const Tensor& dy) {
     // dy: (B, M, N). da = dy b^T, db = a^T dy, each a batched GEMM on transposed views.
     if (a->requires_grad) accumulate_grad(*a, ops::matmul(dy, b->value.transpose(1, 2)));
@@ -70,13 +82,15 @@ Var flatten(const Var& x) {
   return reshape(x, {x.value().size(0), -1});
 }
 
-Var sum(const Var& x) {
+Var sum(const Var& x_in) {
+  const Var x = widened(x_in);
   return make_var(math::sum(x.value(), {}, false), {x}, "sum", [x = x.node()](const Tensor& dy) {
     accumulate_grad(*x, dy.expand(x->value.shape()).contiguous());
   });
 }
 
-Var mean(const Var& x) {
+Var mean(const Var& x_in) {
+  const Var x = widened(x_in);
   return make_var(math::mean(x.value(), {}, false), {x}, "mean", [x = x.node()](const Tensor& dy) {
     double n = static_cast<double>(x->value.numel());
     accumulate_grad(*x, math::scale(dy, 1.0 / n).expand(x->value.shape()).contiguous());

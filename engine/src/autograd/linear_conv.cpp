@@ -45,7 +45,8 @@ Var linear(const Var& x, const Var& weight, const Var& bias, kestrel_activation 
 
 Var conv2d(const Var& x, const Var& weight, const Var& bias, const ops::Window& window, kestrel_activation activation) {
   if (!autocasts(x)) return conv2d_same_dtype(x, weight, bias, window, activation);
-  return cast(conv2d_same_dtype(lowered(x), lowered(weight), lowered(bias), window, activation), DType::f32);
+  // The weight's gradient reaches it through the cast, rounded to 16 bits on the way.
+  return conv2d_same_dtype(lowered(x), lowered(weight), lowered(bias), window, activation);
 }
 
 namespace {
@@ -111,10 +112,11 @@ Var linear_same_dtype(const Var& x, const Var& weight, const Var& bias, kestrel_
                   });
 }
 
-// Mixed precision's linear layer on f32 x, weight and bias: the product and its activation run in the
-// scope's 16-bit dtype and the result returns as f32. Backward multiplies in 16 bits too, but the input
-// and weight gradients come out of the GEMMs as f32, straight into their f32 gradients (on devices
-// with ABI 1.6's mixed GEMM), with no 16-bit gradient, cast or separate addition in between.
+// Mixed precision's linear layer: x f32 or 16-bit, weight and bias f32 (master weights). The product and
+// its activation run in the scope's 16-bit dtype, and so does the result. Backward multiplies in 16 bits
+// too; the weight gradient, and the input gradient of an f32 x, come out of the GEMMs as f32, straight
+// into their f32 gradients (on devices with ABI 1.6's mixed GEMM), with no 16-bit gradient, cast or
+// separate addition in between.
 Var linear_autocast(const Var& x, const Var& weight, const Var& bias, kestrel_activation activation) {
   const DType low = autocast_dtype();
   const int64_t out = weight.value().size(0), features = aligned_features(out, low, x.value().device());
@@ -124,19 +126,21 @@ Var linear_autocast(const Var& x, const Var& weight, const Var& bias, kestrel_ac
   auto [y16, pre16] = linear_forward(x16, w16, b16, activation);                           // (N, features)
   std::vector<Var> parents{x, weight};
   if (bias.defined()) parents.push_back(bias);
-  return make_var(y16.slice(1, 0, out).to(DType::f32), parents, "linear",
+  const Tensor y = features == out ? y16 : y16.slice(1, 0, out).contiguous();  // (N, out)
+  return make_var(y, parents, "linear",
                   [x = x.node(), weight = weight.node(), bias = bias.node(), activation, x16, w16, y16 = y16,
                    pre16 = pre16, out](const Tensor& dy) {
                     // dy (N, out) into the padded width, its padding 0 so that it adds nothing below.
-                    Tensor dy16 = Tensor::empty(y16.shape(), y16.dtype(), y16.device());  // (N, features)
+                    Tensor dy16 = dy.to(y16.dtype());  // (N, features)
                     if (y16.size(1) > out) {
+                      dy16 = Tensor::empty(y16.shape(), y16.dtype(), y16.device());
                       Tensor padding = dy16.slice(1, out, y16.size(1));
                       ops::fill_(padding, 0.0);
+                      Tensor head = dy16.slice(1, 0, out);
+                      ops::copy_(head, dy);
                     }
-                    Tensor head = dy16.slice(1, 0, out);
-                    ops::copy_(head, dy);
                     Tensor dz = activation_grad(activation, dy16, y16, pre16);  // (N, features) 16-bit
-                    if (x->requires_grad) accumulate_grad(*x, ops::matmul(dz, w16, DType::f32));  // (N, in)
+                    if (x->requires_grad) accumulate_grad(*x, ops::matmul(dz, w16, x->value.dtype()));  // (N, in)
                     const Tensor dz_out = dz.slice(1, 0, out);                                  // (N, out)
                     if (dz.size(1) == out) {
                       accumulate_product(*weight, dz_out.transpose(0, 1), x16);                 // (out, in)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "autocast.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
 
@@ -35,7 +36,8 @@ PerRow softmax_cross_entropy(const Tensor& in, const Tensor& labels) {  // in: (
 
 }  // namespace
 
-Var cross_entropy(const Var& logits, const Tensor& labels, std::optional<int64_t> ignore_index) {
+Var cross_entropy(const Var& logits_in, const Tensor& labels, std::optional<int64_t> ignore_index) {
+  const Var logits = widened(logits_in);
   const Tensor& x = logits.value();  // (N, C) or (N, T, C)
   const bool fits = (x.rank() == 2 || x.rank() == 3) && labels.rank() == x.rank() - 1 &&
                     std::equal(labels.shape().begin(), labels.shape().end(), x.shape().begin());
@@ -68,7 +70,8 @@ Var cross_entropy(const Var& logits, const Tensor& labels, std::optional<int64_t
   });
 }
 
-Var mse_loss(const Var& prediction, const Tensor& target) {
+Var mse_loss(const Var& prediction_in, const Tensor& target) {
+  const Var prediction = widened(prediction_in);
   const Tensor& p = prediction.value();
   if (p.shape() != target.shape())
     throw InvalidArgument(fmt::format("mse_loss: prediction {} and target {} differ in shape", p.describe(), target.describe()));

@@ -3,13 +3,15 @@
 
 #include <optional>
 
+#include "autocast.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
 
 namespace kestrel::fn {
 
 namespace {
-Var pool(const Var& x, const ops::Window& window, kestrel_pool_mode mode, const char* name) {
+Var pool(const Var& x_in, const ops::Window& window, kestrel_pool_mode mode, const char* name) {
+  const Var x = widened(x_in);
   if (x.value().rank() != 4) throw InvalidArgument(fmt::format("{}: expected (N, C, H, W), got {}", name, x.value().describe()));
   ops::PoolResult result = ops::pool2d(x.value(), window, mode);
   return make_var(result.out, {x}, name, [x = x.node(), window, mode, indices = result.indices](const Tensor& dy) {
@@ -21,8 +23,9 @@ Var pool(const Var& x, const ops::Window& window, kestrel_pool_mode mode, const 
 Var max_pool2d(const Var& x, const ops::Window& window) { return pool(x, window, KESTREL_POOL_MAX, "max_pool2d"); }
 Var avg_pool2d(const Var& x, const ops::Window& window) { return pool(x, window, KESTREL_POOL_AVG, "avg_pool2d"); }
 
-Var batch_norm2d(const Var& x, const Var& weight, const Var& bias, Tensor& running_mean, Tensor& running_var,
+Var batch_norm2d(const Var& x_in, const Var& weight, const Var& bias, Tensor& running_mean, Tensor& running_var,
                  bool training, double momentum, double eps) {
+  const Var x = widened(x_in);
   const Tensor& input = x.value();  // (N, C, H, W)
   if (input.rank() != 4) throw InvalidArgument(fmt::format("batch_norm2d: expected (N, C, H, W), got {}", input.describe()));
   const int64_t channels = input.size(1);
@@ -119,7 +122,8 @@ std::optional<Var> fused_layer_norm(const Var& x, const Var& weight, const Var& 
 
 // Over the last `normalized` axes, per position: the statistics are the sample's own, so training and
 // inference compute the same thing and there are no running buffers.
-Var layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized, double eps) {
+Var layer_norm(const Var& x_in, const Var& weight, const Var& bias, int normalized, double eps) {
+  const Var x = widened(x_in);
   const Tensor& input = x.value();  // (..., *normalized_shape)
   if (normalized < 1 || normalized > input.rank())
     throw InvalidArgument(fmt::format("layer_norm: cannot normalise the last {} axes of {}", normalized, input.describe()));

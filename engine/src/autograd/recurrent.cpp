@@ -11,6 +11,7 @@
 #include <tuple>
 #include <utility>
 
+#include "autocast.h"
 #include "kestrel/functional.h"
 #include "recurrent_steps.h"
 #include "tensor_math.h"
@@ -123,7 +124,7 @@ namespace {
 // One step of the cell. projected: (N, G*H), this step's input through weight_ih and bias_ih;
 // h, c: (N, H), the state before the step (c only for the LSTM), replaced by the state after it.
 void step(RecurrentCell cell, const Var& projected, const RecurrentWeights& w, Var& h, Var& c) {
-  const Var recurrent = linear(h, w.weight_hh, w.bias_hh);  // (N, G*H)
+  const Var recurrent = widened(linear(h, w.weight_hh, w.bias_hh));  // (N, G*H), f32 under autocast too
   switch (cell) {
     case RecurrentCell::rnn_tanh: h = tanh(add(projected, recurrent)); return;
     case RecurrentCell::rnn_relu: h = relu(add(projected, recurrent)); return;
@@ -163,7 +164,9 @@ int gate_count(RecurrentCell cell) {
   }
 }
 
-Var recurrent_layer(const Var& x, const RecurrentWeights& w, RecurrentCell cell, bool reverse, RecurrentState* state) {
+Var recurrent_layer(const Var& x_in, const RecurrentWeights& w, RecurrentCell cell, bool reverse, RecurrentState* state) {
+  // Under autocast only the products run in 16 bits: the cell's gate math and its state stay f32.
+  const Var x = widened(x_in);
   const Tensor& input = x.value();  // (N, T, F)
   const Shape& ih = w.weight_ih.value().shape();  // (G*H, F)
   const Shape& hh = w.weight_hh.value().shape();  // (G*H, H)
@@ -177,7 +180,7 @@ Var recurrent_layer(const Var& x, const RecurrentWeights& w, RecurrentCell cell,
   const bool joined_biases = cell != RecurrentCell::gru && w.bias_hh.defined();
   const Var bias = !joined_biases ? w.bias_ih : w.bias_ih.defined() ? add(w.bias_ih, w.bias_hh) : w.bias_hh;
   // Every step's input projection in one GEMM: (N*T, F) -> (N, T, G*H), then a view per step.
-  Var projected = reshape(linear(reshape(x, {batch * steps, ih[1]}), w.weight_ih, bias), {batch, steps, ih[0]});
+  Var projected = reshape(widened(linear(reshape(x, {batch * steps, ih[1]}), w.weight_ih, bias)), {batch, steps, ih[0]});
   auto initial = [&](const Tensor& carried) {  // torch's default initial state is zeros
     return carried.defined() ? carried : Tensor::zeros({batch, hidden}, input.dtype(), input.device());
   };

@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "autocast.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
 
@@ -65,8 +66,12 @@ Var slice(const Var& x, int axis, int64_t start, int64_t end) {
   return pieces(x, 1, [a, start, end](const Tensor& t, int64_t) { return t.slice(a, start, end); }, "slice")[0];
 }
 
-Var concat(const std::vector<Var>& parts, int axis) {
-  if (parts.empty()) throw InvalidArgument("concat: no parts");
+Var concat(const std::vector<Var>& parts_in, int axis) {
+  if (parts_in.empty()) throw InvalidArgument("concat: no parts");
+  DType dtype = parts_in[0].value().dtype();  // parts of two dtypes meet in the wider
+  for (const Var& part : parts_in) dtype = promoted_dtype(dtype, part.value().dtype());
+  std::vector<Var> parts;
+  for (const Var& part : parts_in) parts.push_back(cast(part, dtype));
   const int a = wrap_axis(axis, parts[0].value().rank(), "concat");
   Shape shape = parts[0].value().shape();
   shape[a] = 0;
@@ -112,7 +117,8 @@ Var stack(const std::vector<Var>& parts, int axis) {
   return concat(widened, a);
 }
 
-Var mean_over(const Var& x, int axis) {
+Var mean_over(const Var& x_in, int axis) {
+  const Var x = widened(x_in);
   const int a = wrap_axis(axis, x.value().rank(), "mean_over");
   return make_var(math::mean(x.value(), {a}, false), {x}, "mean_over", [x = x.node(), a](const Tensor& dy) {
     const double n = static_cast<double>(x->value.size(a));

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "../autograd/autocast.h"
 #include "layer.h"
 #include "parameter_grad.h"
 
@@ -117,7 +118,9 @@ Var Model::run_layers(const Var& input, bool training, uint64_t seed, uint64_t& 
     outputs[i] = run_layer(i, in, training, seed, rng_offset, buffers, state);
     if (layer_observer_) layer_observer_(i);
   }
-  return outputs[spec_.output()];
+  // Under autocast the last layer may be a product with a 16-bit result; the loss, metrics and sampling
+  // read f32, as they would widen it anyway.
+  return fn::widened(outputs[spec_.output()]);
 }
 
 Var Model::run_layer(int index, const std::vector<Var>& inputs, bool training, uint64_t seed, uint64_t& rng_offset,

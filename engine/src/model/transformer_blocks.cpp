@@ -13,14 +13,11 @@ Var linear3(const Var& x, const Var& weight, const Var& bias, kestrel_activation
   return fn::reshape(fn::linear(fn::reshape(x, {s[0] * s[1], s[2]}), weight, bias, act), {s[0], s[1], weight.value().size(0)});
 }
 
-// linear2(dropout(activation(linear1(x)))); under autocast in its 16-bit dtype from end to end.
+// linear2(dropout(activation(linear1(x)))); under autocast its result and activations are 16-bit.
 Var feedforward(const Var& x, Params& p, const BlockConfig& b, LayerContext& c) {
-  using fn::into_autocast;
   Var w1 = p.take(), b1 = p.take_bias(), w2 = p.take(), b2 = p.take_bias();
-  Var hidden = drop(linear3(into_autocast(x), into_autocast(w1), into_autocast(b1),
-                            b.gelu ? KESTREL_ACTIVATION_GELU : KESTREL_ACTIVATION_RELU),
-                    b.dropout, c);
-  return fn::cast(linear3(hidden, into_autocast(w2), into_autocast(b2)), x.value().dtype());
+  Var hidden = drop(linear3(x, w1, b1, b.gelu ? KESTREL_ACTIVATION_GELU : KESTREL_ACTIVATION_RELU), b.dropout, c);
+  return linear3(hidden, w2, b2);
 }
 
 

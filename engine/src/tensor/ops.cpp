@@ -324,7 +324,17 @@ void random_(Tensor& out, kestrel_distribution distribution, uint64_t seed, uint
   OpBuilder builder(KESTREL_OP_RANDOM, &params);
   if (Tensor base = counter_base(out.device(), offset); base.defined()) builder.in(base);
   params.offset = offset;
-  run("random", out.device(), builder.out(out).op);
+  builder.out(out);
+  // A device that draws f32 only (Vulkan) draws a 16-bit tensor's numbers in f32 and rounds them as they
+  // are copied: plugin.h's element -> counter mapping does not depend on the dtype, so a Bernoulli mask
+  // (dropout under autocast) is the same bits as on a device that draws 16 bits itself.
+  if ((out.dtype() == DType::f16 || out.dtype() == DType::bf16) && !supports(out.device(), builder.op)) {
+    Tensor wide = Tensor::empty(out.shape(), DType::f32, out.device());
+    random_(wide, distribution, seed, offset, a, b);
+    copy_(out, wide);
+    return;
+  }
+  run("random", out.device(), builder.op);
 }
 
 namespace {

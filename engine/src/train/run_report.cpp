@@ -24,8 +24,8 @@ RunReport::RunReport(const RunConfig& config, const RunPlan& plan, RunIdentity i
                            identity_.device, identity_.device_name, identity_.device_runtime));
   log_.set_plot_subtitle(fmt::format("{} on {} ({})", identity_.model, identity_.device, identity_.device_name));
   if (config.precision != DType::f32)
-    log_.message(fmt::format("kestrel: mixed precision: products in {}, master weights, gradients and the other ops in "
-                             "f32",
+    log_.message(fmt::format("kestrel: mixed precision: products and the activations between them in {}; master "
+                             "weights, gradients, softmax, norms and losses in f32",
                              dtype_name(config.precision)));
   if (config.accumulate_steps > 1)
     log_.message(fmt::format("kestrel: {} micro-batches of {} samples per optimizer step (batch size {})",
