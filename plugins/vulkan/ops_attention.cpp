@@ -13,7 +13,7 @@ namespace kestrel_vk {
 namespace {
 
 constexpr int64_t kMaxDepth = 128;   // attention.comp's MAX_DEPTH
-constexpr int64_t kMaxLoop = 65535;  // lavapipe ends a loop after this many iterations
+constexpr int64_t kMaxLoop = 65535;  // lavapipe ends an invocation's loops after this many iterations in all
 
 // Binding slots (attention.comp's layouts).
 enum Slot { kDout = 0, kQ = 1, kK = 2, kV = 3, kStats = 4, kLse = 4, kMask = 5, kBase = 6, kResult = 7 };
@@ -22,6 +22,20 @@ enum Slot { kDout = 0, kQ = 1, kK = 2, kV = 3, kStats = 4, kLse = 4, kMask = 5, 
 struct Released {
   void operator()(kestrel_buffer* buffer) const { release_buffer(buffer); }
 };
+
+// A grid of one invocation per row, not set_flat_grid's capped grid: lavapipe's loop limit counts the
+// iterations of every loop an invocation runs (65535 in all), so an invocation that walked several rows
+// of keys would stop part-way and leave rows of its output unwritten.
+void set_one_row_per_invocation(kestrel_context* context, Dispatch& d, int64_t rows) {
+  const uint32_t* limits = context->physical->properties.limits.maxComputeWorkGroupCount;
+  const uint64_t groups = std::max<uint64_t>(1, (static_cast<uint64_t>(rows) + kLocalSize - 1) / kLocalSize);
+  const uint64_t x = std::min<uint64_t>(groups, limits[0]);
+  const uint64_t y = (groups + x - 1) / x;
+  if (y > limits[1]) fail("attention: too many rows for this Vulkan device's grid", KESTREL_STATUS_UNSUPPORTED);
+  d.groups[0] = static_cast<uint32_t>(x);
+  d.groups[1] = static_cast<uint32_t>(y);
+  d.groups[2] = 1;
+}
 
 }  // namespace
 
@@ -32,8 +46,12 @@ bool supports_attention(const kestrel_op& op, uint32_t dtypes) {
   if (!kestrel::plugin_shapes::attention_fits(op)) return false;
   const bool backward = op.kind == KESTREL_OP_ATTENTION_BACKWARD;
   const kestrel_tensor &q = op.inputs[backward ? 1 : 0], &k = op.inputs[backward ? 2 : 1];
-  return float_dtype(q.dtype) && in_mask(dtypes, q.dtype) && q.shape[2] >= 1 && q.shape[2] <= kMaxDepth &&
-         k.shape[1] >= 1 && q.shape[1] <= kMaxLoop && k.shape[1] <= kMaxLoop;
+  // One invocation walks one row: its keys (or queries) times a few passes over the depth. Where loops
+  // share a budget, a bound on that walk (generous: four passes per element) must fit in it.
+  const int64_t depth = q.shape[2], longest = std::max(q.shape[1], k.shape[1]);
+  const bool within_budget = (dtypes & kLoopBudget) == 0 || longest * (4 * depth + 4) + 4 * depth <= kMaxLoop;
+  return float_dtype(q.dtype) && in_mask(dtypes, q.dtype) && depth >= 1 && depth <= kMaxDepth && k.shape[1] >= 1 &&
+         q.shape[1] <= kMaxLoop && k.shape[1] <= kMaxLoop && within_budget;
 }
 
 void launch_attention(kestrel_stream* stream, const kestrel_op& op) {
@@ -71,7 +89,7 @@ void launch_attention(kestrel_stream* stream, const kestrel_op& op) {
     d.params.uints[2] = static_cast<uint32_t>(p.offset);
     d.params.uints[3] = static_cast<uint32_t>(p.offset >> 32);
     d.params.uints[4] = bernoulli_threshold(1.0 - p.dropout);
-    set_flat_grid(stream->context, d, static_cast<uint64_t>(rows));
+    set_one_row_per_invocation(stream->context, d, rows);
     return d;
   };
   const std::string dropped = dropout ? "dropout_" : "";

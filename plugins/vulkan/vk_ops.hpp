@@ -96,6 +96,9 @@ inline bool float_dtype(kestrel_dtype d) {
 // Set in the mask the families' supports_* get when the device computes in double (shaderFloat64): not a
 // tensor dtype (Vulkan tensors are never f64), the loss-scaled Adam update's bias corrections.
 constexpr uint32_t kFloat64Arithmetic = 1u << 31;
+// Set beside the dtypes for a software device (lavapipe): it ends an invocation's loops once they have
+// run 65535 iterations in all, so shaders whose invocations loop long must decline such shapes there.
+constexpr uint32_t kLoopBudget = 1u << 30;
 inline bool in_mask(uint32_t dtypes, kestrel_dtype d) { return d >= 0 && d < KESTREL_DTYPE_COUNT && (dtypes >> d) & 1u; }
 
 // Whether every extent, stride and reachable element of the op's (valid) descriptors fits the shaders'

@@ -317,10 +317,12 @@ const kestrel::plugin_sdk::FamilyTable<Family> families{KESTREL_REQUIRED_FAMILIE
                                                         KESTREL_FAMILY(gru_cell), KESTREL_FAMILY(attention),
                                                         KESTREL_FAMILY(layer_norm), KESTREL_FAMILY(conv)};
 
-// The dtypes the families' supports_* check, and kFloat64Arithmetic where the device has it.
+// The dtypes the families' supports_* check, kFloat64Arithmetic where the device has it, and kLoopBudget
+// on a software device.
 uint32_t context_dtypes(const kestrel_context* context) {
   if (context && context->physical)
-    return dtype_mask(*context->physical) | (context->physical->has_float64 ? kFloat64Arithmetic : 0u);
+    return dtype_mask(*context->physical) | (context->physical->has_float64 ? kFloat64Arithmetic : 0u) |
+           (context->physical->properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? kLoopBudget : 0u);
   return (1u << KESTREL_DTYPE_F32) | (1u << KESTREL_DTYPE_I32) | (1u << KESTREL_DTYPE_I64);
 }
 
