@@ -23,19 +23,6 @@ struct Released {
   void operator()(kestrel_buffer* buffer) const { release_buffer(buffer); }
 };
 
-// A grid of one invocation per row, not set_flat_grid's capped grid: lavapipe's loop limit counts the
-// iterations of every loop an invocation runs (65535 in all), so an invocation that walked several rows
-// of keys would stop part-way and leave rows of its output unwritten.
-void set_one_row_per_invocation(kestrel_context* context, Dispatch& d, int64_t rows) {
-  const uint32_t* limits = context->physical->properties.limits.maxComputeWorkGroupCount;
-  const uint64_t groups = std::max<uint64_t>(1, (static_cast<uint64_t>(rows) + kLocalSize - 1) / kLocalSize);
-  const uint64_t x = std::min<uint64_t>(groups, limits[0]);
-  const uint64_t y = (groups + x - 1) / x;
-  if (y > limits[1]) fail("attention: too many rows for this Vulkan device's grid", KESTREL_STATUS_UNSUPPORTED);
-  d.groups[0] = static_cast<uint32_t>(x);
-  d.groups[1] = static_cast<uint32_t>(y);
-  d.groups[2] = 1;
-}
 
 }  // namespace
 
@@ -89,7 +76,7 @@ void launch_attention(kestrel_stream* stream, const kestrel_op& op) {
     d.params.uints[2] = static_cast<uint32_t>(p.offset);
     d.params.uints[3] = static_cast<uint32_t>(p.offset >> 32);
     d.params.uints[4] = bernoulli_threshold(1.0 - p.dropout);
-    set_one_row_per_invocation(stream->context, d, rows);
+    set_row_grid(stream->context, d, static_cast<uint64_t>(rows));
     return d;
   };
   const std::string dropped = dropout ? "dropout_" : "";

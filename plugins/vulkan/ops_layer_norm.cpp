@@ -1,6 +1,7 @@
 // Fused layer normalisation (shaders/layer_norm.comp, ABI 1.7): forward in one dispatch, one invocation per
 // row; backward in two, dx by rows and the weight and bias gradients by columns. The engine composes what
-// this declines: rows or columns beyond the 65535 iterations lavapipe lets a loop run.
+// this declines: on a software device, rows or columns whose walks (up to five passes over a row, one
+// over a column) pass the 65535 loop iterations lavapipe lets an invocation run in all.
 #include "vk_ops.hpp"
 
 namespace kestrel_vk {
@@ -16,8 +17,9 @@ constexpr int64_t kMaxLoop = 65535;
 bool supports_layer_norm(const kestrel_op& op, uint32_t dtypes) {
   if (!kestrel::plugin_shapes::layer_norm_fits(op)) return false;
   const kestrel_tensor& x = op.inputs[op.kind == KESTREL_OP_LAYER_NORM_BACKWARD ? 1 : 0];
+  const bool within_budget = (dtypes & kLoopBudget) == 0 || (5 * x.shape[1] + 5 <= kMaxLoop && x.shape[0] + 1 <= kMaxLoop);
   return float_dtype(x.dtype) && in_mask(dtypes, x.dtype) && x.shape[1] >= 1 && x.shape[1] <= kMaxLoop &&
-         x.shape[0] <= kMaxLoop;
+         x.shape[0] <= kMaxLoop && within_budget;
 }
 
 void launch_layer_norm(kestrel_stream* stream, const kestrel_op& op) {
@@ -43,7 +45,7 @@ void launch_layer_norm(kestrel_stream* stream, const kestrel_op& op) {
     d.params.uints[0] = static_cast<uint32_t>(rows);
     d.params.uints[1] = static_cast<uint32_t>(cols);
     d.params.floats[0] = static_cast<float>(params_of<kestrel_layer_norm_params>(op, "layer_norm").eps);
-    set_flat_grid(stream->context, d, static_cast<uint64_t>(count));
+    set_row_grid(stream->context, d, static_cast<uint64_t>(count));  // one row (or column) per invocation
     return d;
   };
   if (!backward) {

@@ -301,6 +301,10 @@ struct Dispatch {
 // A flat grid of at least `invocations` invocations of kLocalSize, split into rows so no dimension
 // exceeds the device limit (the shaders' flat_index() undoes the split).
 void set_flat_grid(kestrel_context* context, Dispatch& dispatch, uint64_t invocations);
+// One invocation per row, however many: for shaders whose invocations walk a whole row each. A software
+// device (lavapipe) ends an invocation's loops after 65535 iterations in all, so set_flat_grid's capped
+// grid, which gives an invocation several rows there, would stop long ones part-way.
+void set_row_grid(kestrel_context* context, Dispatch& dispatch, uint64_t rows);
 // Records the dispatches in order into the stream's open batch (a barrier before each); returns at once.
 void run(kestrel_stream* stream, const std::vector<Dispatch>& dispatches);
 // The open batch's command buffer, ready for one more transfer command (a barrier already recorded

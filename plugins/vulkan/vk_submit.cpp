@@ -355,13 +355,10 @@ std::shared_ptr<Fence> latest_fence(kestrel_stream* stream) {
   return latest.in_flight ? latest.fence : nullptr;
 }
 
-void set_flat_grid(kestrel_context* context, Dispatch& dispatch, uint64_t invocations) {
+namespace {
+// `groups` workgroups laid out within the device's grid limits.
+void set_groups(kestrel_context* context, Dispatch& dispatch, uint64_t groups, uint64_t invocations) {
   const uint32_t* limits = context->physical->properties.limits.maxComputeWorkGroupCount;
-  // The shaders loop over elements (flat_stride in common.glsl), so the grid only needs to fill the
-  // device. Software devices pay a fixed cost per workgroup: a few per host thread is enough there.
-  const bool software = context->physical->properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-  const uint64_t max_groups = software ? std::max(64u, 16u * std::thread::hardware_concurrency()) : 16384u;
-  const uint64_t groups = std::clamp<uint64_t>((invocations + kLocalSize - 1) / kLocalSize, 1, max_groups);
   const uint64_t x = std::min<uint64_t>(groups, limits[0]);
   const uint64_t y = (groups + x - 1) / x;
   if (y > limits[1])
@@ -370,6 +367,20 @@ void set_flat_grid(kestrel_context* context, Dispatch& dispatch, uint64_t invoca
   dispatch.groups[0] = static_cast<uint32_t>(x);
   dispatch.groups[1] = static_cast<uint32_t>(y);
   dispatch.groups[2] = 1;
+}
+}  // namespace
+
+void set_flat_grid(kestrel_context* context, Dispatch& dispatch, uint64_t invocations) {
+  // The shaders loop over elements (flat_stride in common.glsl), so the grid only needs to fill the
+  // device. Software devices pay a fixed cost per workgroup: a few per host thread is enough there.
+  const bool software = context->physical->properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  const uint64_t max_groups = software ? std::max(64u, 16u * std::thread::hardware_concurrency()) : 16384u;
+  set_groups(context, dispatch, std::clamp<uint64_t>((invocations + kLocalSize - 1) / kLocalSize, 1, max_groups),
+             invocations);
+}
+
+void set_row_grid(kestrel_context* context, Dispatch& dispatch, uint64_t rows) {
+  set_groups(context, dispatch, std::max<uint64_t>(1, (rows + kLocalSize - 1) / kLocalSize), rows);
 }
 
 void run(kestrel_stream* stream, const std::vector<Dispatch>& dispatches) {
