@@ -23,7 +23,6 @@ struct Released {
   void operator()(kestrel_buffer* buffer) const { release_buffer(buffer); }
 };
 
-
 }  // namespace
 
 // ATTENTION: in0 q (B,Tq,D), in1 k, in2 v (B,Tk,D) [, mask (N,Tk)] [, counter base] -> out0 (B,Tq,D),

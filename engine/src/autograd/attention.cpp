@@ -159,7 +159,7 @@ Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, const
   // (a mask's large negatives would overflow f16), and its products still run in the scope's dtype.
   const DType dtype = query.dtype();
   if (dtype != DType::f32 && dtype == autocast_dtype())
-    return cast(composed_attention(cast(q, DType::f32), cast(k, DType::f32), cast(v, DType::f32), o), dtype);
+    return composed_attention(cast(q, DType::f32), cast(k, DType::f32), cast(v, DType::f32), o);  // 16-bit again
   return composed_attention(q, k, v, o);
 }
 

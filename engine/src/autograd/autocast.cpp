@@ -27,8 +27,7 @@ Var widened(const Var& v) {
 }
 
 DType promoted_dtype(DType a, DType b) {
-  auto floating = [](DType d) { return d == DType::f16 || d == DType::bf16 || d == DType::f32 || d == DType::f64; };
-  if (a == b || !floating(a) || !floating(b)) return a;
+  if (a == b || !is_floating(a) || !is_floating(b)) return a;
   if (dtype_size(a) == dtype_size(b)) return DType::f32;
   return dtype_size(a) > dtype_size(b) ? a : b;
 }
