@@ -112,9 +112,12 @@ __global__ void softmax_rows(const float* scores, typename E::storage* weights, 
   auto score = [&](int64_t j) { return s[j] + key_bias<E>(o, row, queries, keys, j); };  // with its padding bias
   const float2 stats = row_top_and_sum(score, seen);
   const float log_sum = stats.x + logf(stats.y);
+  // With a key-padding mask, p divides by the sum, as backward recomputes it: a query that sees only
+  // padded keys has a top near -1e29 that swallows log(sum), and exp(s - log_sum) would not sum to 1.
+  auto p_at = [&](int64_t j) { return o.mask ? expf(score(j) - stats.x) / stats.y : expf(score(j) - log_sum); };
   typename E::storage* w = weights + row * keys;
   for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
-    const float p = j < seen ? expf(score(j) - log_sum) : 0.0f;
+    const float p = j < seen ? p_at(j) : 0.0f;
     w[j] = E::store(p == 0.0f ? 0.0f : p * dropout_factor(o, offset, row, queries, keys, j));
   }
   if (threadIdx.x == 0) lse[row] = log_sum;
