@@ -324,17 +324,17 @@ void backward_data(kestrel_stream& s, const kestrel_op& op) {
               "cudnnConvolutionBackwardData");
 }
 
-// KESTREL_CUDA_CONV_WGRAD=gemm computes the weight gradient as one cuBLAS product instead of cuDNN's
-// backward filter. In strict f32 the only deterministic algorithm cuDNN's legacy API has left there is
-// BWD_FILTER_ALGO_1, which took 41% of the ConvNet's b512 step on an H100 (2026-11-26); the product is
-// what the engine's composed path does, and which is faster is for a GPU run to say (bench/results/
-// 2026-11-26-h100-cudnn-convolutions.md). Read once; anything but "gemm" or "cudnn" is refused.
+// The weight gradient is one cuBLAS product by default (KESTREL_CUDA_CONV_WGRAD=cudnn picks cuDNN's backward
+// filter instead). In strict f32 the only deterministic algorithm cuDNN's legacy API has left there is
+// BWD_FILTER_ALGO_1, which took 41% of the ConvNet's b512 step on an H100; side by side on an H200 the
+// product made the whole step 2.0x faster at b64 and 1.24x at b512 (bench/results/
+// 2026-11-26-h200-autocast-sdpa-wgrad-floor.md). Read once; anything but "gemm" or "cudnn" is refused.
 bool wgrad_by_gemm() {
   static const bool gemm = [] {
     const char* v = std::getenv("KESTREL_CUDA_CONV_WGRAD");
-    if (!v || !*v || std::string(v) == "cudnn") return false;
-    if (std::string(v) == "gemm") return true;
-    fail(std::string("KESTREL_CUDA_CONV_WGRAD is '") + v + "': use gemm or cudnn (the default)",
+    if (!v || !*v || std::string(v) == "gemm") return true;
+    if (std::string(v) == "cudnn") return false;
+    fail(std::string("KESTREL_CUDA_CONV_WGRAD is '") + v + "': use gemm (the default) or cudnn",
          KESTREL_STATUS_INVALID_ARGUMENT);
   }();
   return gemm;
