@@ -141,6 +141,24 @@ void reduce_sum(benchmark::State& state, kestrel::Device device, DType dtype, in
                                               benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
 }
 
+// f16 loss scaling's overflow check reads every gradient: one MAX_ABS reduction (ABI 1.11) or, on a plugin
+// without it, a max and a min. Both over the seeds' MLP's 3.15M flat gradients, side by side.
+void overflow_check(benchmark::State& state, kestrel::Device device, std::vector<kestrel_reduce_fn> fns, int64_t n) {
+  Tensor gradients = random_tensor({n}, DType::f32, device, 8);
+  kestrel::Engine::global().synchronize(device);  // the inputs' generation is not timed
+  try {
+    for (auto _ : state) {
+      for (kestrel_reduce_fn fn : fns) benchmark::DoNotOptimize(kestrel::ops::reduce(fn, gradients));
+      kestrel::Engine::global().synchronize(device);
+    }
+  } catch (const kestrel::Unsupported& e) {  // a plugin built before ABI 1.11 has no MAX_ABS
+    state.SkipWithError(e.what());
+    return;
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(n) * 4 * double(fns.size()),
+                                              benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
+}
+
 // The fused Adam update over the seeds' MLP's 3.15M parameters: memory-bound where it is vectorised (it reads
 // parameters, gradients and both moments and writes three of them back: 28 bytes per f32 parameter).
 void adam_update(benchmark::State& state, kestrel::Device device, int64_t n) {
@@ -192,6 +210,12 @@ void register_device_benchmarks(const kestrel::Device& device) {
                                4096, 1024)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
+  for (const auto& [name, fns] : {std::pair<const char*, std::vector<kestrel_reduce_fn>>{"max_abs", {KESTREL_REDUCE_MAX_ABS}},
+                                  {"max_and_min", {KESTREL_REDUCE_MAX, KESTREL_REDUCE_MIN}}})
+    benchmark::RegisterBenchmark(fmt::format("overflow_check/{}/f32/3150346/{}", d, name).c_str(), overflow_check, device,
+                                 fns, 3150346)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
   benchmark::RegisterBenchmark(fmt::format("adam_update/{}/f32/3150346", d).c_str(), adam_update, device, 3150346)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();

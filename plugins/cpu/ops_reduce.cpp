@@ -61,6 +61,65 @@ struct ReducePlan {
   }
 };
 
+template <class A>
+A magnitude(A v) { return v < A(0) ? -v : v; }  // a NaN stays NaN
+
+// Max, min and MAX_ABS (ABI 1.11) fold the same way: NaN wins, and the order does not matter.
+bool is_extreme(kestrel_reduce_fn fn) {
+  return fn == KESTREL_REDUCE_MAX || fn == KESTREL_REDUCE_MIN || fn == KESTREL_REDUCE_MAX_ABS;
+}
+template <class A>
+A fold_extreme(kestrel_reduce_fn fn, A acc, A v) {
+  if (fn == KESTREL_REDUCE_MAX) return nan_max(acc, v);
+  if (fn == KESTREL_REDUCE_MIN) return nan_min(acc, v);
+  return nan_max(acc, magnitude(v));
+}
+template <class A>
+A first_extreme(kestrel_reduce_fn fn, A v) { return fn == KESTREL_REDUCE_MAX_ABS ? magnitude(v) : v; }
+
+// Max, min or MAX_ABS of x[0, n), NaN if any element is NaN. The NaN is noted beside the fold rather
+// than by it, and `omp simd` (-fopenmp-simd) lets GCC fold in vector lanes, which it does not do for a
+// float max on its own; max and min give the same result in any order.
+template <kestrel_reduce_fn Fn, class E>
+typename E::compute fold_piece(const typename E::storage* x, int64_t n) {
+  using C = typename E::compute;
+  C acc = first_extreme(Fn, C(E::load(x[0])));
+  int nan = 0;
+  if constexpr (Fn == KESTREL_REDUCE_MIN) {
+#pragma omp simd reduction(min : acc) reduction(| : nan)
+    for (int64_t i = 0; i < n; ++i) {
+      const C v = E::load(x[i]);
+      nan |= v != v;
+      acc = v < acc ? v : acc;
+    }
+  } else {
+#pragma omp simd reduction(max : acc) reduction(| : nan)
+    for (int64_t i = 0; i < n; ++i) {
+      const C v = Fn == KESTREL_REDUCE_MAX_ABS ? magnitude(C(E::load(x[i]))) : C(E::load(x[i]));
+      nan |= v != v;
+      acc = v > acc ? v : acc;
+    }
+  }
+  return nan ? std::numeric_limits<C>::quiet_NaN() : acc;
+}
+
+// Max, min or MAX_ABS of one contiguous run x[0, count) into y: loss scaling's check of the flat gradients
+// reads millions of elements for one output, so pieces of the run are folded on separate threads, then
+// the pieces in order (exact in any order, so the result is the serial loop's).
+template <kestrel_reduce_fn Fn, class E>
+void fold_run(const typename E::storage* x, int64_t count, typename E::storage* y) {
+  using C = typename E::compute;
+  const int64_t pieces = (count + kGrain - 1) / kGrain;
+  std::vector<C> folded(size_t(pieces), C(0));
+  C* out = folded.data();
+  parallel_for_split("kestrel::reduce_pieces", pieces, count, [=](int64_t p) {
+    out[p] = fold_piece<Fn, E>(x + p * kGrain, std::min(kGrain, count - p * kGrain));
+  });
+  C acc = out[0];
+  for (int64_t p = 1; p < pieces; ++p) acc = Fn == KESTREL_REDUCE_MIN ? nan_min(acc, out[p]) : nan_max(acc, out[p]);
+  *y = E::store(acc);
+}
+
 template <class E>
 void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_tensor& out) {
   using S = typename E::storage;
@@ -108,6 +167,14 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
     }
     return;
   }
+  if (is_extreme(fn) && outputs == 1 && plan.reduced_rank == 1 && plan.reduced_strides[0] == 1 && count > kGrain) {
+    int64_t base, out_at;
+    plan.kept_offsets(0, base, out_at);
+    if (fn == KESTREL_REDUCE_MAX) fold_run<KESTREL_REDUCE_MAX, E>(x + base, count, y + out_at);
+    else if (fn == KESTREL_REDUCE_MIN) fold_run<KESTREL_REDUCE_MIN, E>(x + base, count, y + out_at);
+    else fold_run<KESTREL_REDUCE_MAX_ABS, E>(x + base, count, y + out_at);
+    return;
+  }
   const int64_t run = plan.reduced_rank ? plan.reduced_shape[plan.reduced_rank - 1] : 0;
   if (sum && plan.reduced_rank >= 1 && plan.reduced_strides[plan.reduced_rank - 1] == 1 && run >= 64) {
     // Sums whose innermost reduced axis is contiguous, such as a convolution's bias gradient (over N and
@@ -137,14 +204,10 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
   parallel_for_split("kestrel::reduce", outputs, outputs * count, [=](int64_t o) {
     int64_t base, out_at;
     plan.kept_offsets(o, base, out_at);
-    Acc acc = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN ? Acc(0) : Acc(E::load(x[base]));
+    Acc acc = sum ? Acc(0) : first_extreme(fn, Acc(E::load(x[base])));
     plan.walk_reduced([&](int64_t, int64_t offset) {
-      Acc v = Acc(E::load(x[base + offset]));
-      switch (fn) {
-        case KESTREL_REDUCE_MAX: acc = nan_max(acc, v); break;
-        case KESTREL_REDUCE_MIN: acc = nan_min(acc, v); break;
-        default: acc += v; break;
-      }
+      const Acc v = Acc(E::load(x[base + offset]));
+      acc = sum ? acc + v : fold_extreme(fn, acc, v);
       return true;
     });
     if (fn == KESTREL_REDUCE_MEAN) acc = count ? acc / Acc(count) : Acc(std::numeric_limits<double>::quiet_NaN());

@@ -63,10 +63,16 @@ template <class E>
 using Acc = std::conditional_t<E::is_float, double, long long>;
 
 template <class A>
+__device__ __forceinline__ A magnitude(A v) { return v < A(0) ? -v : v; }  // a NaN stays NaN
+
+// MAX_ABS (ABI 1.11) folds magnitudes: taking them of a and b alike makes the same fold combine elements,
+// a block's threads and the splits' partials, which are magnitudes already.
+template <class A>
 __device__ __forceinline__ A fold(int fn, A a, A b) {
   return fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN ? a + b
          : fn == KESTREL_REDUCE_MAX                            ? nan_max(a, b)
-                                                               : nan_min(a, b);
+         : fn == KESTREL_REDUCE_MIN                            ? nan_min(a, b)
+                                                               : nan_max(magnitude(a), magnitude(b));
 }
 
 // Stores an output's folded value; mean divides by the whole reduced count, whatever the split.

@@ -18,11 +18,6 @@ constexpr int64_t kMaxLoop = 65535;  // lavapipe ends an invocation's loops afte
 // Binding slots (attention.comp's layouts).
 enum Slot { kDout = 0, kQ = 1, kK = 2, kV = 3, kStats = 4, kLse = 4, kMask = 5, kBase = 6, kResult = 7 };
 
-// Scratch memory released in stream order once its dispatches are recorded.
-struct Released {
-  void operator()(kestrel_buffer* buffer) const { release_buffer(buffer); }
-};
-
 }  // namespace
 
 // ATTENTION: in0 q (B,Tq,D), in1 k, in2 v (B,Tk,D) [, mask (N,Tk)] [, counter base] -> out0 (B,Tq,D),
@@ -85,7 +80,7 @@ void launch_attention(kestrel_stream* stream, const kestrel_op& op) {
     return;
   }
   // Each query row's dout . out and softmax (top, sum): 3 floats.
-  std::unique_ptr<kestrel_buffer, Released> stats(
+  std::unique_ptr<kestrel_buffer, ReleasedInOrder> stats(
       allocate_buffer(stream->context, std::max<uint64_t>(4, uint64_t(batch * queries) * 3 * sizeof(float))));
   kestrel_tensor stats_tensor{};
   stats_tensor.buffer = stats.get();

@@ -1,7 +1,10 @@
 // Reductions over any set of axes (out has in's rank, extent 1 on each reduced axis) and argmax over
 // one axis (shaders/reduce.comp). One workgroup per output element, folding its reduced elements through
 // its subgroups where they can (shaders/workgroup_fold.glsl), else a shared-memory tree. f16 inputs are
-// summed in an f32 accumulator.
+// summed in an f32 accumulator. Float reductions longer than kSplitLength take two passes: workgroups
+// fold splits of each output into f32 partials, then one workgroup per output folds its partials. A
+// full reduction of a flat gradient (f16 loss scaling's overflow check) thus spreads over the device
+// instead of running in one workgroup, at any length.
 #include "kestrel/plugin_shapes.hpp"
 #include "vk_ops.hpp"
 
@@ -9,7 +12,12 @@ namespace kestrel_vk {
 
 namespace {
 
-constexpr int64_t kMaxReducedElements = int64_t{1} << 22;  // 16384 iterations per invocation
+constexpr int64_t kMaxReducedElements = int64_t{1} << 22;  // 16384 iterations per invocation, in one pass
+constexpr int64_t kSplitLength = int64_t{1} << 16;          // 256 per invocation, in the first of two
+
+bool two_passes(kestrel_reduce_fn fn, kestrel_dtype dtype, int64_t count) {
+  return fn != KESTREL_REDUCE_ARGMAX && float_dtype(dtype) && count > kSplitLength;
+}
 
 // The input over its kept axes, the output over the same axes, and the input over its reduced axes
 // (offset 0: the shader adds it to the kept offset).
@@ -39,6 +47,57 @@ ReduceViews split_axes(const kestrel_tensor& in, const kestrel_tensor& out) {
   return v;
 }
 
+// `groups` workgroups in rows that respect the device's grid limits.
+void set_group_grid(kestrel_stream* stream, Dispatch& d, int64_t groups) {
+  const uint32_t* limits = stream->context->physical->properties.limits.maxComputeWorkGroupCount;
+  const uint64_t x = std::min<uint64_t>(static_cast<uint64_t>(groups), limits[0]);
+  const uint64_t y = (static_cast<uint64_t>(groups) + x - 1) / x;
+  if (y > limits[1]) fail("reduce: too many outputs for this Vulkan device's grid", KESTREL_STATUS_UNSUPPORTED);
+  d.groups[0] = static_cast<uint32_t>(x);
+  d.groups[1] = static_cast<uint32_t>(y);
+}
+
+// Splits of kSplitLength elements folded into (outputs, splits) f32 partials, then each output's row.
+void launch_two_passes(kestrel_stream* stream, const kestrel_op& op, const ReduceViews& views, kestrel_reduce_fn fn) {
+  const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
+  const int64_t outputs = numel(out), count = views.reduced.numel;
+  const int64_t splits = (count + kSplitLength - 1) / kSplitLength;
+  std::unique_ptr<kestrel_buffer, ReleasedInOrder> partials(
+      allocate_buffer(stream->context, uint64_t(outputs * splits) * sizeof(float)));
+  Params params{};
+  params.ints[0] = fn;
+  params.ints[1] = static_cast<int32_t>(kSplitLength);
+  params.ints[2] = static_cast<int32_t>(splits);
+  params.ints[3] = static_cast<int32_t>(count);
+  Dispatch fold;
+  fold.shader = std::string("reduce_split_") + dtype_suffix(in.dtype) + subgroup_variant(stream->context);
+  fold.params = params;
+  fold.params.tensors[0] = views.kept_in;
+  fold.params.tensors[1] = views.kept_out;
+  fold.params.tensors[2] = views.reduced;
+  fold.buffers[0] = in.buffer;
+  fold.buffers[1] = partials.get();
+  set_group_grid(stream, fold, outputs * splits);
+  // The partials as an input: output o's row starts at o * splits.
+  Dispatch combine;
+  combine.shader = std::string("reduce_partials_") + dtype_suffix(out.dtype);
+  combine.params = params;
+  TensorDesc& rows = combine.params.tensors[0];
+  rows.rank = 1;
+  rows.numel = rows.shape[0] = static_cast<uint32_t>(outputs);
+  rows.strides[0] = static_cast<uint32_t>(splits);
+  combine.params.tensors[1] = views.kept_out;
+  TensorDesc& row = combine.params.tensors[2];
+  row.rank = 1;
+  row.numel = row.shape[0] = static_cast<uint32_t>(splits);
+  row.strides[0] = 1;
+  row.contiguous = 1;
+  combine.buffers[0] = partials.get();
+  combine.buffers[1] = out.buffer;
+  set_group_grid(stream, combine, outputs);
+  run(stream, {fold, combine});
+}
+
 }  // namespace
 
 const char* subgroup_variant(const kestrel_context* context) {
@@ -49,9 +108,10 @@ bool supports_reduce(const kestrel_op& op, uint32_t dtypes) {
   if (!kestrel::plugin_shapes::reduce_fits(op)) return false;
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
   if (!in_mask(dtypes, in.dtype) || !in_mask(dtypes, out.dtype)) return false;
-  // Each invocation folds count / 256 elements; lavapipe ends loops after 65535 iterations, so very long
-  // reductions are declined rather than computed wrong.
-  return kestrel::plugin_shapes::reduce_shape(in, out).count <= kMaxReducedElements;
+  // In one pass each invocation folds count / 256 elements; lavapipe ends loops after 65535 iterations,
+  // so very long integer reductions and argmaxes are declined rather than computed wrong.
+  const int64_t count = kestrel::plugin_shapes::reduce_shape(in, out).count;
+  return count <= kMaxReducedElements || two_passes(params_of<kestrel_reduce_params>(op, "reduce").fn, in.dtype, count);
 }
 
 void launch_reduce(kestrel_stream* stream, const kestrel_op& op) {
@@ -60,6 +120,7 @@ void launch_reduce(kestrel_stream* stream, const kestrel_op& op) {
   const int64_t outputs = numel(out);
   if (outputs == 0) return;
   const ReduceViews views = split_axes(in, out);
+  if (two_passes(fn, in.dtype, views.reduced.numel)) return launch_two_passes(stream, op, views, fn);
   Dispatch d;
   d.shader = std::string(fn == KESTREL_REDUCE_ARGMAX ? "argmax_" : "reduce_") + dtype_suffix(in.dtype);
   if (fn != KESTREL_REDUCE_ARGMAX && float_dtype(in.dtype)) d.shader += subgroup_variant(stream->context);
@@ -69,13 +130,7 @@ void launch_reduce(kestrel_stream* stream, const kestrel_op& op) {
   d.params.ints[0] = fn;
   d.buffers[0] = in.buffer;
   d.buffers[1] = out.buffer;
-  // One workgroup per output, in rows that respect the device's grid limits.
-  const uint32_t* limits = stream->context->physical->properties.limits.maxComputeWorkGroupCount;
-  const uint64_t x = std::min<uint64_t>(static_cast<uint64_t>(outputs), limits[0]);
-  const uint64_t y = (static_cast<uint64_t>(outputs) + x - 1) / x;
-  if (y > limits[1]) fail("reduce: too many outputs for this Vulkan device's grid", KESTREL_STATUS_UNSUPPORTED);
-  d.groups[0] = static_cast<uint32_t>(x);
-  d.groups[1] = static_cast<uint32_t>(y);
+  set_group_grid(stream, d, outputs);  // one workgroup per output
   run(stream, {d});
 }
 

@@ -260,6 +260,11 @@ void destroy_memory(kestrel_context* context);  // the queue must be idle
 kestrel_buffer* allocate_buffer(kestrel_context* context, uint64_t bytes);
 // Stream-ordered: the range is reused only after the batches open at this moment are submitted.
 void release_buffer(kestrel_buffer* buffer);
+// Scratch memory released in stream order once its dispatches are recorded:
+// std::unique_ptr<kestrel_buffer, ReleasedInOrder>.
+struct ReleasedInOrder {
+  void operator()(kestrel_buffer* buffer) const { release_buffer(buffer); }
+};
 // Hands fully free blocks back to the driver (waits for the queue to go idle first).
 void trim_memory(kestrel_context* context);
 void memory_statistics(kestrel_context* context, kestrel_memory_stats* stats);

@@ -42,6 +42,9 @@ std::vector<double> reduce_reference(kestrel_reduce_fn fn, const std::vector<dou
         for (double v : g)
           acc = std::isnan(acc) || std::isnan(v) ? nan : (fn == KESTREL_REDUCE_MAX ? std::max(acc, v) : std::min(acc, v));
         break;
+      case KESTREL_REDUCE_MAX_ABS:
+        for (double v : g) acc = std::isnan(acc) || std::isnan(v) ? nan : std::max(acc, std::fabs(v));
+        break;
       case KESTREL_REDUCE_ARGMAX: {
         size_t best = 0;
         for (size_t j = 0; j < g.size() && !std::isnan(g[best]); ++j)
@@ -69,14 +72,17 @@ void reduce_cases(Runner& r) {
       {{3, 4, 5}, {2}, Layout::contiguous}, {{1000}, {0}, Layout::contiguous},    {{0, 3}, {0}, Layout::contiguous},
       // long axes: a backend must not walk them in one thread of limited loop length
       {{70000}, {0}, Layout::contiguous},   {{3, 40000}, {1}, Layout::strided},
+      // long enough for a backend to fold splits of each row separately, the last split short
+      {{3, 70001}, {1}, Layout::strided},
       // column sums large enough to be split over threads (bias gradients)
       {{300, 700}, {0}, Layout::contiguous},
       // a convolution's bias gradient: over N and the contiguous H*W, channels kept
       {{6, 4, 131}, {0, 2}, Layout::contiguous}};
-  for (int f = KESTREL_REDUCE_SUM; f <= KESTREL_REDUCE_ARGMAX; ++f) {
+  for (int f = KESTREL_REDUCE_SUM; f <= KESTREL_REDUCE_MAX_ABS; ++f) {
     auto fn = static_cast<kestrel_reduce_fn>(f);
     for (DType dtype : all_dtypes) {
-      if (fn == KESTREL_REDUCE_MEAN && !is_floating(dtype)) continue;  // like torch: mean of integers is an error
+      // like torch: mean of integers is an error; MAX_ABS (ABI 1.11) is for loss scaling's float gradients
+      if ((fn == KESTREL_REDUCE_MEAN || fn == KESTREL_REDUCE_MAX_ABS) && !is_floating(dtype)) continue;
       bool required = r.required(dtype == DType::f32 || dtype == DType::i64, {dtype});
       for (const auto& [shape, dims, layout] : setups) {
         bool empty = shape_numel(shape) == 0;
@@ -92,7 +98,7 @@ void reduce_cases(Runner& r) {
                   Tensor out = ops::reduce(fn, r.upload(shape, values, dtype, layout), dims, keepdim);
                   auto want = reduce_reference(fn, values, shape, dims);
                   int64_t count = shape_numel(shape) / std::max<int64_t>(1, static_cast<int64_t>(want.size()));
-                  bool exact = fn == KESTREL_REDUCE_ARGMAX || fn == KESTREL_REDUCE_MAX || fn == KESTREL_REDUCE_MIN;
+                  bool exact = fn != KESTREL_REDUCE_SUM && fn != KESTREL_REDUCE_MEAN;
                   if (fn != KESTREL_REDUCE_ARGMAX)
                     for (double& w : want) w = round_to(dtype, w);
                   r.expect_close(out, want, exact ? Tolerance{0, 0} : tolerance_for(dtype, 2 * std::sqrt(count + 1.0)));
@@ -116,6 +122,19 @@ void reduce_cases(Runner& r) {
         Tensor out = ops::reduce(fn, r.upload({2, 300}, values, dtype), {1});
         r.expect_close(out, reduce_reference(fn, values, {2, 300}, {1}), tolerance_for(dtype, 2 * std::sqrt(301.0)));
       });
+      // Loss scaling's check: one output over a long contiguous run (a flat gradient), where a backend
+      // folds pieces on separate threads or blocks, with an overflow or a NaN in a late piece.
+      if (fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN || fn == KESTREL_REDUCE_ARGMAX) continue;
+      for (double odd : {-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+        r.run(case_name({reduce_fn_name(fn), std::string(dtype_name(dtype)), "200000",
+                         std::isnan(odd) ? "nan at 150000" : "-inf at 150000"}),
+              r.required(dtype == DType::f32, {dtype}), [&] {
+          std::vector<double> values = r.values(200000, -3, 3, dtype);
+          values[150000] = odd;
+          Tensor out = ops::reduce(fn, r.upload({200000}, values, dtype), {0});
+          r.expect_close(out, reduce_reference(fn, values, {200000}, {0}), Tolerance{0, 0});
+        });
+      }
     }
   }
 }

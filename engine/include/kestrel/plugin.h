@@ -71,6 +71,10 @@
  *        ReLU) and its two gradients as fused ops, so a backend can convolve without the (C*KH*KW, N*OH*OW)
  *        column matrix that the composed im2col + GEMM path writes and reads in memory (cuDNN's three
  *        calls; on the CPU, columns of one image at a time, kept in cache).
+ *   1.11 REDUCE's fn may be MAX_ABS, the largest magnitude (NaN wins, float dtypes only): f16 loss
+ *        scaling's non-finite check then reads the gradients once instead of twice (max and min). A plugin
+ *        built against 1.10 or earlier refuses the unknown fn in supports_op, and the engine takes max and
+ *        min as before.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -83,7 +87,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 10
+#define KESTREL_PLUGIN_ABI_MINOR 11
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -280,7 +284,8 @@ typedef enum kestrel_binary_fn {
 
 typedef enum kestrel_reduce_fn {
   KESTREL_REDUCE_SUM = 0, KESTREL_REDUCE_MEAN = 1, KESTREL_REDUCE_MAX = 2, KESTREL_REDUCE_MIN = 3,
-  KESTREL_REDUCE_ARGMAX = 4 /* exactly one reduced axis; out is i64; first index wins ties; NaN wins */
+  KESTREL_REDUCE_ARGMAX = 4, /* exactly one reduced axis; out is i64; first index wins ties; NaN wins */
+  KESTREL_REDUCE_MAX_ABS = 5 /* 1.11: max |x|, float dtypes; NaN wins (an infinity gives +inf) */
 } kestrel_reduce_fn;
 
 typedef enum kestrel_activation {

@@ -196,15 +196,31 @@ Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims, bool keepdim)
   return out.view(squeezed);
 }
 
+namespace {
+// Whether x's device reduces all of x with fn in one op (MAX_ABS is ABI 1.11's, and optional).
+bool reduces_whole(ReduceFn fn, const Tensor& x) {
+  auto params = make_params<kestrel_reduce_params>();
+  params.fn = fn;
+  const Tensor out = Tensor::empty(Shape(size_t(x.rank()), 1), x.dtype(), x.device());
+  return supports(x.device(), OpBuilder(KESTREL_OP_REDUCE, &params).in(x).out(out).op);
+}
+}  // namespace
+
 Tensor nonfinite_flag(const Tensor& x) {
   if (!is_floating(x.dtype())) throw InvalidArgument("nonfinite_flag: " + x.describe() + " is not floating");
-  // max(x) * 0 + min(x) * 0 is 0 when every element is finite and NaN otherwise: a NaN wins both
-  // reductions (the ABI's rule, held by the conformance suite) and an infinity times 0 is NaN. Two reads
-  // of x and no temporary of its size: this runs over every gradient in each loss-scaled step.
+  // m * 0 is 0 for a finite m and NaN for a NaN or an infinity; a NaN wins every reduction (the ABI's
+  // rule, held by the conformance suite). With m = max |x| that is one read of x and no temporary of its
+  // size: this runs over every gradient in each loss-scaled step. A device without MAX_ABS gets
+  // max(x) * 0 + min(x) * 0, two reads.
   const Tensor zero = Tensor::full({}, 0.0, x.dtype(), x.device());
   if (x.numel() == 0) return zero;  // (the max of nothing is NaN)
-  const Tensor high = binary(KESTREL_BINARY_MUL, reduce(KESTREL_REDUCE_MAX, x), zero);
-  const Tensor sum = binary(KESTREL_BINARY_ADD, high, binary(KESTREL_BINARY_MUL, reduce(KESTREL_REDUCE_MIN, x), zero));
+  Tensor sum;
+  if (reduces_whole(KESTREL_REDUCE_MAX_ABS, x)) {
+    sum = binary(KESTREL_BINARY_MUL, reduce(KESTREL_REDUCE_MAX_ABS, x), zero);
+  } else {
+    const Tensor high = binary(KESTREL_BINARY_MUL, reduce(KESTREL_REDUCE_MAX, x), zero);
+    sum = binary(KESTREL_BINARY_ADD, high, binary(KESTREL_BINARY_MUL, reduce(KESTREL_REDUCE_MIN, x), zero));
+  }
   return binary(KESTREL_BINARY_NE, sum, sum);
 }
 

@@ -6,10 +6,16 @@
 // ops_reduce.cpp):
 //   tensors[0]  input over the kept axes    tensors[1]  output over the kept axes
 //   tensors[2]  input over the reduced axes, offset 0 (added to the kept offset)
-// ints[0] = kestrel_reduce_fn. The argmax variants write i64 positions along the reduced axis: the
+// ints[0] = kestrel_reduce_fn (MAX_ABS, 5, for floats only). The argmax variants write i64 positions along the reduced axis: the
 // first NaN wins, else the largest value at its smallest position.
 // T is the type values are compared in, STORE_T the stored one: f16 is loaded into floats, summed in
 // an f32 accumulator and rounded once when stored.
+// Long float reductions run in two passes (ops_reduce.cpp), so a full reduction of millions of
+// elements (loss scaling's overflow check) fills the device instead of one workgroup, and no invocation
+// walks more than 256 elements (lavapipe's loop budget). SPLIT: workgroup g folds split g % ints[2] of
+// output g / ints[2], ints[1] reduced elements long, into partials[g] (f32; sums not yet divided).
+// PARTIALS: the partials, (outputs, splits) f32, folded into the output; a mean divides by ints[3],
+// the reduced count of the original input.
 // kestrel-variant: reduce_f32 -DT=float -DACC_T=float -DIS_FLOAT=1
 // kestrel-variant: reduce_f16 -DT=float -DSTORE_T=float16_t -DACC_T=float -DIS_FLOAT=1
 // kestrel-variant: reduce_bf16 -DT=float -DBF16=1 -DACC_T=float -DIS_FLOAT=1
@@ -23,6 +29,15 @@
 // kestrel-variant: reduce_f32_subgroups -DT=float -DACC_T=float -DIS_FLOAT=1 -DSUBGROUPS=1
 // kestrel-variant: reduce_f16_subgroups -DT=float -DSTORE_T=float16_t -DACC_T=float -DIS_FLOAT=1 -DSUBGROUPS=1
 // kestrel-variant: reduce_bf16_subgroups -DT=float -DBF16=1 -DACC_T=float -DIS_FLOAT=1 -DSUBGROUPS=1
+// kestrel-variant: reduce_split_f32 -DT=float -DACC_T=float -DIS_FLOAT=1 -DSPLIT=1
+// kestrel-variant: reduce_split_f16 -DT=float -DSTORE_T=float16_t -DACC_T=float -DIS_FLOAT=1 -DSPLIT=1
+// kestrel-variant: reduce_split_bf16 -DT=float -DBF16=1 -DACC_T=float -DIS_FLOAT=1 -DSPLIT=1
+// kestrel-variant: reduce_split_f32_subgroups -DT=float -DACC_T=float -DIS_FLOAT=1 -DSPLIT=1 -DSUBGROUPS=1
+// kestrel-variant: reduce_split_f16_subgroups -DT=float -DSTORE_T=float16_t -DACC_T=float -DIS_FLOAT=1 -DSPLIT=1 -DSUBGROUPS=1
+// kestrel-variant: reduce_split_bf16_subgroups -DT=float -DBF16=1 -DACC_T=float -DIS_FLOAT=1 -DSPLIT=1 -DSUBGROUPS=1
+// kestrel-variant: reduce_partials_f32 -DT=float -DACC_T=float -DIS_FLOAT=1 -DPARTIALS=1
+// kestrel-variant: reduce_partials_f16 -DT=float -DSTORE_T=float16_t -DACC_T=float -DIS_FLOAT=1 -DPARTIALS=1
+// kestrel-variant: reduce_partials_bf16 -DT=float -DBF16=1 -DACC_T=float -DIS_FLOAT=1 -DPARTIALS=1
 #include "common.glsl"
 #include "math.glsl"
 #if defined(IS_FLOAT) && !defined(ARGMAX)
@@ -32,9 +47,17 @@
 #define STORE_T T
 #endif
 layout(local_size_x = KESTREL_LOCAL_SIZE) in;
+#ifdef PARTIALS
+layout(std430, set = 0, binding = 1) readonly buffer In { float data[]; } in_buf;
+#define IN_LOAD(x) (x)
+#else
 layout(std430, set = 0, binding = 1) readonly buffer In { STORE_T data[]; } in_buf;
+#define IN_LOAD(x) LOAD(x)
+#endif
 #ifdef ARGMAX
 layout(std430, set = 0, binding = 2) writeonly buffer Out { int64_t data[]; } out_buf;
+#elif defined(SPLIT)
+layout(std430, set = 0, binding = 2) writeonly buffer Out { float data[]; } out_buf;
 #else
 layout(std430, set = 0, binding = 2) writeonly buffer Out { STORE_T data[]; } out_buf;
 #endif
@@ -70,10 +93,15 @@ void combine(uint a, uint b) {
 shared ACC_T partial[KESTREL_LOCAL_SIZE];
 #endif
 
+#ifdef IS_FLOAT
+ACC_T magnitude(ACC_T v) { return v < ACC_T(0) ? -v : v; }  // a NaN stays NaN, whatever abs() would do
+#endif
+
 ACC_T fold(int fn, ACC_T acc, ACC_T v) {
 #ifdef IS_FLOAT
   if (fn == 2) return nan_max(acc, v);
   if (fn == 3) return nan_min(acc, v);
+  if (fn == 5) return nan_max(acc, magnitude(v));
 #else
   if (fn == 2) return max(acc, v);
   if (fn == 3) return min(acc, v);
@@ -85,10 +113,19 @@ ACC_T fold(int fn, ACC_T acc, ACC_T v) {
 void main() {
   // Every invocation of a workgroup has the same output, so the barriers below are in uniform flow.
   uint o = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+#ifdef SPLIT
+  const uint group = o, splits = uint(PINT(2));
+  o = group / splits;
+#endif
   if (o >= P.tensors[1].numel) return;
   uint lid = gl_LocalInvocationID.x;
   uint base = element_offset(0, o);
   uint count = P.tensors[2].numel;
+#ifdef SPLIT
+  const uint begin = (group % splits) * uint(PINT(1)), end = min(count, begin + uint(PINT(1)));
+#else
+  const uint begin = 0u, end = count;
+#endif
 #ifdef ARGMAX
   T best = T(0);
   uint where = kNone;
@@ -112,11 +149,14 @@ void main() {
   int fn = PINT(0);
   bool additive = fn == 0 || fn == 1;
   // max/min start from the first element, which every share may fold again without harm
-  ACC_T acc = additive || count == 0 ? ACC_T(0) : ACC_T(LOAD(in_buf.data[base]));
-  for (uint r = lid; r < count; r += KESTREL_LOCAL_SIZE)
-    acc = fold(fn, acc, ACC_T(LOAD(in_buf.data[base + element_offset(2, r)])));
+  ACC_T acc = additive || count == 0 ? ACC_T(0) : ACC_T(IN_LOAD(in_buf.data[base]));
 #ifdef IS_FLOAT
-  const ACC_T total = workgroup_fold(additive ? FOLD_SUM : fn == 2 ? FOLD_MAX : FOLD_MIN, acc);
+  if (fn == 5) acc = magnitude(acc);
+#endif
+  for (uint r = begin + lid; r < end; r += KESTREL_LOCAL_SIZE)
+    acc = fold(fn, acc, ACC_T(IN_LOAD(in_buf.data[base + element_offset(2, r)])));
+#ifdef IS_FLOAT
+  const ACC_T total = workgroup_fold(additive ? FOLD_SUM : fn == 3 ? FOLD_MIN : FOLD_MAX, acc);
 #else
   partial[lid] = acc;
   barrier();
@@ -126,6 +166,12 @@ void main() {
   }
   ACC_T total = partial[0];
 #endif
+#ifdef SPLIT
+  if (lid == 0) out_buf.data[group] = total;
+#else
+#ifdef PARTIALS
+  count = uint(PINT(3));
+#endif
   if (lid == 0) {
 #ifdef IS_FLOAT
     const ACC_T result = fn == 1 ? (count > 0 ? total / float(count) : K_NAN) : total;
@@ -134,5 +180,6 @@ void main() {
 #endif
     out_buf.data[element_offset(1, o)] = STORE(T(result));
   }
+#endif
 #endif
 }
