@@ -2,13 +2,13 @@
 // tiles: forward, the input's gradient and the weight's read the images and gradients in place, so the
 // (C*KH*KW, N*OH*OW) column matrix of the composed im2col path is never written; the bias gradient is a
 // small reduction of its own. f16 and bf16 where the device stores 16 bits, computed in f32.
+#include <algorithm>
+
 #include "vk_ops.hpp"
 
 namespace kestrel_vk {
 
 namespace {
-
-constexpr int64_t kMostReduced = 16 * 65535;  // lavapipe ends a loop after 65535 iterations of K / TILE_K
 
 // x (N,C,H,W), the weight (O,C,KH,KW) and y or dy (N,O,OH,OW) of a conv op, by kind (plugin_shapes::conv_fits).
 struct ConvTensors {
@@ -39,7 +39,12 @@ bool supports_conv(const kestrel_op& op, uint32_t dtypes) {
   if (!float_dtype(dtype) || !in_mask(dtypes, dtype)) return false;
   const ConvTensors t = tensors_of(op);
   const auto g = kestrel::plugin_shapes::conv_geometry(params_of<kestrel_conv_params>(op, "conv2d"), *t.x, *t.weight);
-  return reduced_length(op, g, t.weight->shape[0]) <= kMostReduced;
+  // A software device's loop budget (kBudgetedSum): the filter gradient is summed a few images per
+  // dispatch; a longer sum within one image, or forward's and the data gradient's, is composed (through
+  // GEMM's slices).
+  const int64_t sum = op.kind == KESTREL_OP_CONV2D_BACKWARD_FILTER ? int64_t(g.oh) * g.ow
+                                                                   : reduced_length(op, g, t.weight->shape[0]);
+  return (dtypes & kLoopBudget) == 0 || sum <= kBudgetedSum;
 }
 
 void launch_conv(kestrel_stream* stream, const kestrel_op& op) {
@@ -81,8 +86,19 @@ void launch_conv(kestrel_stream* stream, const kestrel_op& op) {
     case KESTREL_OP_CONV2D_BACKWARD_DATA:
       return run(stream, {tiled(dispatch("conv_data_", {t.y, t.weight, t.x, y_for_mask}), g.c, g.n * g.h * g.w)});
     default: {
-      std::vector<Dispatch> dispatches{
-          tiled(dispatch("conv_filter_", {t.y, t.x, t.weight, y_for_mask}), out_channels, g.c * taps)};
+      std::vector<Dispatch> dispatches;
+      const Dispatch filter = tiled(dispatch("conv_filter_", {t.y, t.x, t.weight, y_for_mask}), out_channels, g.c * taps);
+      const int64_t spatial = int64_t(g.oh) * g.ow;
+      const int64_t per_slice = software_device(stream->context) ? std::max<int64_t>(1, kBudgetedSum / spatial) : g.n;
+      for (int64_t n0 = 0; n0 < g.n; n0 += per_slice) {  // images n0.. of the batch, added into dw after the first
+        Dispatch slice = filter;
+        slice.params.ints[0] = static_cast<int32_t>(std::min(per_slice, g.n - n0));
+        slice.params.tensors[0].offset += static_cast<uint32_t>(n0 * out_channels * spatial);  // dy
+        slice.params.tensors[1].offset += static_cast<uint32_t>(n0 * g.c * g.h * g.w);        // x
+        if (relu) slice.params.tensors[3].offset += static_cast<uint32_t>(n0 * out_channels * spatial);  // y
+        slice.params.uints[1] = n0 > 0 ? 1u : 0u;
+        dispatches.push_back(slice);
+      }
       if (op.num_outputs == 2) {  // the bias gradient: a workgroup per channel
         Dispatch bias = dispatch("conv_bias_", {t.y, t.x, &op.outputs[1], y_for_mask});
         bias.shader += subgroup_variant(stream->context);

@@ -4,8 +4,10 @@
 // multiplied and accumulated in f32 and C is rounded once to their dtype, or kept in f32 (ABI 1.6); f16
 // products run on cooperative matrices (NVIDIA's tensor cores) where the device has them
 // (shaders/gemm_coop.comp).
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "vk_ops.hpp"
 
@@ -121,14 +123,35 @@ void launch_gemm(kestrel_stream* stream, const kestrel_op& op) {
   d.params.floats[1] = static_cast<float>(p.beta);
   const kestrel_tensor &a = op.inputs[0], &c = op.outputs[0];
   const std::string widened = c.dtype != a.dtype ? "_f32" : "";
-  if (gemm_dispatch(stream, std::string("gemm_") + dtype_suffix(a.dtype) + widened, a, op.inputs[1], c, d))
-    run(stream, {d});
+  if (!gemm_dispatch(stream, std::string("gemm_") + dtype_suffix(a.dtype) + widened, a, op.inputs[1], c, d)) return;
+  const int64_t k = d.params.tensors[0].shape[2];
+  if (!software_device(stream->context) || k <= kBudgetedSum) return run(stream, {d});
+  // On a software device, slices of K one after another, each adding its part into C (beta 1 after the
+  // first; a 16-bit C is rounded between slices).
+  std::vector<Dispatch> slices;
+  for (int64_t k0 = 0; k0 < k; k0 += kBudgetedSum) {
+    Dispatch slice = d;
+    TensorDesc &sa = slice.params.tensors[0], &sb = slice.params.tensors[1];
+    const auto length = static_cast<uint32_t>(std::min(kBudgetedSum, k - k0));
+    sa.offset += static_cast<uint32_t>(k0) * sa.strides[2];
+    sb.offset += static_cast<uint32_t>(k0) * sb.strides[1];
+    sa.shape[2] = sb.shape[1] = length;
+    sa.numel = sa.shape[0] * sa.shape[1] * length;
+    sb.numel = sb.shape[0] * length * sb.shape[2];
+    sa.contiguous = sb.contiguous = 0;
+    if (k0 > 0) slice.params.floats[1] = 1.0f;
+    slices.push_back(slice);
+  }
+  run(stream, slices);
 }
 
 // Fused linear: in0 x (M, K) @ in1 w (K, N) [+ in2 bias (N)] -> out0 act(.) [, out1 pre-activation].
+// On a software device, sums longer than kBudgetedSum are declined: the engine composes them from GEMM,
+// which slices them.
 bool supports_linear(const kestrel_op& op, uint32_t dtypes) {
   const kestrel_dtype dtype = op.outputs[0].dtype;
-  return kestrel::plugin_shapes::linear_fits(op) && float_dtype(dtype) && in_mask(dtypes, dtype);
+  return kestrel::plugin_shapes::linear_fits(op) && float_dtype(dtype) && in_mask(dtypes, dtype) &&
+         ((dtypes & kLoopBudget) == 0 || op.inputs[0].shape[op.inputs[0].rank - 1] <= kBudgetedSum);
 }
 
 void launch_linear(kestrel_stream* stream, const kestrel_op& op) {

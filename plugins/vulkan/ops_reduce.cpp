@@ -12,8 +12,15 @@ namespace kestrel_vk {
 
 namespace {
 
-constexpr int64_t kMaxReducedElements = int64_t{1} << 22;  // 16384 iterations per invocation, in one pass
-constexpr int64_t kSplitLength = int64_t{1} << 16;          // 256 per invocation, in the first of two
+constexpr int64_t kSplitLength = int64_t{1} << 16;  // 256 elements per invocation, in the first of two passes
+
+// Lavapipe ends an invocation's loops after 65535 iterations in all, nested ones included. In one pass an
+// invocation folds count / 256 elements, each an iteration plus one per reduced axis (element_offset's
+// walk), and the workgroup's fold adds a few hundred; longer one-pass reductions (integers, argmax) are
+// declined rather than computed wrong.
+bool one_pass_fits(int64_t count, int reduced_axes) {
+  return (count + kLocalSize - 1) / kLocalSize * (1 + reduced_axes) + 512 <= 65535;
+}
 
 bool two_passes(kestrel_reduce_fn fn, kestrel_dtype dtype, int64_t count) {
   return fn != KESTREL_REDUCE_ARGMAX && float_dtype(dtype) && count > kSplitLength;
@@ -47,16 +54,6 @@ ReduceViews split_axes(const kestrel_tensor& in, const kestrel_tensor& out) {
   return v;
 }
 
-// `groups` workgroups in rows that respect the device's grid limits.
-void set_group_grid(kestrel_stream* stream, Dispatch& d, int64_t groups) {
-  const uint32_t* limits = stream->context->physical->properties.limits.maxComputeWorkGroupCount;
-  const uint64_t x = std::min<uint64_t>(static_cast<uint64_t>(groups), limits[0]);
-  const uint64_t y = (static_cast<uint64_t>(groups) + x - 1) / x;
-  if (y > limits[1]) fail("reduce: too many outputs for this Vulkan device's grid", KESTREL_STATUS_UNSUPPORTED);
-  d.groups[0] = static_cast<uint32_t>(x);
-  d.groups[1] = static_cast<uint32_t>(y);
-}
-
 // Splits of kSplitLength elements folded into (outputs, splits) f32 partials, then each output's row.
 void launch_two_passes(kestrel_stream* stream, const kestrel_op& op, const ReduceViews& views, kestrel_reduce_fn fn) {
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
@@ -77,7 +74,7 @@ void launch_two_passes(kestrel_stream* stream, const kestrel_op& op, const Reduc
   fold.params.tensors[2] = views.reduced;
   fold.buffers[0] = in.buffer;
   fold.buffers[1] = partials.get();
-  set_group_grid(stream, fold, outputs * splits);
+  set_workgroup_grid(stream->context, fold, uint64_t(outputs * splits));
   // The partials as an input: output o's row starts at o * splits.
   Dispatch combine;
   combine.shader = std::string("reduce_partials_") + dtype_suffix(out.dtype);
@@ -94,7 +91,7 @@ void launch_two_passes(kestrel_stream* stream, const kestrel_op& op, const Reduc
   row.contiguous = 1;
   combine.buffers[0] = partials.get();
   combine.buffers[1] = out.buffer;
-  set_group_grid(stream, combine, outputs);
+  set_workgroup_grid(stream->context, combine, uint64_t(outputs));
   run(stream, {fold, combine});
 }
 
@@ -108,10 +105,9 @@ bool supports_reduce(const kestrel_op& op, uint32_t dtypes) {
   if (!kestrel::plugin_shapes::reduce_fits(op)) return false;
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
   if (!in_mask(dtypes, in.dtype) || !in_mask(dtypes, out.dtype)) return false;
-  // In one pass each invocation folds count / 256 elements; lavapipe ends loops after 65535 iterations,
-  // so very long integer reductions and argmaxes are declined rather than computed wrong.
-  const int64_t count = kestrel::plugin_shapes::reduce_shape(in, out).count;
-  return count <= kMaxReducedElements || two_passes(params_of<kestrel_reduce_params>(op, "reduce").fn, in.dtype, count);
+  const auto shape = kestrel::plugin_shapes::reduce_shape(in, out);
+  return two_passes(params_of<kestrel_reduce_params>(op, "reduce").fn, in.dtype, shape.count) ||
+         one_pass_fits(shape.count, shape.reduced);
 }
 
 void launch_reduce(kestrel_stream* stream, const kestrel_op& op) {
@@ -130,7 +126,7 @@ void launch_reduce(kestrel_stream* stream, const kestrel_op& op) {
   d.params.ints[0] = fn;
   d.buffers[0] = in.buffer;
   d.buffers[1] = out.buffer;
-  set_group_grid(stream, d, outputs);  // one workgroup per output
+  set_workgroup_grid(stream->context, d, uint64_t(outputs));  // one workgroup per output
   run(stream, {d});
 }
 

@@ -6,19 +6,10 @@ namespace kestrel_vk {
 
 namespace {
 
-// Each of a row's 256 invocations walks cols / 256 elements; lavapipe ends loops after 65535
-// iterations, so longer rows are declined (the engine composes them from reductions).
-constexpr int64_t kMaxColumns = int64_t{kLocalSize} * 65535;
-
-// One workgroup per row, in rows of the grid that respect the device's limits.
-void set_row_grid(kestrel_context* context, Dispatch& d, int64_t rows) {
-  const uint32_t* limits = context->physical->properties.limits.maxComputeWorkGroupCount;
-  const uint64_t x = std::min<uint64_t>(static_cast<uint64_t>(rows), limits[0]);
-  const uint64_t y = (static_cast<uint64_t>(rows) + x - 1) / x;
-  if (y > limits[1]) fail("softmax: too many rows for this Vulkan device's grid", KESTREL_STATUS_UNSUPPORTED);
-  d.groups[0] = static_cast<uint32_t>(x);
-  d.groups[1] = static_cast<uint32_t>(y);
-}
+// Each of a row's 256 invocations walks cols / 256 elements, up to four times (maximum, sum, and the
+// outputs; cross-entropy's target pass); lavapipe ends an invocation's loops after 65535 iterations in
+// all, so longer rows are declined (the engine composes them from reductions).
+constexpr int64_t kMaxColumns = int64_t{kLocalSize} * 16000;
 
 }  // namespace
 
@@ -43,7 +34,7 @@ void launch_softmax(kestrel_stream* stream, const kestrel_op& op) {
   d.params.ints[0] = log ? 1 : 0;
   d.buffers[0] = in.buffer;
   d.buffers[1] = out.buffer;
-  set_row_grid(stream->context, d, rows);
+  set_workgroup_grid(stream->context, d, static_cast<uint64_t>(rows));  // one workgroup per row
   run(stream, {d});
 }
 
@@ -77,7 +68,7 @@ void launch_softmax_cross_entropy(kestrel_stream* stream, const kestrel_op& op) 
     d.params.tensors[3].offset = static_cast<uint32_t>(op.outputs[1].offset);
     d.buffers[3] = op.outputs[1].buffer;
   }
-  set_row_grid(stream->context, d, rows);
+  set_workgroup_grid(stream->context, d, static_cast<uint64_t>(rows));  // one workgroup per row
   run(stream, {d});
 }
 

@@ -310,6 +310,9 @@ void set_flat_grid(kestrel_context* context, Dispatch& dispatch, uint64_t invoca
 // device (lavapipe) ends an invocation's loops after 65535 iterations in all, so set_flat_grid's capped
 // grid, which gives an invocation several rows there, would stop long ones part-way.
 void set_row_grid(kestrel_context* context, Dispatch& dispatch, uint64_t rows);
+// One workgroup per row or output, `groups` of them: for shaders whose workgroups fold one each (reduce.comp,
+// softmax.comp), laid out within the device's grid limits.
+void set_workgroup_grid(kestrel_context* context, Dispatch& dispatch, uint64_t groups);
 // Records the dispatches in order into the stream's open batch (a barrier before each); returns at once.
 void run(kestrel_stream* stream, const std::vector<Dispatch>& dispatches);
 // The open batch's command buffer, ready for one more transfer command (a barrier already recorded

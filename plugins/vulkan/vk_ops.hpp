@@ -99,6 +99,14 @@ constexpr uint32_t kFloat64Arithmetic = 1u << 31;
 // Set beside the dtypes for a software device (lavapipe): it ends an invocation's loops once they have
 // run 65535 iterations in all, so shaders whose invocations loop long must decline such shapes there.
 constexpr uint32_t kLoopBudget = 1u << 30;
+// The longest sum a tiled product (tiles.glsl) walks in one dispatch on such a device: each TILE_K slice of
+// K costs an invocation about 33 loop iterations (its loads and its 16 steps), so 1024 slices stay well
+// inside the budget. A conv weight gradient summing 50176 elements (batch 64 of 28 x 28) lost its tail
+// on lavapipe. GEMM cuts longer sums into dispatches of this length; the fused ops decline them.
+constexpr int64_t kBudgetedSum = 16384;
+inline bool software_device(const kestrel_context* context) {
+  return context->physical->properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
 inline bool in_mask(uint32_t dtypes, kestrel_dtype d) { return d >= 0 && d < KESTREL_DTYPE_COUNT && (dtypes >> d) & 1u; }
 
 // Whether every extent, stride and reachable element of the op's (valid) descriptors fits the shaders'

@@ -383,6 +383,10 @@ void set_row_grid(kestrel_context* context, Dispatch& dispatch, uint64_t rows) {
   set_groups(context, dispatch, std::max<uint64_t>(1, (rows + kLocalSize - 1) / kLocalSize), rows);
 }
 
+void set_workgroup_grid(kestrel_context* context, Dispatch& dispatch, uint64_t groups) {
+  set_groups(context, dispatch, std::max<uint64_t>(1, groups), groups * kLocalSize);
+}
+
 void run(kestrel_stream* stream, const std::vector<Dispatch>& dispatches) {
   for (const Dispatch& d : dispatches) record_dispatch(stream, d);
 }

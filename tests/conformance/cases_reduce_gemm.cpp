@@ -157,7 +157,10 @@ void gemm_cases(Runner& r) {
       {24, 300, 200, Layout::transposed, Layout::padded},
       {32, 256, 160, Layout::contiguous, Layout::contiguous, Layout::padded},
       // More than one tile of 128 rows and columns (Vulkan's large register blocks).
-      {150, 33, 130, Layout::transposed, Layout::contiguous}};
+      {150, 33, 130, Layout::transposed, Layout::contiguous},
+      // A sum longer than one dispatch may walk on a device that budgets loops (a weight gradient over a
+      // large batch; lavapipe cuts it into slices).
+      {3, 40000, 5, Layout::transposed, Layout::contiguous}};
   auto layouts = [](const Setup& s) {  // a-b, and -c where the result is not contiguous
     std::string name = std::string(layout_name(s.a)) + "-" + layout_name(s.b);
     return s.c == Layout::contiguous ? name : name + "-" + layout_name(s.c);

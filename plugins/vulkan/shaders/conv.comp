@@ -9,7 +9,9 @@
 // dy' is dy, or with ReLU dy where y > 0 and 0 elsewhere (plugin.h). Tensors are contiguous; tensors[t]
 // gives each one's offset: FORWARD 0 x, 1 w, 2 y, 3 bias; DATA 0 dy, 1 w, 2 dx, 3 y; FILTER and BIAS 0 dy,
 // 1 x, 2 dw or db, 3 y; bindings 1-4 in the same order. Geometry in ints: 0 N, 1 C, 2 H, 3 W, 4 O, 5 KH,
-// 6 KW, 7 OH, 8 OW, 9 SH, 10 SW, 11 PH, 12 PW, 13 DH, 14 DW, 15 ReLU; uints[0] = bias (FORWARD).
+// 6 KW, 7 OH, 8 OW, 9 SH, 10 SW, 11 PH, 12 PW, 13 DH, 14 DW, 15 ReLU; uints[0] = bias (FORWARD);
+// uints[1] = add into dw (FILTER: on a device that budgets loops, the host sums a few images per dispatch,
+// each adding its part to what the ones before stored; N and the offsets are then the slice's).
 // STORE_T is the stored element type of every tensor: f16 and bf16 are loaded into floats, the products
 // and sums run in f32, and each result is rounded once when stored.
 // kestrel-variant: conv_forward_f32 -DFORWARD=1 -DSTORE_T=float
@@ -49,7 +51,11 @@
 #include "common.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer T0 { STORE_T data[]; } t0;
 layout(std430, set = 0, binding = 2) readonly buffer T1 { STORE_T data[]; } t1;
+#ifdef FILTER
+layout(std430, set = 0, binding = 3) buffer T2 { STORE_T data[]; } t2;
+#else
 layout(std430, set = 0, binding = 3) writeonly buffer T2 { STORE_T data[]; } t2;
+#endif
 layout(std430, set = 0, binding = 4) readonly buffer T3 { STORE_T data[]; } t3;
 
 #define G_N uint(PINT(0))
@@ -174,7 +180,8 @@ void main() {
       uint plane = uint(G_H * G_W), n = col / plane;
       t2.data[AT(2) + (n * G_C + row) * plane + (col - n * plane)] = STORE(acc[i][j]);
 #else
-      t2.data[AT(2) + row * N + col] = STORE(acc[i][j]);
+      const uint at = AT(2) + row * N + col;
+      t2.data[at] = STORE(PUINT(1) != 0u ? acc[i][j] + LOAD(t2.data[at]) : acc[i][j]);
 #endif
     }
   }

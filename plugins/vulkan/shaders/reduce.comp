@@ -1,7 +1,7 @@
 #version 450
 // One workgroup per output element: its invocations each fold a strided share of the reduced elements,
-// then combine through shared memory. (Lavapipe's LLVM backend stops any loop after 65535 iterations,
-// so one invocation must never walk a whole long axis; a tree is also what a GPU wants.)
+// then combine through shared memory. (Lavapipe ends an invocation's loops after 65535 iterations in
+// all, so one invocation must never walk a whole long axis; a tree is also what a GPU wants.)
 // The host splits the input's axes into kept ones and reduced ones, described as three views (see
 // ops_reduce.cpp):
 //   tensors[0]  input over the kept axes    tensors[1]  output over the kept axes

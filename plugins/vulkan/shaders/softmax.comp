@@ -1,8 +1,8 @@
 #version 450
 // Row-wise softmax, log-softmax and softmax cross-entropy over the last axis of contiguous rows. One
 // workgroup per row: every invocation folds a strided share of the row, and the shares meet through
-// workgroup_fold.glsl (as in reduce.comp: lavapipe stops any loop after 65535 iterations, so one
-// invocation must never walk a whole long row; the host declines rows over 256 * 65535).
+// workgroup_fold.glsl (as in reduce.comp: lavapipe ends an invocation's loops after 65535 iterations in
+// all, so one invocation must never walk a whole long row; the host declines rows over 256 * 16000).
 // Arithmetic follows the CPU plugin (ops_fused.cpp): max first, then sum(exp(x - max)), then the row.
 //   uints[0] = columns, uints[1] = rows; tensors[t].offset locates each tensor.
 //   softmax:        tensors[0] in, tensors[1] out; ints[0] != 0 gives log_softmax.
