@@ -50,8 +50,12 @@ def product_ms_per_step(bench, name, launches):
     """(ms of product kernels per step, whole steps profiled) from ncu over `launches` launches: the
     product kernels between the window's first and last optimizer update, over the steps between them."""
     benchmark = re.escape(name.rsplit("/real_time", 1)[0])
-    command = ["ncu", "--metrics", "gpu__time_duration.sum", "--csv", "--launch-skip", "300", "--launch-count",
-               str(launches), str(bench), f"--benchmark_filter=^{benchmark}/", "--benchmark_min_time=400x"]
+    # Nsight Compute locks the clocks at base and flushes the caches before each kernel unless told not
+    # to: the products would then be timed slower than the unprofiled step runs them (the ConvNet b64's
+    # came out above its whole step on an H200).
+    command = ["ncu", "--clock-control", "none", "--cache-control", "none", "--metrics", "gpu__time_duration.sum",
+               "--csv", "--launch-skip", "300", "--launch-count", str(launches), str(bench),
+               f"--benchmark_filter=^{benchmark}/", "--benchmark_min_time=400x"]
     order = kernel_launches(subprocess.run(command, capture_output=True, text=True).stdout)
     updates = [i for i, (kernel, _) in enumerate(order) if OPTIMIZER.search(kernel)]
     if len(updates) < 2:
@@ -88,7 +92,7 @@ def main():
     bandwidth = copy_bandwidth_bytes_per_ms()
     command = "python3 bench/floor.py" + (f" --only {args.only}" if args.only else "")
     print(f"{datetime.date.today()}: floors of the CUDA steps on {args.device}; copy bandwidth "
-          f"{bandwidth / 1e9:.0f} GB/s (read + write); `{command}`\n")
+          f"{bandwidth / 1e6:.0f} GB/s (read + write); `{command}`\n")  # bytes per ms / 1e6 = GB/s
     print("| step | ms | products ms | optimizer ms | floor ms | step / floor | steps profiled |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, (ms, parameters) in step_times(bench, args.device, args.only).items():

@@ -2,6 +2,7 @@
 // Included by the .cpp files (compiled by the host compiler) and by the .cu files alike, so it holds no
 // device code; device helpers live in cuda_kernels.cuh.
 #pragma once
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #ifdef KESTREL_CUDA_CUDNN
 #include <cudnn.h>
@@ -61,6 +62,9 @@ struct kestrel_stream;
 
 namespace kestrel_cuda {
 struct SdpaPlans;
+struct LtPlans;
+// Each stream's cuBLAS workspace, which cuBLASLt's products share: what NVIDIA recommends for Hopper.
+inline constexpr size_t kBlasWorkspaceBytes = 32u << 20;
 }
 
 struct kestrel_context {
@@ -82,6 +86,8 @@ struct kestrel_stream {
   cudaStream_t cuda = nullptr;
   cublasHandle_t blas = nullptr;
   void* blas_workspace = nullptr;  // given to cuBLAS so it never allocates (required for graph capture)
+  cublasLtHandle_t blas_lt = nullptr;  // LINEAR's products with their epilogues (cublaslt_linear.cpp)
+  std::shared_ptr<kestrel_cuda::LtPlans> lt_plans;  // their descriptors and algorithms, by shape
 #ifdef KESTREL_CUDA_CUDNN
   // For the convolutions (ops_conv.cu), made with the stream; null, with the reason, where cuDNN could not
   // be initialised (then only convolutions fail).

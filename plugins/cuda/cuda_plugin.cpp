@@ -17,8 +17,6 @@ namespace kestrel_cuda {
 
 namespace {
 
-constexpr size_t kBlasWorkspaceBytes = 32u << 20;  // what NVIDIA recommends for Hopper
-
 const char* last_error() { return Boundary::last_error(); }
 
 kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
@@ -33,6 +31,8 @@ kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
       if (stream->dnn) cudnnDestroy(stream->dnn);
 #endif
       if (stream->error_host) cudaFreeHost(stream->error_host);
+      stream->lt_plans.reset();
+      if (stream->blas_lt) cublasLtDestroy(stream->blas_lt);
       if (stream->blas_workspace) cudaFree(stream->blas_workspace);
       if (stream->blas) cublasDestroy(stream->blas);
       if (stream->cuda) cudaStreamDestroy(stream->cuda);
@@ -47,6 +47,7 @@ kestrel_status stream_create(kestrel_context* context, kestrel_stream** out) {
       // during a launch, which graph capture requires.
       check_cuda(cudaMalloc(&stream->blas_workspace, kBlasWorkspaceBytes), "cudaMalloc (cuBLAS workspace)");
       check_cublas(cublasSetWorkspace(stream->blas, stream->blas_workspace, kBlasWorkspaceBytes), "cublasSetWorkspace");
+      check_cublas(cublasLtCreate(&stream->blas_lt), "cublasLtCreate");
 #ifdef KESTREL_CUDA_CUDNN
       // Here rather than at the first convolution, which may come inside a graph capture; a failure
       // leaves the stream usable for everything but convolutions.
@@ -95,6 +96,8 @@ void stream_destroy(kestrel_stream* stream) {
     auto& list = context->streams;
     list.erase(std::remove(list.begin(), list.end(), stream), list.end());
   }
+  stream->lt_plans.reset();
+  cublasLtDestroy(stream->blas_lt);
   cublasDestroy(stream->blas);
 #ifdef KESTREL_CUDA_CUDNN
   stream->sdpa_plans.reset();  // its plans were built on the handle

@@ -1,5 +1,6 @@
 // Matrix products through cuBLAS (cublasGemmStridedBatchedEx), plus the fused linear op (GEMM, then one
-// kernel for bias and activation).
+// kernel for bias and activation; or, with KESTREL_CUDA_LINEAR_LT=1, cuBLASLt's product with the bias and
+// ReLU in its epilogue: cublaslt_linear.cpp).
 //
 // cuBLAS is column-major; a row-major C = A @ B is computed as the column-major C^T = B^T @ A^T, i.e. by
 // swapping the operands (and m with n). Each operand is classified from its strides: row-major (strides
@@ -10,6 +11,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "cublas_layout.hpp"
+#include "cublaslt_linear.hpp"
 #include "cuda_kernels.cuh"
 
 namespace kestrel_cuda {
@@ -34,18 +37,6 @@ struct Problem {
   Mat a, b, c;  // a: m x k, b: k x n, c: m x n
 };
 
-enum class Order { row, col, none };
-struct Classified {
-  Order order;
-  int64_t ld;
-};
-
-Classified classify(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols)) return {Order::row, rows == 1 ? std::max<int64_t>(cols, 1) : rs};
-  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= rows)) return {Order::col, cols == 1 ? std::max<int64_t>(rows, 1) : cs};
-  return {Order::none, 0};
-}
-
 Mat transposed(Mat m) {
   std::swap(m.rs, m.cs);
   return m;
@@ -59,15 +50,6 @@ TensorRef matrix_ref(const Mat& m, kestrel_dtype dtype, int64_t batch, int64_t r
   r.shape[0] = batch, r.shape[1] = rows, r.shape[2] = cols;
   r.strides[0] = m.bs, r.strides[1] = m.rs, r.strides[2] = m.cs;
   return r;
-}
-
-cudaDataType cuda_type(kestrel_dtype d) {
-  switch (d) {
-    case KESTREL_DTYPE_F64: return CUDA_R_64F;
-    case KESTREL_DTYPE_F16: return CUDA_R_16F;
-    case KESTREL_DTYPE_BF16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
-  }
 }
 
 template <class E>
@@ -243,20 +225,28 @@ bool supports_linear(const kestrel_op& op) {
 
 void launch_linear(kestrel_stream& s, const kestrel_op& op) {
   const int act = params_of<kestrel_linear_params>(op, "linear").activation;
-  const kestrel_tensor& pre_desc = op.num_outputs == 2 ? op.outputs[1] : op.outputs[0];
-  run_gemm(s, problem_of(op.inputs[0], op.inputs[1], pre_desc), 1.0, 0.0);
+  const bool keep_pre = op.num_outputs == 2, has_bias = op.num_inputs == 3;
+  const kestrel_tensor& pre_desc = keep_pre ? op.outputs[1] : op.outputs[0];
+  // cuBLASLt adds the bias in the product's epilogue, and the ReLU when the pre-activation is not asked
+  // for; what is left (GELU, or y beside the pre-activation) is the kernel's below, without the bias.
+  const bool relu_inside = act == KESTREL_ACTIVATION_RELU && !keep_pre;
+  const bool by_lt = linear_lt_enabled() &&
+                     linear_by_lt(s, op.inputs[0], op.inputs[1], has_bias ? &op.inputs[2] : nullptr, pre_desc, relu_inside);
+  if (by_lt && (relu_inside || (act == KESTREL_ACTIVATION_NONE && !keep_pre))) return;
+  if (!by_lt) run_gemm(s, problem_of(op.inputs[0], op.inputs[1], pre_desc), 1.0, 0.0);
   const int64_t total = numel(op.outputs[0]), cols = op.outputs[0].shape[1];
   const int64_t ld = op.outputs[0].shape[0] > 1 ? op.outputs[0].strides[0] : cols;
   if (total == 0) return;
   const TensorRef pre = ref(pre_desc), y = ref(op.outputs[0]);
-  const TensorRef bias = op.num_inputs == 3 ? ref(op.inputs[2]) : TensorRef{};
-  const int64_t bias_stride = op.num_inputs == 3 ? op.inputs[2].strides[0] : 0;
+  const bool add_bias = has_bias && !by_lt;
+  const TensorRef bias = add_bias ? ref(op.inputs[2]) : TensorRef{};
+  const int64_t bias_stride = add_bias ? op.inputs[2].strides[0] : 0;
   dispatch_float(y.dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
     linear_epilogue<E><<<grid_for(total), kBlock, 0, s.cuda>>>(
         reinterpret_cast<S*>(pre.base), reinterpret_cast<S*>(y.base),
-        op.num_inputs == 3 ? reinterpret_cast<const S*>(bias.base) : nullptr, bias_stride, cols, ld, total, act);
+        add_bias ? reinterpret_cast<const S*>(bias.base) : nullptr, bias_stride, cols, ld, total, act);
   });
   check_launch("linear (bias and activation)");
 }

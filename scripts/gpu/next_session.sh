@@ -13,9 +13,8 @@ step() {
   timeout -k 10 "$limit" bash scripts/gpu/on_device.sh "$name" 2>&1 | tee -a "$log"
   echo "=== $name ended with ${PIPESTATUS[0]} ($(date +%T))" | tee -a "$log"
 }
-step 130 conformance   # first CUDA runs: attention dropout and key padding, pool scatter, window bounds, cuDNN SDPA
-step 60 mlp16          # issue 16: the MLP's bf16 step with 16-bit activations, PyTorch eager beside it
-step 100 sdpa          # issue 15: cuDNN's attention against the plugin's kernels, conformance and GPT-2's step
-step 90 wgrad          # issue 18: the ConvNet's weight gradient, cuDNN against one cuBLAS product
-step 60 floor          # issue 18: each CUDA step against its products and Adam's bytes
-step 140 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA
+step 130 conformance   # ABI 1.11's MAX_ABS reductions, the weight gradient by cuBLAS as the default
+step 60 lossscale      # issue 16: the one-read overflow check and the scaler's share of the MLP's f16 step
+step 90 linear_lt      # issue 18: cuBLASLt's bias and ReLU epilogue (opt-in): conformance, then the MLPs both ways
+step 70 profile        # issue 16: where the MLP's bf16 step goes now that products keep 16-bit results
+step 140 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA (carry .gl/)

@@ -52,6 +52,21 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       # Issue 16: the 8192-wide MLP's bf16 step with 16-bit activations between products, PyTorch eager beside it.
       mlp16) build/bin/bench_mfu --benchmark_filter='mlp_8192/cuda:0/bf16/b8192/captured'
              python3 bench/pytorch/mfu.py --only mlp_8192 --precisions bf16 --modes eager --timeout 40 ;;
+      # Issue 18: LINEAR through cuBLASLt with the bias and ReLU in the product's epilogue (opt-in,
+      # KESTREL_CUDA_LINEAR_LT=1, not yet run on a GPU): the fused family's cases with it, then the MLPs'
+      # steps without and with it (make it the default in cublaslt_linear.cpp if they pass and it wins).
+      linear_lt) KESTREL_CUDA_LINEAR_LT=1 build/bin/kestrel conformance --backend cuda --family fused | tail -3
+                 for lt in 0 1; do
+                   echo "KESTREL_CUDA_LINEAR_LT=$lt"
+                   KESTREL_CUDA_LINEAR_LT=$lt build/bin/bench_mfu --benchmark_filter='mlp_8192/cuda:0/bf16/b8192/captured'
+                   KESTREL_CUDA_LINEAR_LT=$lt build/bin/bench_train --benchmark_filter='^train_step/(fashion|seeds)_mlp/cuda' \
+                     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+                 done ;;
+      # Issue 16: f16 loss scaling's cost with ABI 1.11's one-read overflow check (REDUCE MAX_ABS): the check
+      # alone both ways, the scaler by itself and the MLP's f16 step it belongs to (target: at most 2%).
+      lossscale) build/bin/kestrel conformance --backend cuda --family reduce | tail -1
+                 build/bin/bench_ops --benchmark_filter='(overflow_check|adam_update)/cuda'
+                 build/bin/bench_mfu --benchmark_filter='(mlp_8192/cuda:0/f16/b8192/captured)|(loss_scaling/mlp_8192)' ;;
       # Issues 15/16: utilisation of the 8192-wide MLP and GPT-2 small against PyTorch AMP, eager and compiled.
       # compile-max-autotune is left out: it did not finish compiling GPT-2 within 280 s on any lease.
       mfu) python3 bench/mfu.py --only mlp_8192 gpt2_small --precisions bf16 f16 \
@@ -77,11 +92,11 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                    timeout "${TORCH_TIMEOUT:-110}" python3 bench/pytorch/workloads.py --device cuda --only $family --steps 30 --compile
                  done ;;
       # Issue 18: the convolution families' conformance, the ConvNet step with cuDNN's convolutions, with the
-      # weight gradient as a cuBLAS product (KESTREL_CUDA_CONV_WGRAD=gemm) and composed, where the b512
+      # weight gradient as a cuBLAS product (the default) or cuDNN's (KESTREL_CUDA_CONV_WGRAD=cudnn) and composed, where the b512
       # step's GPU time goes, and PyTorch's eager and CUDA-graph modes beside it (max-autotune's tuning
       # outlasts a call at b512).
       convnet) for family in conv window reduce; do build/bin/kestrel conformance --backend cuda --family $family | tail -3; done
-               KESTREL_CUDA_CONV_WGRAD=gemm build/bin/kestrel conformance --backend cuda --family conv | tail -3
+               KESTREL_CUDA_CONV_WGRAD=cudnn build/bin/kestrel conformance --backend cuda --family conv | tail -3
                for wgrad in cudnn gemm; do
                  echo "KESTREL_CUDA_CONV_WGRAD=$wgrad"
                  KESTREL_CUDA_CONV_WGRAD=$wgrad build/bin/bench_train --benchmark_filter='^train_step(_composed)?/fashion_convnet/cuda' \
@@ -96,10 +111,10 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       # copy bandwidth); ONLY picks workloads.
       floor) python3 bench/floor.py --only "${ONLY:-}" ;;
       # The shorter forms of convnet and vulkan that next_session.sh runs: the weight-gradient A/B (issue
-      # 18: make gemm the default in ops_conv.cu's wgrad_by_gemm if it wins at b64 and b512), and Vulkan's
+      # 18: gemm is the default in ops_conv.cu's wgrad_by_gemm since it won at b64 and b512 on an H200), and Vulkan's
       # conformance and steps against CUDA's on NVIDIA's driver (cooperative matrices, subgroup folds,
       # fused attention, layer norm and convolutions: none of it has run on a GPU yet).
-      wgrad) KESTREL_CUDA_CONV_WGRAD=gemm build/bin/kestrel conformance --backend cuda --family conv | tail -2
+      wgrad) KESTREL_CUDA_CONV_WGRAD=cudnn build/bin/kestrel conformance --backend cuda --family conv | tail -2
              for wgrad in cudnn gemm; do
                echo "KESTREL_CUDA_CONV_WGRAD=$wgrad"
                KESTREL_CUDA_CONV_WGRAD=$wgrad build/bin/bench_train --benchmark_filter='^train_step/fashion_convnet/cuda' \

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 #include "harness.hpp"
 
@@ -82,6 +83,26 @@ void fused_cases(Runner& r) {
                   if (keep_pre) r.expect_close(out[1], want_pre, tolerance_for(dtype, 8), "pre-activation");
                 });
           }
+    // A NaN in an input row makes that row's outputs NaN, and ReLU keeps them so (as torch.relu does):
+    // a backend whose ReLU is max(v, 0) would hide an overflow from f16 loss scaling and --detect-anomaly.
+    r.run(case_name({"linear", dt, "relu keeps NaN"}), false, [&] {
+      const int64_t m = 4, k = 5, n = 3;
+      auto x = r.values(m * k, -1, 1, dtype), w = r.values(n * k, -1, 1, dtype), b = r.values(n, -1, 1, dtype);
+      x[1 * k + 2] = std::numeric_limits<double>::quiet_NaN();
+      auto p = params<kestrel_linear_params>();
+      p.activation = KESTREL_ACTIVATION_RELU;
+      Tensor y = Tensor::empty({m, n}, dtype, r.device());
+      launch(r.device(), KESTREL_OP_LINEAR, &p,
+             {r.upload({m, k}, x, dtype), r.upload({n, k}, w, dtype).transpose(0, 1), r.upload({n}, b, dtype)}, {y});
+      std::vector<double> want(m * n);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double v = b[j];
+          for (int64_t q = 0; q < k; ++q) v += x[i * k + q] * w[j * k + q];
+          want[i * n + j] = std::isnan(v) ? v : std::max(v, 0.0);
+        }
+      r.expect_close(y, want, tolerance_for(dtype, 8), "output");
+    });
     // padded: attention's scores of padded keys (-1e29) and causally hidden ones (-1e30) in every row,
     // the first row seeing padding only, whose softmax must weigh its five padded entries 1/5 each (f16
     // cannot hold them).
