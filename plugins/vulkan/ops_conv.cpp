@@ -3,6 +3,7 @@
 // (C*KH*KW, N*OH*OW) column matrix of the composed im2col path is never written; the bias gradient is a
 // small reduction of its own. f16 and bf16 where the device stores 16 bits, computed in f32.
 #include <algorithm>
+#include <memory>
 
 #include "vk_ops.hpp"
 
@@ -29,6 +30,20 @@ int64_t reduced_length(const kestrel_op& op, const kestrel::plugin_shapes::Windo
   if (op.kind == KESTREL_OP_CONV2D) return g.c * taps;
   if (op.kind == KESTREL_OP_CONV2D_BACKWARD_DATA) return out_channels * taps;
   return g.n * g.oh * g.ow;
+}
+
+// Images per slice of the weight gradient's sum over the batch. On a software device, what keeps a slice
+// within the loop budget (kBudgetedSum). Elsewhere the batch is sliced only when the weight's tiles are too
+// few to fill the device (a first layer's 32 x 9 is one tile): enough slices for about kFillGroups
+// workgroups, none shorter than kShortestSlice terms.
+int64_t images_per_slice(const kestrel_context* context, const kestrel::plugin_shapes::WindowGeometry& g,
+                         const Dispatch& filter) {
+  const int64_t spatial = int64_t(g.oh) * g.ow;
+  if (software_device(context)) return std::max<int64_t>(1, kBudgetedSum / spatial);
+  constexpr int64_t kFillGroups = 256, kShortestSlice = 4096;
+  const int64_t tiles = int64_t(filter.groups[0]) * filter.groups[1];
+  const int64_t slices = std::clamp<int64_t>(std::min(kFillGroups / tiles, g.n * spatial / kShortestSlice), 1, g.n);
+  return (g.n + slices - 1) / slices;
 }
 
 }  // namespace
@@ -86,18 +101,19 @@ void launch_conv(kestrel_stream* stream, const kestrel_op& op) {
     case KESTREL_OP_CONV2D_BACKWARD_DATA:
       return run(stream, {tiled(dispatch("conv_data_", {t.y, t.weight, t.x, y_for_mask}), g.c, g.n * g.h * g.w)});
     default: {
-      std::vector<Dispatch> dispatches;
-      const Dispatch filter = tiled(dispatch("conv_filter_", {t.y, t.x, t.weight, y_for_mask}), out_channels, g.c * taps);
-      const int64_t spatial = int64_t(g.oh) * g.ow;
-      const int64_t per_slice = software_device(stream->context) ? std::max<int64_t>(1, kBudgetedSum / spatial) : g.n;
-      for (int64_t n0 = 0; n0 < g.n; n0 += per_slice) {  // images n0.. of the batch, added into dw after the first
-        Dispatch slice = filter;
-        slice.params.ints[0] = static_cast<int32_t>(std::min(per_slice, g.n - n0));
-        slice.params.tensors[0].offset += static_cast<uint32_t>(n0 * out_channels * spatial);  // dy
-        slice.params.tensors[1].offset += static_cast<uint32_t>(n0 * g.c * g.h * g.w);        // x
-        if (relu) slice.params.tensors[3].offset += static_cast<uint32_t>(n0 * out_channels * spatial);  // y
-        slice.params.uints[1] = n0 > 0 ? 1u : 0u;
-        dispatches.push_back(slice);
+      std::vector<Dispatch> dispatches{
+          tiled(dispatch("conv_filter_", {t.y, t.x, t.weight, y_for_mask}), out_channels, g.c * taps)};
+      const int64_t per_slice = images_per_slice(stream->context, g, dispatches[0]);
+      const int64_t slices = (g.n + per_slice - 1) / per_slice, weights = out_channels * g.c * taps;
+      std::unique_ptr<kestrel_buffer, ReleasedInOrder> partials;
+      if (slices > 1) {  // slices side by side into f32 partials, then their sum into dw
+        partials.reset(allocate_buffer(stream->context, uint64_t(slices * weights) * sizeof(float)));
+        Dispatch& filter = dispatches[0];
+        filter.params.uints[1] = 1u;
+        filter.params.uints[2] = static_cast<uint32_t>(per_slice);
+        filter.buffers[4] = partials.get();
+        filter.groups[2] = static_cast<uint32_t>(slices);
+        dispatches.push_back(sum_slices(stream, partials.get(), weights, slices, *t.weight));
       }
       if (op.num_outputs == 2) {  // the bias gradient: a workgroup per channel
         Dispatch bias = dispatch("conv_bias_", {t.y, t.x, &op.outputs[1], y_for_mask});

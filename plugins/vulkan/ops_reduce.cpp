@@ -110,6 +110,25 @@ bool supports_reduce(const kestrel_op& op, uint32_t dtypes) {
          one_pass_fits(shape.count, shape.reduced);
 }
 
+Dispatch sum_slices(kestrel_stream* stream, kestrel_buffer* partials, int64_t outputs, int64_t slices,
+                    const kestrel_tensor& out) {
+  Dispatch d;
+  d.shader = std::string("reduce_partials_") + dtype_suffix(out.dtype);
+  d.params.ints[0] = KESTREL_REDUCE_SUM;
+  TensorDesc &rows = d.params.tensors[0], &result = d.params.tensors[1], &row = d.params.tensors[2];
+  rows.rank = result.rank = row.rank = 1;
+  rows.numel = rows.shape[0] = result.numel = result.shape[0] = static_cast<uint32_t>(outputs);
+  rows.strides[0] = result.strides[0] = 1;
+  rows.contiguous = result.contiguous = 1;
+  result.offset = static_cast<uint32_t>(out.offset);
+  row.numel = row.shape[0] = static_cast<uint32_t>(slices);
+  row.strides[0] = static_cast<uint32_t>(outputs);  // slice s of output o at s * outputs + o
+  d.buffers[0] = partials;
+  d.buffers[1] = out.buffer;
+  set_workgroup_grid(stream->context, d, uint64_t(outputs));
+  return d;
+}
+
 void launch_reduce(kestrel_stream* stream, const kestrel_op& op) {
   const auto fn = params_of<kestrel_reduce_params>(op, "reduce").fn;
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];

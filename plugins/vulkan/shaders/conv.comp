@@ -9,9 +9,11 @@
 // dy' is dy, or with ReLU dy where y > 0 and 0 elsewhere (plugin.h). Tensors are contiguous; tensors[t]
 // gives each one's offset: FORWARD 0 x, 1 w, 2 y, 3 bias; DATA 0 dy, 1 w, 2 dx, 3 y; FILTER and BIAS 0 dy,
 // 1 x, 2 dw or db, 3 y; bindings 1-4 in the same order. Geometry in ints: 0 N, 1 C, 2 H, 3 W, 4 O, 5 KH,
-// 6 KW, 7 OH, 8 OW, 9 SH, 10 SW, 11 PH, 12 PW, 13 DH, 14 DW, 15 ReLU; uints[0] = bias (FORWARD);
-// uints[1] = add into dw (FILTER: on a device that budgets loops, the host sums a few images per dispatch,
-// each adding its part to what the ones before stored; N and the offsets are then the slice's).
+// 6 KW, 7 OH, 8 OW, 9 SH, 10 SW, 11 PH, 12 PW, 13 DH, 14 DW, 15 ReLU; uints[0] = bias (FORWARD).
+// FILTER split over the batch (uints[1] = 1): the grid's z is a slice of uints[2] images, whose sum goes
+// to f32 partials (binding 5) at z * O*C*KH*KW + the weight's element; the host then adds the slices
+// (reduce.comp's PARTIALS). That fills a GPU when the weight is a tile or two (a first layer's) and keeps
+// each invocation's walk within a software device's loop budget.
 // STORE_T is the stored element type of every tensor: f16 and bf16 are loaded into floats, the products
 // and sums run in f32, and each result is rounded once when stored.
 // kestrel-variant: conv_forward_f32 -DFORWARD=1 -DSTORE_T=float
@@ -51,12 +53,12 @@
 #include "common.glsl"
 layout(std430, set = 0, binding = 1) readonly buffer T0 { STORE_T data[]; } t0;
 layout(std430, set = 0, binding = 2) readonly buffer T1 { STORE_T data[]; } t1;
-#ifdef FILTER
-layout(std430, set = 0, binding = 3) buffer T2 { STORE_T data[]; } t2;
-#else
 layout(std430, set = 0, binding = 3) writeonly buffer T2 { STORE_T data[]; } t2;
-#endif
 layout(std430, set = 0, binding = 4) readonly buffer T3 { STORE_T data[]; } t3;
+#ifdef FILTER
+layout(std430, set = 0, binding = 5) writeonly buffer T4 { float data[]; } t4;
+uint image0 = 0u;  // the first image of this workgroup's slice of the batch
+#endif
 
 #define G_N uint(PINT(0))
 #define G_C uint(PINT(1))
@@ -132,16 +134,16 @@ float load_b(uint k, uint col) {  // the output gradient input pixel col = (n, h
   return output_grad(n, o, oy * G_OW + ox);
 }
 #elif defined(FILTER)
-float load_a(uint o, uint k) {  // dy': row o, column k = n * L + l
+float load_a(uint o, uint k) {  // dy': row o, column k = n * L + l (n within the slice)
   uint spatial = G_OH * G_OW, n = k / spatial;
-  return output_grad(n, o, k - n * spatial);
+  return output_grad(image0 + n, o, k - n * spatial);
 }
 float load_b(uint k, uint j) {  // x's column matrix transposed: row k = n * L + l, column j = tap
   uint c;
   int ky, kx;
   tap(j, c, ky, kx);
   uint spatial = G_OH * G_OW, n = k / spatial, l = k - n * spatial, oy = l / G_OW, ox = l - oy * G_OW;
-  return image(n, c, int(oy) * G_SH - G_PH + ky * G_DH, int(ox) * G_SW - G_PW + kx * G_DW);
+  return image(image0 + n, c, int(oy) * G_SH - G_PH + ky * G_DH, int(ox) * G_SW - G_PW + kx * G_DW);
 }
 #endif
 
@@ -159,7 +161,9 @@ void main() {
   const uint M = G_C, N = G_N * uint(G_H * G_W), K = G_O * taps;
   const bool a_along_k = true, b_along_n = true;  // w's taps; neighbouring input pixels
 #else
-  const uint M = G_O, N = G_C * taps, K = G_N * spatial;
+  const bool split = PUINT(1) != 0u;
+  if (split) image0 = gl_WorkGroupID.z * PUINT(2);
+  const uint M = G_O, N = G_C * taps, K = (split ? min(PUINT(2), G_N - image0) : G_N) * spatial;
   const bool a_along_k = true, b_along_n = false;  // neighbouring output pixels, for both operands
 #endif
   float acc[BLOCK][BLOCK];
@@ -180,8 +184,8 @@ void main() {
       uint plane = uint(G_H * G_W), n = col / plane;
       t2.data[AT(2) + (n * G_C + row) * plane + (col - n * plane)] = STORE(acc[i][j]);
 #else
-      const uint at = AT(2) + row * N + col;
-      t2.data[at] = STORE(PUINT(1) != 0u ? acc[i][j] + LOAD(t2.data[at]) : acc[i][j]);
+      if (split) t4.data[gl_WorkGroupID.z * M * N + row * N + col] = acc[i][j];
+      else t2.data[AT(2) + row * N + col] = STORE(acc[i][j]);
 #endif
     }
   }
