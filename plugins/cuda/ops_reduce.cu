@@ -203,6 +203,47 @@ __global__ void argmax_kernel(ReducePlan plan, const typename E::storage* x, lon
   }
 }
 
+struct MinOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return nan_min(a, b); }
+};
+
+template <int Fn>
+__device__ __forceinline__ float extreme_fold(float acc, float v) {
+  if (Fn == KESTREL_REDUCE_MIN) return nan_min(acc, v);
+  return nan_max(acc, Fn == KESTREL_REDUCE_MAX_ABS ? magnitude(v) : v);
+}
+
+// Max, min or max_abs of a contiguous f32 run x[0, n) (16-byte aligned) into out[blockIdx.x]: each block
+// folds a grid-stride share four floats a load. f16 loss scaling's overflow check over the flat gradients
+// is this with max_abs, hundreds of millions of elements for one output: the general kernels' element
+// loads and double folds left bandwidth unused. Exact in f32 and in any order, so the result is theirs.
+template <int Fn>
+__global__ void extreme_run_kernel(const float* x, int64_t n, float* out, float identity) {
+  float acc = identity;
+  const int64_t quads = n / 4, stride = int64_t(gridDim.x) * blockDim.x;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < quads; i += stride) {
+    const float4 v = x4[i];
+    acc = extreme_fold<Fn>(extreme_fold<Fn>(extreme_fold<Fn>(extreme_fold<Fn>(acc, v.x), v.y), v.z), v.w);
+  }
+  for (int64_t i = quads * 4 + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    acc = extreme_fold<Fn>(acc, x[i]);
+  acc = Fn == KESTREL_REDUCE_MIN ? block_all_reduce(acc, identity, MinOp{}) : block_all_reduce(acc, identity, MaxOp{});
+  if (threadIdx.x == 0) out[blockIdx.x] = acc;
+}
+
+// The run's blocks' results in scratch, then one block folding them into y.
+template <int Fn>
+void fold_f32_run(kestrel_stream& s, const float* x, int64_t n, float* y, float identity) {
+  const int blocks = int(std::clamp<int64_t>((n / 4 + kBlock - 1) / kBlock, 1, 1024));
+  Scratch partials(s, uint64_t(blocks) * sizeof(float));
+  auto* folded = static_cast<float*>(partials.get());
+  extreme_run_kernel<Fn><<<blocks, kBlock, 0, s.cuda>>>(x, n, folded, identity);
+  extreme_run_kernel<Fn><<<1, kBlock, 0, s.cuda>>>(folded, blocks, y, identity);
+  check_launch("reduce (one f32 run)");
+}
+
 int block_for(int64_t count) {
   int block = 32;
   while (block < kMaxReduceBlock && block < count) block *= 2;
@@ -222,6 +263,16 @@ void reduce_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out, i
   if (outputs == 0) return;
   const ReducePlan plan = make_plan(in, out);
   const int64_t count = plan.reduced_count;
+  const bool extreme = fn == KESTREL_REDUCE_MAX || fn == KESTREL_REDUCE_MIN || fn == KESTREL_REDUCE_MAX_ABS;
+  if (extreme && in.dtype == KESTREL_DTYPE_F32 && outputs == 1 && plan.reduced_rank == 1 &&
+      plan.reduced_strides[0] == 1 && count >= (int64_t(1) << 16) && reinterpret_cast<uintptr_t>(in.base) % 16 == 0) {
+    const auto* x = reinterpret_cast<const float*>(in.base);
+    auto* y = reinterpret_cast<float*>(out.base);
+    if (fn == KESTREL_REDUCE_MAX) fold_f32_run<KESTREL_REDUCE_MAX>(s, x, count, y, -INFINITY);
+    else if (fn == KESTREL_REDUCE_MIN) fold_f32_run<KESTREL_REDUCE_MIN>(s, x, count, y, INFINITY);
+    else fold_f32_run<KESTREL_REDUCE_MAX_ABS>(s, x, count, y, 0.0f);
+    return;
+  }
   if (fn == KESTREL_REDUCE_ARGMAX) {
     dispatch(in.dtype, [&](auto elem) {
       using E = decltype(elem);
