@@ -1,7 +1,7 @@
 // How cuBLAS and cuBLASLt see the engine's row-major matrices: both libraries are column-major, so each
 // operand is classified from its strides. Row-major (strides (ld, 1)) reads as its own transpose in
 // column-major order; column-major (strides (1, ld)), which is how the engine hands over transposes, as
-// itself. Shared by ops_gemm.cu (cuBLAS) and cublaslt_linear.cpp (cuBLASLt).
+// itself. Shared by ops_gemm.cu (cuBLAS) and cublaslt_products.cpp (cuBLASLt).
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -86,7 +86,7 @@ struct kestrel_stream {
   cudaStream_t cuda = nullptr;
   cublasHandle_t blas = nullptr;
   void* blas_workspace = nullptr;  // given to cuBLAS so it never allocates (required for graph capture)
-  cublasLtHandle_t blas_lt = nullptr;  // LINEAR's products with their epilogues (cublaslt_linear.cpp)
+  cublasLtHandle_t blas_lt = nullptr;  // products through cuBLASLt (cublaslt_products.cpp)
   std::shared_ptr<kestrel_cuda::LtPlans> lt_plans;  // their descriptors and algorithms, by shape
 #ifdef KESTREL_CUDA_CUDNN
   // For the convolutions (ops_conv.cu), made with the stream; null, with the reason, where cuDNN could not

@@ -1,6 +1,6 @@
 // Matrix products through cuBLAS (cublasGemmStridedBatchedEx), plus the fused linear op (GEMM, then one
-// kernel for bias and activation; or, with KESTREL_CUDA_LINEAR_LT=1, cuBLASLt's product with the bias and
-// ReLU in its epilogue: cublaslt_linear.cpp).
+// kernel for bias and activation). With KESTREL_CUDA_LT=1 both try cuBLASLt first (cublaslt_products.cpp):
+// rank-2 GEMMs, and LINEAR with the bias and ReLU in the product's epilogue.
 //
 // cuBLAS is column-major; a row-major C = A @ B is computed as the column-major C^T = B^T @ A^T, i.e. by
 // swapping the operands (and m with n). Each operand is classified from its strides: row-major (strides
@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "cublas_layout.hpp"
-#include "cublaslt_linear.hpp"
+#include "cublaslt_products.hpp"
 #include "cuda_kernels.cuh"
 
 namespace kestrel_cuda {
@@ -210,6 +210,7 @@ bool supports_gemm(const kestrel_op& op) {
 
 void launch_gemm(kestrel_stream& s, const kestrel_op& op) {
   const auto& p = params_of<kestrel_gemm_params>(op, "gemm");
+  if (lt_enabled() && gemm_by_lt(s, op.inputs[0], op.inputs[1], op.outputs[0], p.alpha, p.beta)) return;
   run_gemm(s, problem_of(op.inputs[0], op.inputs[1], op.outputs[0]), p.alpha, p.beta);
 }
 
@@ -230,7 +231,7 @@ void launch_linear(kestrel_stream& s, const kestrel_op& op) {
   // cuBLASLt adds the bias in the product's epilogue, and the ReLU when the pre-activation is not asked
   // for; what is left (GELU, or y beside the pre-activation) is the kernel's below, without the bias.
   const bool relu_inside = act == KESTREL_ACTIVATION_RELU && !keep_pre;
-  const bool by_lt = linear_lt_enabled() &&
+  const bool by_lt = lt_enabled() &&
                      linear_by_lt(s, op.inputs[0], op.inputs[1], has_bias ? &op.inputs[2] : nullptr, pre_desc, relu_inside);
   if (by_lt && (relu_inside || (act == KESTREL_ACTIVATION_NONE && !keep_pre))) return;
   if (!by_lt) run_gemm(s, problem_of(op.inputs[0], op.inputs[1], pre_desc), 1.0, 0.0);

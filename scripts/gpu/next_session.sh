@@ -15,6 +15,6 @@ step() {
 }
 step 130 conformance   # ABI 1.11's MAX_ABS reductions, the weight gradient by cuBLAS as the default
 step 60 lossscale      # issue 16: the one-read overflow check and the scaler's share of the MLP's f16 step
-step 90 linear_lt      # issue 18: cuBLASLt's bias and ReLU epilogue (opt-in): conformance, then the MLPs both ways
+step 90 lt             # issue 18: products through cuBLASLt (opt-in): conformance, then the MLPs both ways
 step 70 profile        # issue 16: where the MLP's bf16 step goes now that products keep 16-bit results
 step 140 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA (carry .gl/)

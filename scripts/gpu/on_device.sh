@@ -52,16 +52,18 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       # Issue 16: the 8192-wide MLP's bf16 step with 16-bit activations between products, PyTorch eager beside it.
       mlp16) build/bin/bench_mfu --benchmark_filter='mlp_8192/cuda:0/bf16/b8192/captured'
              python3 bench/pytorch/mfu.py --only mlp_8192 --precisions bf16 --modes eager --timeout 40 ;;
-      # Issue 18: LINEAR through cuBLASLt with the bias and ReLU in the product's epilogue (opt-in,
-      # KESTREL_CUDA_LINEAR_LT=1, not yet run on a GPU): the fused family's cases with it, then the MLPs'
-      # steps without and with it (make it the default in cublaslt_linear.cpp if they pass and it wins).
-      linear_lt) KESTREL_CUDA_LINEAR_LT=1 build/bin/kestrel conformance --backend cuda --family fused | tail -3
-                 for lt in 0 1; do
-                   echo "KESTREL_CUDA_LINEAR_LT=$lt"
-                   KESTREL_CUDA_LINEAR_LT=$lt build/bin/bench_mfu --benchmark_filter='mlp_8192/cuda:0/bf16/b8192/captured'
-                   KESTREL_CUDA_LINEAR_LT=$lt build/bin/bench_train --benchmark_filter='^train_step/(fashion|seeds)_mlp/cuda' \
-                     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
-                 done ;;
+      # Issue 18: products through cuBLASLt (opt-in, KESTREL_CUDA_LT=1, not yet run on a GPU): LINEAR with the
+      # bias and ReLU in the product's epilogue, and the 2-D GEMMs by cuBLASLt's heuristic. The gemm and fused
+      # families with it, then the MLPs' steps without and with it (make it the default in
+      # cublaslt_products.cpp if they pass and it wins; the "relu keeps NaN" cases say whether ReLU may stay in
+      # the epilogue).
+      lt) for family in gemm fused; do KESTREL_CUDA_LT=1 build/bin/kestrel conformance --backend cuda --family $family | tail -3; done
+          for lt in 0 1; do
+            echo "KESTREL_CUDA_LT=$lt"
+            KESTREL_CUDA_LT=$lt build/bin/bench_mfu --benchmark_filter='mlp_8192/cuda:0/bf16/b8192/captured'
+            KESTREL_CUDA_LT=$lt build/bin/bench_train --benchmark_filter='^train_step/(fashion|seeds)_mlp/cuda' \
+              --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+          done ;;
       # Issue 16: f16 loss scaling's cost with ABI 1.11's one-read overflow check (REDUCE MAX_ABS): the check
       # alone both ways, the scaler by itself and the MLP's f16 step it belongs to (target: at most 2%).
       lossscale) build/bin/kestrel conformance --backend cuda --family reduce | tail -1
