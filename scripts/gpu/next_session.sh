@@ -17,4 +17,5 @@ step 130 conformance   # ABI 1.11's MAX_ABS reductions, the weight gradient by c
 step 60 lossscale      # issue 16: the one-read overflow check and the scaler's share of the MLP's f16 step
 step 90 lt             # issue 18: products through cuBLASLt (opt-in): conformance, then the MLPs both ways
 step 70 profile        # issue 16: where the MLP's bf16 step goes now that products keep 16-bit results
-step 140 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA (carry .gl/)
+step 60 profile_gpt2   # issue 15: where GPT-2 small's bf16 step goes (11% MFU)
+step 130 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA (carry .gl/)

@@ -79,6 +79,10 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       profile) ncu --metrics gpu__time_duration.sum --csv --launch-skip "${SKIP:-300}" --launch-count "${COUNT:-400}" \
                    build/bin/bench_mfu --benchmark_filter="${PROFILE:-mlp_8192/cuda:0/bf16}" --benchmark_min_time=1x \
                    > /tmp/ncu.csv && python3 bench/kernel_profile.py /tmp/ncu.csv ;;
+      # Issue 15: the same for GPT-2 small's captured bf16 step (11% MFU against 40%): about one step's
+      # kernels after the warm-up and capture.
+      profile_gpt2) PROFILE='gpt2_small/cuda:0/bf16/b8/captured' SKIP="${SKIP:-3000}" COUNT="${COUNT:-1500}" \
+                      bash scripts/gpu/on_device.sh profile ;;
       # Issue 14: the crash at exit with the CUDA and the Vulkan plugin both loaded on NVIDIA's driver, under
       # cuda-gdb (the image has no gdb) for its stack.
       exitcrash) gl_libraries
