@@ -7,6 +7,7 @@
 // Images are spread over the threads, each product on one BLAS thread.
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -250,40 +251,93 @@ void run_conv(const kestrel_op& op) {
   }
 }
 
-// A 16-bit convolution (mixed precision): its inputs widened into f32 copies, the f32 kernels, and each
-// output rounded once, as cuDNN computes 16-bit convolutions in f32. The copies cost a pass over each
-// tensor; the composed path instead built the batch's column matrix in 16 bits and widened it for every
-// product, and took about 10x the f32 step on the Fashion ConvNet.
+// A 16-bit convolution (mixed precision) runs the f32 kernels on f32 copies of its tensors, as cuDNN
+// computes 16-bit convolutions in f32, and rounds each output once. The composed path instead built the
+// batch's column matrix in 16 bits and widened it for every product: about 10x the f32 step on the
+// Fashion ConvNet. The images go through in chunks, so the copies (host memory the device statistics and
+// the planner do not see) stay within kChunkFloats whatever the batch; the weight and bias are widened
+// once. The weight gradient's chunks are added in double, in chunk order, before it is rounded.
+constexpr int64_t kChunkFloats = int64_t(1) << 23;  // 32 MiB of f32 copies
+
+template <class E>
+class Widened {
+ public:
+  using S = typename E::storage;
+  // An f32 copy of t's images [n0, n0 + count) (all of t when it is no batch tensor); filled from t when
+  // `read`. The descriptor `as` describes the copy.
+  void hold(const kestrel_tensor& t, bool batch, int64_t n0, int64_t count, bool read, kestrel_tensor& as) {
+    const int64_t per_image = batch ? numel(t) / t.shape[0] : numel(t), first = batch ? n0 * per_image : 0;
+    const int64_t n = batch ? count * per_image : per_image;
+    copies_.emplace_back(size_t(std::max<int64_t>(n, 1)));
+    buffers_.push_back(std::make_unique<kestrel_buffer>(kestrel_buffer{nullptr, copies_.back().data(), 0}));
+    if (read) {
+      const S* from = data_of<S>(t) + first;
+      float* to = copies_.back().data();
+      parallel_for_split("kestrel::conv2d_widen", n, n, [=](int64_t e) { to[e] = E::load(from[e]); });
+    }
+    as = t;
+    as.buffer = buffers_.back().get();
+    as.offset = 0;
+    as.dtype = KESTREL_DTYPE_F32;
+    if (batch) as.shape[0] = count;
+  }
+  const float* last() const { return copies_.back().data(); }
+
+ private:
+  std::deque<std::vector<float>> copies_;  // a deque: holding more leaves the earlier copies where they are
+  std::vector<std::unique_ptr<kestrel_buffer>> buffers_;
+};
+
 template <class E>
 void run_widened(const kestrel_op& op) {
   using S = typename E::storage;
+  const bool filter = op.kind == KESTREL_OP_CONV2D_BACKWARD_FILTER;
+  // Every rank-4 tensor but the weight holds images: the weight is in1, or the filter gradient's out0
+  // (whose in1 is x).
+  auto is_batch = [&](const kestrel_tensor& t, bool weight) { return t.rank == 4 && !weight; };
+  const kestrel_tensor& images = filter ? op.inputs[1] : op.kind == KESTREL_OP_CONV2D ? op.inputs[0] : op.outputs[0];
+  const int64_t batch = images.shape[0];
+  int64_t per_image = 0;
+  auto weight_input = [&](int i) { return !filter && i == 1; };
+  for (int i = 0; i < op.num_inputs; ++i)
+    if (is_batch(op.inputs[i], weight_input(i))) per_image += numel(op.inputs[i]) / std::max<int64_t>(batch, 1);
+  for (int o = 0; o < op.num_outputs; ++o)
+    if (is_batch(op.outputs[o], filter && o == 0)) per_image += numel(op.outputs[o]) / std::max<int64_t>(batch, 1);
+  const int64_t chunk = std::max<int64_t>(1, kChunkFloats / std::max<int64_t>(per_image, 1));
+  Widened<E> fixed;  // the weight and bias, once
   kestrel_op wide = op;
-  std::vector<std::vector<float>> copies(size_t(op.num_inputs + op.num_outputs));
-  std::vector<kestrel_buffer> buffers(copies.size());
-  auto repoint = [&](kestrel_tensor& t, size_t k) {  // t now describes copies[k], contiguous from 0
-    buffers[k] = kestrel_buffer{nullptr, copies[k].data(), uint64_t(copies[k].size() * sizeof(float))};
-    t.buffer = &buffers[k];
-    t.offset = 0;
-    t.dtype = KESTREL_DTYPE_F32;
-  };
-  for (int i = 0; i < op.num_inputs + op.num_outputs; ++i) {
-    const bool input = i < op.num_inputs;
-    const kestrel_tensor& t = input ? op.inputs[i] : op.outputs[i - op.num_inputs];
-    const int64_t n = numel(t);
-    copies[size_t(i)].resize(size_t(std::max<int64_t>(n, 1)));
-    if (input) {
-      const S* from = data_of<S>(t);
-      float* to = copies[size_t(i)].data();
-      parallel_for_split("kestrel::conv2d_widen", n, n, [=](int64_t e) { to[e] = E::load(from[e]); });
+  for (int i = 0; i < op.num_inputs; ++i)
+    if (!is_batch(op.inputs[i], weight_input(i))) fixed.hold(op.inputs[i], false, 0, 0, true, wide.inputs[i]);
+  std::vector<std::vector<double>> sums;  // the filter gradient's outputs over the chunks so far
+  for (int64_t n0 = 0; n0 < std::max<int64_t>(batch, 1); n0 += chunk) {
+    const int64_t count = std::min(chunk, batch - n0);
+    Widened<E> part;
+    for (int i = 0; i < op.num_inputs; ++i)
+      if (is_batch(op.inputs[i], weight_input(i))) part.hold(op.inputs[i], true, n0, count, true, wide.inputs[i]);
+    std::vector<const float*> results;
+    for (int o = 0; o < op.num_outputs; ++o) {
+      part.hold(op.outputs[o], is_batch(op.outputs[o], filter && o == 0), n0, count, false, wide.outputs[o]);
+      results.push_back(part.last());
     }
-    repoint(input ? wide.inputs[i] : wide.outputs[i - op.num_inputs], size_t(i));
+    run_conv<float>(wide);
+    for (int o = 0; o < op.num_outputs; ++o) {
+      const kestrel_tensor& out = op.outputs[o];
+      if (filter) {  // added up over the chunks in order, in double, then rounded once below
+        const int64_t n = numel(out);
+        if (sums.size() < size_t(op.num_outputs)) sums.emplace_back(size_t(n), 0.0);
+        for (int64_t e = 0; e < n; ++e) sums[size_t(o)][size_t(e)] += results[size_t(o)][e];
+        continue;
+      }
+      const int64_t n = numel(out) / std::max<int64_t>(batch, 1) * count;
+      const float* from = results[size_t(o)];
+      S* to = mutable_data_of<S>(out) + n0 * (numel(out) / std::max<int64_t>(batch, 1));
+      parallel_for_split("kestrel::conv2d_round", n, n, [=](int64_t e) { to[e] = E::store(from[e]); });
+    }
+    if (batch == 0) break;
   }
-  run_conv<float>(wide);
-  for (int o = 0; o < op.num_outputs; ++o) {
-    const float* from = copies[size_t(op.num_inputs + o)].data();
+  for (size_t o = 0; o < sums.size(); ++o) {
     S* to = mutable_data_of<S>(op.outputs[o]);
-    const int64_t n = numel(op.outputs[o]);
-    parallel_for_split("kestrel::conv2d_round", n, n, [=](int64_t e) { to[e] = E::store(from[e]); });
+    for (size_t e = 0; e < sums[o].size(); ++e) to[e] = E::store(float(sums[o][e]));
   }
 }
 

@@ -55,6 +55,33 @@ TEST(MixedPrecision, AProductRoundsItsOperandsAndItsResultOnly) {
   EXPECT_NE(exact.to_vector<float>(), fn::linear(Var(rounded(x, DType::bf16)), Var(w), Var(b)).value().to_vector<float>());
 }
 
+// A 16-bit convolution on the CPU computes in f32 on its rounded operands and rounds each result once,
+// through the fused ops' f32 kernels in chunks of images: 12 images of 256 x 256 into 32 channels make
+// several chunks (ops_conv.cpp), whose weight gradients are added across chunks. Forward, input and
+// weight gradients against the f32 ops on the same rounded values.
+TEST(MixedPrecision, A16BitConvolutionOnTheCpuComputesInF32ChunkByChunk) {
+  const Tensor x = rounded(random_f32({12, 1, 256, 256}, 4), DType::bf16);
+  const Tensor w = rounded(random_f32({32, 1, 3, 3}, 5), DType::bf16), b = rounded(random_f32({32}, 6), DType::bf16);
+  kestrel::ops::Window window;
+  window.kernel_h = window.kernel_w = 3;
+  window.pad_h = window.pad_w = 1;
+  auto run = [&](DType dtype) {  // y, dx, dw, db of sum(conv(x) with ReLU), as f32
+    Var xv(x.to(dtype), true), wv(w.to(dtype), true), bv(b.to(dtype), true);
+    const Var y = fn::conv2d(xv, wv, bv, window, KESTREL_ACTIVATION_RELU);
+    kestrel::backward(fn::sum(y));
+    return std::vector<Tensor>{y.value().to(DType::f32), xv.grad().to(DType::f32), wv.grad().to(DType::f32),
+                               bv.grad().to(DType::f32)};
+  };
+  const std::vector<Tensor> narrow = run(DType::bf16), wide = run(DType::f32);
+  const char* names[] = {"y", "dx", "dw", "db"};
+  for (size_t t = 0; t < narrow.size(); ++t) {
+    const std::vector<float> got = narrow[t].to_vector<float>(), want = rounded(wide[t], DType::bf16).to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-2 * std::max(1.0f, std::fabs(want[i]))) << names[t] << " element " << i;
+  }
+}
+
 // torch.autocast's three kinds of op: products return the scope's dtype, activations keep what they get,
 // and ops that need f32 (softmax, norms, losses, reductions, pooling) widen; two dtypes meet in the wider.
 TEST(MixedPrecision, ProductsStay16BitAndTheF32OpsWiden) {
