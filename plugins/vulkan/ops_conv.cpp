@@ -113,7 +113,8 @@ void launch_conv(kestrel_stream* stream, const kestrel_op& op) {
         filter.params.uints[2] = static_cast<uint32_t>(per_slice);
         filter.buffers[4] = partials.get();
         filter.groups[2] = static_cast<uint32_t>(slices);
-        dispatches.push_back(sum_slices(stream, partials.get(), weights, slices, *t.weight));
+        dispatches.push_back(fold_slices(stream, partials.get(), describe(*t.weight), slices, *t.weight,
+                                         KESTREL_REDUCE_SUM, g.n * int64_t(g.oh) * g.ow));
       }
       if (op.num_outputs == 2) {  // the bias gradient: a workgroup per channel
         Dispatch bias = dispatch("conv_bias_", {t.y, t.x, &op.outputs[1], y_for_mask});

@@ -54,45 +54,25 @@ ReduceViews split_axes(const kestrel_tensor& in, const kestrel_tensor& out) {
   return v;
 }
 
-// Splits of kSplitLength elements folded into (outputs, splits) f32 partials, then each output's row.
+// Splits of kSplitLength elements folded into (splits, outputs) f32 partials, then each output's column.
 void launch_two_passes(kestrel_stream* stream, const kestrel_op& op, const ReduceViews& views, kestrel_reduce_fn fn) {
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
   const int64_t outputs = numel(out), count = views.reduced.numel;
   const int64_t splits = (count + kSplitLength - 1) / kSplitLength;
   std::unique_ptr<kestrel_buffer, ReleasedInOrder> partials(
       allocate_buffer(stream->context, uint64_t(outputs * splits) * sizeof(float)));
-  Params params{};
-  params.ints[0] = fn;
-  params.ints[1] = static_cast<int32_t>(kSplitLength);
-  params.ints[2] = static_cast<int32_t>(splits);
-  params.ints[3] = static_cast<int32_t>(count);
   Dispatch fold;
   fold.shader = std::string("reduce_split_") + dtype_suffix(in.dtype) + subgroup_variant(stream->context);
-  fold.params = params;
+  fold.params.ints[0] = fn;
+  fold.params.ints[1] = static_cast<int32_t>(kSplitLength);
+  fold.params.ints[2] = static_cast<int32_t>(splits);
   fold.params.tensors[0] = views.kept_in;
   fold.params.tensors[1] = views.kept_out;
   fold.params.tensors[2] = views.reduced;
   fold.buffers[0] = in.buffer;
   fold.buffers[1] = partials.get();
   set_workgroup_grid(stream->context, fold, uint64_t(outputs * splits));
-  // The partials as an input: output o's row starts at o * splits.
-  Dispatch combine;
-  combine.shader = std::string("reduce_partials_") + dtype_suffix(out.dtype);
-  combine.params = params;
-  TensorDesc& rows = combine.params.tensors[0];
-  rows.rank = 1;
-  rows.numel = rows.shape[0] = static_cast<uint32_t>(outputs);
-  rows.strides[0] = static_cast<uint32_t>(splits);
-  combine.params.tensors[1] = views.kept_out;
-  TensorDesc& row = combine.params.tensors[2];
-  row.rank = 1;
-  row.numel = row.shape[0] = static_cast<uint32_t>(splits);
-  row.strides[0] = 1;
-  row.contiguous = 1;
-  combine.buffers[0] = partials.get();
-  combine.buffers[1] = out.buffer;
-  set_workgroup_grid(stream->context, combine, uint64_t(outputs));
-  run(stream, {fold, combine});
+  run(stream, {fold, fold_slices(stream, partials.get(), views.kept_out, splits, out, fn, count)});
 }
 
 }  // namespace
@@ -110,22 +90,24 @@ bool supports_reduce(const kestrel_op& op, uint32_t dtypes) {
          one_pass_fits(shape.count, shape.reduced);
 }
 
-Dispatch sum_slices(kestrel_stream* stream, kestrel_buffer* partials, int64_t outputs, int64_t slices,
-                    const kestrel_tensor& out) {
+Dispatch fold_slices(kestrel_stream* stream, kestrel_buffer* partials, const TensorDesc& result, int64_t slices,
+                     const kestrel_tensor& out, kestrel_reduce_fn fn, int64_t count) {
+  const auto outputs = static_cast<uint32_t>(result.numel);
   Dispatch d;
   d.shader = std::string("reduce_partials_") + dtype_suffix(out.dtype);
-  d.params.ints[0] = KESTREL_REDUCE_SUM;
-  TensorDesc &rows = d.params.tensors[0], &result = d.params.tensors[1], &row = d.params.tensors[2];
-  rows.rank = result.rank = row.rank = 1;
-  rows.numel = rows.shape[0] = result.numel = result.shape[0] = static_cast<uint32_t>(outputs);
-  rows.strides[0] = result.strides[0] = 1;
-  rows.contiguous = result.contiguous = 1;
-  result.offset = static_cast<uint32_t>(out.offset);
+  d.params.ints[0] = fn;
+  d.params.ints[3] = static_cast<int32_t>(count);
+  TensorDesc &rows = d.params.tensors[0], &row = d.params.tensors[2];
+  rows.rank = row.rank = 1;
+  rows.numel = rows.shape[0] = outputs;
+  rows.strides[0] = 1;
+  rows.contiguous = 1;
+  d.params.tensors[1] = result;
   row.numel = row.shape[0] = static_cast<uint32_t>(slices);
-  row.strides[0] = static_cast<uint32_t>(outputs);  // slice s of output o at s * outputs + o
+  row.strides[0] = outputs;  // slice s of output o at s * outputs + o
   d.buffers[0] = partials;
   d.buffers[1] = out.buffer;
-  set_workgroup_grid(stream->context, d, uint64_t(outputs));
+  set_workgroup_grid(stream->context, d, outputs);
   return d;
 }
 

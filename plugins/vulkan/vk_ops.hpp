@@ -104,10 +104,11 @@ constexpr uint32_t kLoopBudget = 1u << 30;
 // inside the budget. A conv weight gradient summing 50176 elements (batch 64 of 28 x 28) lost its tail
 // on lavapipe. GEMM cuts longer sums into dispatches of this length; the fused ops decline them.
 constexpr int64_t kBudgetedSum = 16384;
-// out (contiguous, `outputs` elements) = the sum over s of f32 partials[s * outputs + o]: the slices of a
-// product split along its sum, added in order (ops_reduce.cpp; reduce.comp's PARTIALS variants).
-Dispatch sum_slices(kestrel_stream* stream, kestrel_buffer* partials, int64_t outputs, int64_t slices,
-                    const kestrel_tensor& out);
+// The second pass of a reduction or product split along its sum: output o of `result` (a view of out's
+// buffer, result.numel outputs) = fn over s of f32 partials[s * outputs + o], in slice order; a mean divides
+// by `count`, the whole sum's length (ops_reduce.cpp; reduce.comp's PARTIALS variants).
+Dispatch fold_slices(kestrel_stream* stream, kestrel_buffer* partials, const TensorDesc& result, int64_t slices,
+                     const kestrel_tensor& out, kestrel_reduce_fn fn, int64_t count);
 inline bool software_device(const kestrel_context* context) {
   return context->physical->properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
 }

@@ -12,10 +12,10 @@
 // an f32 accumulator and rounded once when stored.
 // Long float reductions run in two passes (ops_reduce.cpp), so a full reduction of millions of
 // elements (loss scaling's overflow check) fills the device instead of one workgroup, and no invocation
-// walks more than 256 elements (lavapipe's loop budget). SPLIT: workgroup g folds split g % ints[2] of
-// output g / ints[2], ints[1] reduced elements long, into partials[g] (f32; sums not yet divided).
-// PARTIALS: the partials, (outputs, splits) f32, folded into the output; a mean divides by ints[3],
-// the reduced count of the original input.
+// walks more than 256 elements (lavapipe's loop budget). SPLIT: workgroup g folds split s = g % ints[2]
+// of output o = g / ints[2], ints[1] reduced elements long, into partials[s * outputs + o] (f32; sums not
+// yet divided). PARTIALS: the partials folded into the output, tensors[0] and [2] describing them as
+// (outputs) and (splits); a mean divides by ints[3], the reduced count of the original input.
 // kestrel-variant: reduce_f32 -DT=float -DACC_T=float -DIS_FLOAT=1
 // kestrel-variant: reduce_f16 -DT=float -DSTORE_T=float16_t -DACC_T=float -DIS_FLOAT=1
 // kestrel-variant: reduce_bf16 -DT=float -DBF16=1 -DACC_T=float -DIS_FLOAT=1
@@ -167,7 +167,7 @@ void main() {
   ACC_T total = partial[0];
 #endif
 #ifdef SPLIT
-  if (lid == 0) out_buf.data[group] = total;
+  if (lid == 0) out_buf.data[(group % splits) * P.tensors[1].numel + o] = total;
 #else
 #ifdef PARTIALS
   count = uint(PINT(3));
