@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu_columns.hpp"
+#include "cpu_half_rows.hpp"
 #include "cpu_ops.hpp"
 
 namespace kestrel_cpu {
@@ -259,6 +260,18 @@ void run_conv(const kestrel_op& op) {
 // once. The weight gradient's chunks are added in double, in chunk order, before it is rounded.
 constexpr int64_t kChunkFloats = int64_t(1) << 23;  // 32 MiB of f32 copies
 
+// y (n) = x (n) widened, or rounded back: f16 rows through F16C where the CPU has it (cpu_half_rows.hpp).
+template <class E>
+void widen_row(const typename E::storage* x, float* y, int64_t n) {
+  if constexpr (std::is_same_v<E, F16>) return f32_row_from_f16(x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = E::load(x[i]);
+}
+template <class E>
+void round_row(const float* x, typename E::storage* y, int64_t n) {
+  if constexpr (std::is_same_v<E, F16>) return f16_row_from_f32(x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = E::store(x[i]);
+}
+
 template <class E>
 class Widened {
  public:
@@ -273,7 +286,8 @@ class Widened {
     if (read) {
       const S* from = data_of<S>(t) + first;
       float* to = copies_.back().data();
-      parallel_for_split("kestrel::conv2d_widen", n, n, [=](int64_t e) { to[e] = E::load(from[e]); });
+      parallel_chunks("kestrel::conv2d_widen", n, n,
+                      [=](int64_t begin, int64_t end) { widen_row<E>(from + begin, to + begin, end - begin); });
     }
     as = t;
     as.buffer = buffers_.back().get();
@@ -331,7 +345,8 @@ void run_widened(const kestrel_op& op) {
       const int64_t n = numel(out) / std::max<int64_t>(batch, 1) * count;
       const float* from = results[size_t(o)];
       S* to = mutable_data_of<S>(out) + n0 * (numel(out) / std::max<int64_t>(batch, 1));
-      parallel_for_split("kestrel::conv2d_round", n, n, [=](int64_t e) { to[e] = E::store(from[e]); });
+      parallel_chunks("kestrel::conv2d_round", n, n,
+                      [=](int64_t begin, int64_t end) { round_row<E>(from + begin, to + begin, end - begin); });
     }
     if (batch == 0) break;
   }

@@ -1,13 +1,17 @@
 // The public tensor API: creation, host round trips, views, casts, devices and memory statistics.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "kestrel/engine.h"
+#include "kestrel/half.h"
 #include "kestrel/error.h"
 #include "kestrel/ops.h"
 
@@ -175,6 +179,44 @@ TEST(Tensor, NonfiniteFlagFindsEitherInfinityOrANanAnywhere) {
     EXPECT_EQ(kestrel::ops::nonfinite_flag(Tensor::from_vector(values, {int64_t(values.size())}, device)).to_doubles()[0],
               1.0)
         << device.str();
+  }
+}
+
+// Casts between f32 and f16 on the CPU (eight at a time through F16C where the CPU has it) give
+// kestrel/half.h's bits: every f16 value and the midpoints around each (round to nearest even), subnormals,
+// overflow, signed zeros, infinities and NaNs, and a million f32 bit patterns at random.
+TEST(Tensor, CastsBetweenF32AndF16GiveHalfHsBits) {
+  std::vector<float> values;
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const float f = kestrel_f16_to_f32(uint16_t(bits));
+    values.push_back(f);
+    if (std::isfinite(f)) {  // halfway to the next f16 up, and a hair either side of it
+      const float next = kestrel_f16_to_f32(uint16_t(bits + 1));
+      const float mid = f + (next - f) / 2;
+      values.insert(values.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)});
+    }
+  }
+  std::mt19937 rng(7);
+  for (int i = 0; i < 1000000; ++i) {
+    const uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    values.push_back(f);
+  }
+  values.insert(values.end(), {65519.0f, 65520.0f, -65520.0f, 1e-8f, -0.0f, INFINITY, -INFINITY, NAN, -NAN});
+  const int64_t n = int64_t(values.size());
+  const Tensor narrow = Tensor::from_vector(values, {n}, cpu()).to(DType::f16);
+  std::vector<uint16_t> bits(static_cast<size_t>(n));
+  narrow.copy_to_host(bits.data());
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(bits[size_t(i)], kestrel_f32_to_f16(values[size_t(i)])) << "f32 " << values[size_t(i)] << " at " << i;
+  std::vector<uint16_t> every(0x10000);
+  for (uint32_t b = 0; b < 0x10000; ++b) every[b] = uint16_t(b);
+  const std::vector<float> wide = Tensor::from_host(every.data(), {0x10000}, DType::f16, cpu()).to_vector<float>();
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const float want = kestrel_f16_to_f32(uint16_t(b));
+    if (std::isnan(want)) EXPECT_TRUE(std::isnan(wide[b])) << std::hex << b;
+    else ASSERT_EQ(std::memcmp(&wide[b], &want, sizeof want), 0) << std::hex << b;
   }
 }
 

@@ -1,0 +1,14 @@
+// Contiguous rows converted between f32 and f16 with the CPU's F16C instructions where it has them
+// (x86-64 since 2012), else kestrel/half.h's scalar rule. Casts to and from f16 are most of what f16
+// mixed precision adds to a CPU step (a third of the f16 ConvNet's, 2026-11-27); the scalar rule's
+// branches do not vectorise. Both ways give the same bits: round to nearest even, overflow to infinity,
+// subnormals kept, and a NaN as half.h makes it (the sign and the canonical quiet NaN).
+#pragma once
+#include <cstdint>
+
+namespace kestrel_cpu {
+
+void f16_row_from_f32(const float* x, uint16_t* y, int64_t n);  // x, y: (n)
+void f32_row_from_f16(const uint16_t* x, float* y, int64_t n);  // x, y: (n)
+
+}  // namespace kestrel_cpu
