@@ -3,11 +3,13 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <mutex>
 #include <type_traits>
 #include <vector>
 
+#include "cpu_half_rows.hpp"
 #include "cpu_ops.hpp"
 
 namespace kestrel_cpu {
@@ -206,11 +208,32 @@ void gemm_batched(const kestrel_tensor& a_desc, const kestrel_tensor& b_desc, co
 
 // 16-bit floats (mixed precision): each operand widened to a row-major f32 block, multiplied by OpenBLAS
 // in f32, and the product rounded once into its 16-bit C: 16-bit storage, f32 arithmetic.
+// out (rows, cols) row-major = base widened (C before a product with beta, a bias).
 template <class E>
 void widen(const typename E::storage* base, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
            float* out) {
   parallel_for_split("kestrel::gemm_widen", rows * cols, rows * cols,
                        [=](int64_t i) { out[i] = E::load(base[(i / cols) * row_stride + (i % cols) * col_stride]); });
+}
+
+// An operand (rows, cols) widened into out, keeping the axis its memory runs along, so a transposed weight
+// stays transposed for BLAS and each run is contiguous: f16 runs through F16C where the CPU has it
+// (cpu_half_rows.hpp). Returns out's (row, column) strides.
+template <class E>
+std::array<int64_t, 2> widen_operand(const typename E::storage* base, int64_t rows, int64_t cols, int64_t row_stride,
+                                     int64_t col_stride, float* out) {
+  const bool by_columns = row_stride == 1 && col_stride != 1 && cols > 1;
+  const int64_t runs = by_columns ? cols : rows, length = by_columns ? rows : cols;
+  const int64_t run_stride = by_columns ? col_stride : row_stride, step = by_columns ? row_stride : col_stride;
+  parallel_for_split("kestrel::gemm_widen", runs, rows * cols, [=](int64_t r) {
+    const typename E::storage* from = base + r * run_stride;
+    float* to = out + r * length;
+    if constexpr (std::is_same_v<E, F16>) {
+      if (step == 1) return f32_row_from_f16(from, to, length);
+    }
+    for (int64_t i = 0; i < length; ++i) to[i] = E::load(from[i * step]);
+  });
+  return by_columns ? std::array<int64_t, 2>{1, rows} : std::array<int64_t, 2>{cols, 1};
 }
 
 // c (m, n, row-major f32) = alpha * a @ b + beta * c for 16-bit a (m, k) and b (k, n) with any strides,
@@ -226,10 +249,10 @@ void multiply_widened(const typename E::storage* a, const int64_t a_strides[2], 
   }
   a_scratch.resize(m * k);
   b_scratch.resize(k * n);
-  widen<E>(a, m, k, a_strides[0], a_strides[1], a_scratch.data());
-  widen<E>(b, k, n, b_strides[0], b_strides[1], b_scratch.data());
-  const BlasOperand<float> a_rows(a_scratch.data(), m, k, k, 1), b_rows(b_scratch.data(), k, n, n, 1);
-  multiply(a_rows, b_rows, m, n, k, alpha, beta, c, n);
+  const auto sa = widen_operand<E>(a, m, k, a_strides[0], a_strides[1], a_scratch.data());
+  const auto sb = widen_operand<E>(b, k, n, b_strides[0], b_strides[1], b_scratch.data());
+  const BlasOperand<float> a_wide(a_scratch.data(), m, k, sa[0], sa[1]), b_wide(b_scratch.data(), k, n, sb[0], sb[1]);
+  multiply(a_wide, b_wide, m, n, k, alpha, beta, c, n);
 }
 
 // E: the operands' 16-bit element type; O: the result's, E itself or (ABI 1.6) F32, stored unrounded.
