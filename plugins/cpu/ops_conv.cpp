@@ -260,17 +260,6 @@ void run_conv(const kestrel_op& op) {
 // once. The weight gradient's chunks are added in double, in chunk order, before it is rounded.
 constexpr int64_t kChunkFloats = int64_t(1) << 23;  // 32 MiB of f32 copies
 
-// y (n) = x (n) widened, or rounded back: f16 rows through F16C where the CPU has it (cpu_half_rows.hpp).
-template <class E>
-void widen_row(const typename E::storage* x, float* y, int64_t n) {
-  if constexpr (std::is_same_v<E, F16>) return f32_row_from_f16(x, y, n);
-  for (int64_t i = 0; i < n; ++i) y[i] = E::load(x[i]);
-}
-template <class E>
-void round_row(const float* x, typename E::storage* y, int64_t n) {
-  if constexpr (std::is_same_v<E, F16>) return f16_row_from_f32(x, y, n);
-  for (int64_t i = 0; i < n; ++i) y[i] = E::store(x[i]);
-}
 
 template <class E>
 class Widened {

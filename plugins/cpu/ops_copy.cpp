@@ -46,9 +46,9 @@ void launch_copy(const kestrel_op& op) {
         const auto* xr = x.base + x.at(r * inner);
         auto* yr = y.base + y.at(r * inner);
         if constexpr (std::is_same_v<From, F32> && std::is_same_v<To, F16>) {  // mixed precision's casts
-          if (xs == 1 && ys == 1) return f16_row_from_f32(xr, yr, inner);
+          if (xs == 1 && ys == 1) return round_row<F16>(xr, yr, inner);
         } else if constexpr (std::is_same_v<From, F16> && std::is_same_v<To, F32>) {
-          if (xs == 1 && ys == 1) return f32_row_from_f16(xr, yr, inner);
+          if (xs == 1 && ys == 1) return widen_row<F16>(xr, yr, inner);
         }
         for (int64_t j = 0; j < inner; ++j)
           yr[j * ys] = To::store(static_cast<typename To::compute>(From::load(xr[j * xs])));

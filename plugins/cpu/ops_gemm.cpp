@@ -228,9 +228,7 @@ std::array<int64_t, 2> widen_operand(const typename E::storage* base, int64_t ro
   parallel_for_split("kestrel::gemm_widen", runs, rows * cols, [=](int64_t r) {
     const typename E::storage* from = base + r * run_stride;
     float* to = out + r * length;
-    if constexpr (std::is_same_v<E, F16>) {
-      if (step == 1) return f32_row_from_f16(from, to, length);
-    }
+    if (step == 1) return widen_row<E>(from, to, length);
     for (int64_t i = 0; i < length; ++i) to[i] = E::load(from[i * step]);
   });
   return by_columns ? std::array<int64_t, 2>{1, rows} : std::array<int64_t, 2>{cols, 1};

@@ -10,21 +10,18 @@
 // (scripts/gpu/on_device.sh lt). cuBLASLt may decline a problem (alignment, a shape no kernel takes): the
 // caller then takes the cuBLAS path.
 #include <array>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "cublas_layout.hpp"
 #include "cublaslt_products.hpp"
+#include "kestrel/plugin_env.hpp"
 
 namespace kestrel_cuda {
 
 bool lt_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("KESTREL_CUDA_LT");
-    return v && v[0] == '1';
-  }();
+  static const bool enabled = kestrel::plugin_env::flag("KESTREL_CUDA_LT");
   return enabled;
 }
 

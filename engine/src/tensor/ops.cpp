@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <atomic>
+#include <optional>
 
 #include "../runtime/device_runtime.h"
 #include "kestrel/plugin_env.hpp"
@@ -197,12 +198,16 @@ Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims, bool keepdim)
 }
 
 namespace {
-// Whether x's device reduces all of x with fn in one op (MAX_ABS is ABI 1.11's, and optional).
-bool reduces_whole(ReduceFn fn, const Tensor& x) {
+// All of x reduced with fn into a 0-d tensor, or nothing where x's device lacks fn (MAX_ABS is ABI 1.11's,
+// and optional): the one output serves the question and the answer.
+std::optional<Tensor> reduce_whole(ReduceFn fn, const Tensor& x) {
   auto params = make_params<kestrel_reduce_params>();
   params.fn = fn;
   const Tensor out = Tensor::empty(Shape(size_t(x.rank()), 1), x.dtype(), x.device());
-  return supports(x.device(), OpBuilder(KESTREL_OP_REDUCE, &params).in(x).out(out).op);
+  const kestrel_op op = OpBuilder(KESTREL_OP_REDUCE, &params).in(x).out(out).op;
+  if (!supports(x.device(), op)) return std::nullopt;
+  x.device().runtime().launch(op);
+  return out.view({});
 }
 }  // namespace
 
@@ -215,8 +220,8 @@ Tensor nonfinite_flag(const Tensor& x) {
   const Tensor zero = Tensor::full({}, 0.0, x.dtype(), x.device());
   if (x.numel() == 0) return zero;  // (the max of nothing is NaN)
   Tensor sum;
-  if (reduces_whole(KESTREL_REDUCE_MAX_ABS, x)) {
-    sum = binary(KESTREL_BINARY_MUL, reduce(KESTREL_REDUCE_MAX_ABS, x), zero);
+  if (const std::optional<Tensor> largest = reduce_whole(KESTREL_REDUCE_MAX_ABS, x)) {
+    sum = binary(KESTREL_BINARY_MUL, *largest, zero);
   } else {
     const Tensor high = binary(KESTREL_BINARY_MUL, reduce(KESTREL_REDUCE_MAX, x), zero);
     sum = binary(KESTREL_BINARY_ADD, high, binary(KESTREL_BINARY_MUL, reduce(KESTREL_REDUCE_MIN, x), zero));
