@@ -91,10 +91,13 @@ TEST(Capture, RandomDrawsFollowTheCounterBase) {
   for (const kestrel::Device& device : capturing_devices()) {
     SCOPED_TRACE(device.str());
     Tensor base = Tensor::zeros({}, DType::i64, device), drawn = Tensor::zeros({1000}, DType::f32, device);
+    // A 16-bit draw too: a device that draws f32 only (Vulkan) draws it through an f32 tensor.
+    Tensor drawn16 = Tensor::zeros({1000}, DType::bf16, device);
     uint64_t capture_base = 100;
     CapturedGraph graph = CapturedGraph::capture(device, [&] {
       kestrel::ops::CounterBaseScope scope(base, capture_base);
       kestrel::ops::random_(drawn, KESTREL_DISTRIBUTION_BERNOULLI, 7, capture_base + 3, 0.5, 0.0);
+      kestrel::ops::random_(drawn16, KESTREL_DISTRIBUTION_UNIFORM, 7, capture_base + 2000, 0.0, 1.0);
     });
     for (uint64_t step_base : {100u, 4000u, 12345u}) {
       kestrel::ops::fill_(base, double(step_base));
@@ -102,6 +105,9 @@ TEST(Capture, RandomDrawsFollowTheCounterBase) {
       Tensor expected = Tensor::zeros({1000}, DType::f32, device);
       kestrel::ops::random_(expected, KESTREL_DISTRIBUTION_BERNOULLI, 7, step_base + 3, 0.5, 0.0);
       EXPECT_EQ(drawn.to_vector<float>(), expected.to_vector<float>()) << "base " << step_base;
+      Tensor expected16 = Tensor::zeros({1000}, DType::bf16, device);
+      kestrel::ops::random_(expected16, KESTREL_DISTRIBUTION_UNIFORM, 7, step_base + 2000, 0.0, 1.0);
+      EXPECT_EQ(drawn16.to_vector<float>(), expected16.to_vector<float>()) << "base " << step_base;
     }
   }
 }

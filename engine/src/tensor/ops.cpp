@@ -343,6 +343,7 @@ void random_(Tensor& out, kestrel_distribution distribution, uint64_t seed, uint
   params.a = a;
   params.b = b;
   OpBuilder builder(KESTREL_OP_RANDOM, &params);
+  const uint64_t absolute_offset = offset;  // counter_base makes `offset` relative to a captured step's base
   if (Tensor base = counter_base(out.device(), offset); base.defined()) builder.in(base);
   params.offset = offset;
   builder.out(out);
@@ -351,7 +352,7 @@ void random_(Tensor& out, kestrel_distribution distribution, uint64_t seed, uint
   // (dropout under autocast) is the same bits as on a device that draws 16 bits itself.
   if ((out.dtype() == DType::f16 || out.dtype() == DType::bf16) && !supports(out.device(), builder.op)) {
     Tensor wide = Tensor::empty(out.shape(), DType::f32, out.device());
-    random_(wide, distribution, seed, offset, a, b);
+    random_(wide, distribution, seed, absolute_offset, a, b);
     copy_(out, wide);
     return;
   }
