@@ -13,7 +13,7 @@ namespace kestrel_vk {
 namespace {
 
 constexpr int64_t kMaxDepth = 128;   // attention.comp's MAX_DEPTH
-constexpr int64_t kMaxLoop = 65535;  // lavapipe ends an invocation's loops after this many iterations in all
+constexpr auto kMaxLoop = static_cast<int64_t>(kMaxLoopIterations);
 
 // Binding slots (attention.comp's layouts).
 enum Slot { kDout = 0, kQ = 1, kK = 2, kV = 3, kStats = 4, kLse = 4, kMask = 5, kBase = 6, kResult = 7 };

@@ -8,7 +8,7 @@ namespace kestrel_vk {
 
 namespace {
 
-constexpr int64_t kMaxLoop = 65535;
+constexpr auto kMaxLoop = static_cast<int64_t>(kMaxLoopIterations);
 
 }  // namespace
 

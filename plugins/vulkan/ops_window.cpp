@@ -16,6 +16,17 @@ void set_geometry(Params& params, const kestrel_window_params& p, const Geometry
   for (int i = 0; i < 15; ++i) params.ints[i] = static_cast<int32_t>(values[i]);
 }
 
+// Loop iterations of one element of window.comp's pooling, col2im and pool2d_backward, each of which
+// walks a window, for a software device's loop budget (set_flat_grid); and of one (n, c) plane of
+// pool2d_backward's BY_PLANE variant, which clears the plane, then walks every output's window.
+uint64_t window_iterations(const kestrel_window_params& p) {
+  return kFlatItemIterations + static_cast<uint64_t>(p.kernel_h * (1 + p.kernel_w));
+}
+uint64_t plane_iterations(const kestrel_window_params& p, const Geometry& g) {
+  const int64_t window = p.mode == KESTREL_POOL_MAX ? 1 : p.kernel_h * (1 + p.kernel_w);
+  return kFlatItemIterations + static_cast<uint64_t>(g.h * (1 + g.w) + g.oh * (1 + g.ow * (1 + window)));
+}
+
 }  // namespace
 
 bool supports_window(const kestrel_op& op, uint32_t dtypes) {
@@ -39,7 +50,7 @@ void launch_window(kestrel_stream* stream, const kestrel_op& op) {
   const bool max = p.mode == KESTREL_POOL_MAX;
   const kestrel_tensor& out = op.outputs[0];
   Dispatch d;
-  uint64_t invocations = static_cast<uint64_t>(numel(out));
+  uint64_t invocations = static_cast<uint64_t>(numel(out)), iterations_each = kFlatItemIterations;
   switch (op.kind) {
     case KESTREL_OP_IM2COL:
       d.shader = std::string("im2col_") + dtype_suffix(out.dtype);
@@ -48,20 +59,26 @@ void launch_window(kestrel_stream* stream, const kestrel_op& op) {
     case KESTREL_OP_COL2IM:
       d.shader = std::string("col2im_") + dtype_suffix(out.dtype);
       set_geometry(d.params, p, geometry(p, out));
+      iterations_each = window_iterations(p);
       break;
     case KESTREL_OP_POOL2D:
       d.shader = "pool2d_f32";
       set_geometry(d.params, p, geometry(p, op.inputs[0]));
+      iterations_each = window_iterations(p);
       if (max) {
         d.params.tensors[2] = describe(op.outputs[1]);
         d.buffers[2] = op.outputs[1].buffer;
       }
       break;
     default: {
-      d.shader = "pool2d_backward_f32";
       const Geometry g = geometry(p, out);
       set_geometry(d.params, p, g);
-      invocations = static_cast<uint64_t>(g.n * g.c);  // one invocation per (n, c) plane
+      // A plane per invocation on a software device while a plane fits its loop budget (7x faster on
+      // lavapipe at the ConvNet's shapes); else an invocation per dx element (out).
+      const bool by_plane = software_device(stream->context) && plane_iterations(p, g) <= kMaxLoopIterations;
+      d.shader = by_plane ? "pool2d_backward_planes_f32" : "pool2d_backward_f32";
+      if (by_plane) invocations = static_cast<uint64_t>(g.n * g.c);
+      iterations_each = by_plane ? plane_iterations(p, g) : window_iterations(p);
       d.params.tensors[0] = describe(op.inputs[0]);
       d.buffers[0] = op.inputs[0].buffer;
       if (max) {
@@ -80,7 +97,7 @@ void launch_window(kestrel_stream* stream, const kestrel_op& op) {
     d.buffers[1] = out.buffer;
   }
   if (invocations == 0) return;
-  set_flat_grid(stream->context, d, invocations);
+  set_flat_grid(stream->context, d, invocations, iterations_each);
   run(stream, {d});
 }
 

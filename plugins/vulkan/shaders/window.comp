@@ -13,6 +13,7 @@
 // kestrel-variant: col2im_bf16 -DCOL2IM=1 -DBF16=1
 // kestrel-variant: pool2d_f32 -DPOOL=1
 // kestrel-variant: pool2d_backward_f32 -DPOOL_BACKWARD=1
+// kestrel-variant: pool2d_backward_planes_f32 -DPOOL_BACKWARD=1 -DBY_PLANE=1
 #include "common.glsl"
 #include "math.glsl"
 #define T float
@@ -124,10 +125,15 @@ void main() {
 }
 #elif defined(POOL_BACKWARD)
 // tensors[0] dy (N, C, OH, OW), tensors[1] argmax (max mode), tensors[2] dx (N, C, H, W).
-// One invocation per (n, c) plane, accumulating in the CPU plugin's order, so no two invocations
-// write one element and the result does not depend on scheduling.
+// Each dx element gets the terms the CPU plugin scatters into it, in its order (windows by row, then
+// column), so the sums are the CPU's bit for bit and no two invocations write one element. Two ways:
+// BY_PLANE, one invocation per (n, c) plane replays the CPU's loops (cheapest on a software device, whose
+// integer divisions are scalar, while the plane's walk fits its loop budget); else one invocation per dx
+// element gathers from the windows that cover it, as col2im does (the parallelism a GPU needs: a plane
+// per invocation leaves most of its lanes idle).
 layout(std430, set = 0, binding = 1) readonly buffer Dy { float data[]; } dy_buf;
 layout(std430, set = 0, binding = 2) readonly buffer Argmax { int64_t data[]; } argmax_buf;
+#if defined(BY_PLANE)
 layout(std430, set = 0, binding = 3) buffer Dx { float data[]; } dx_buf;
 void pool_plane(uint plane) {
   int n = int(plane) / G_C, c = int(plane) % G_C;
@@ -160,4 +166,35 @@ void pool_plane(uint plane) {
 void main() {
   for (uint plane = flat_index(); plane < uint(G_N * G_C); plane += flat_stride()) pool_plane(plane);
 }
+#else
+layout(std430, set = 0, binding = 3) writeonly buffer Dx { float data[]; } dx_buf;
+void element(uint i) {
+  int x = int(i) % G_W, y = (int(i) / G_W) % G_H, c = (int(i) / (G_W * G_H)) % G_C, n = int(i) / (G_W * G_H * G_C);
+  float window_size = float(G_KH * G_KW), sum = 0.0;
+  // The covering windows by row, then column: the taps from the last back.
+  for (int ky = G_KH - 1; ky >= 0; --ky) {
+    int ty = y + G_PH - ky * G_DH;
+    if (ty < 0 || ty % G_SH != 0) continue;
+    int oy = ty / G_SH;
+    if (oy >= G_OH) continue;
+    for (int kx = G_KW - 1; kx >= 0; --kx) {
+      int tx = x + G_PW - kx * G_DW;
+      if (tx < 0 || tx % G_SW != 0) continue;
+      int ox = tx / G_SW;
+      if (ox >= G_OW) continue;
+      float grad = dy_buf.data[at4(0, n, c, oy, ox)];
+      if (G_MODE == 0) {
+        if (argmax_buf.data[at4(1, n, c, oy, ox)] == int64_t(y * G_W + x)) sum += grad;
+      } else {
+        sum += grad / window_size;
+      }
+    }
+  }
+  dx_buf.data[at4(2, n, c, y, x)] = sum;
+}
+
+void main() {
+  for (uint i = flat_index(); i < P.tensors[2].numel; i += flat_stride()) element(i);
+}
+#endif
 #endif
