@@ -126,6 +126,9 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                KESTREL_CUDA_CONV_WGRAD=$wgrad build/bin/bench_train --benchmark_filter='^train_step/fashion_convnet/cuda' \
                  --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
              done ;;
+      # Issue 15: cuDNN's RNN API (each algorithm, graph-captured and eager) against Kestrel's LSTM/GRU layers
+      # with the fused cells, forward and backward at lstm_generator's shape, f32 (bench/bench_cudnn_rnn.cpp).
+      rnn) build/bin/bench_cudnn_rnn --benchmark_filter='cuda' --benchmark_min_time=0.2 ;;
       vulkan_quick)
               gl_libraries
               build/bin/kestrel devices | grep -A3 'vulkan:' && build/bin/kestrel conformance --backend vulkan | tail -3
