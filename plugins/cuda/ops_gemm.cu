@@ -8,22 +8,19 @@
 // transposes, is 'T'. Operands that are neither (every-other-element slices, stride-0 rows) are packed by
 // the copy kernel into stream-ordered scratch memory first. A column-major C is handled by transposing the
 // whole problem; any other C is computed into scratch and copied back.
-#include <cstdlib>
 #include <optional>
 
 #include "cublas_layout.hpp"
 #include "cublaslt_products.hpp"
 #include "cuda_kernels.cuh"
+#include "kestrel/plugin_env.hpp"
 
 namespace kestrel_cuda {
 
 // KESTREL_CUDA_TF32=1 lets f32 GEMMs use TF32 tensor cores (about 8x faster on an H100, 10-bit
 // mantissa products). Off by default: the conformance tolerances assume full f32 products.
 bool tf32_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("KESTREL_CUDA_TF32");
-    return v && v[0] == '1';
-  }();
+  static const bool enabled = kestrel::plugin_env::flag("KESTREL_CUDA_TF32");
   return enabled;
 }
 
