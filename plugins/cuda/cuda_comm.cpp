@@ -7,6 +7,9 @@
 // kernels waiting on the peer) and the wait fails with PEER_FAILED. A collective is ordered on its stream
 // like a kernel; the stream remembers the communicator of its last collective, and stream_synchronize
 // and event_synchronize wait through wait_for_collectives instead of blocking in CUDA.
+// comm_create only starts joining: the first collective waits for the join within the timeout the host
+// set after creating it (the run's deadline), so a peer that never joins fails the run then, not after
+// this plugin's default of 10 minutes.
 #include <nccl.h>
 
 #include <chrono>
@@ -26,6 +29,7 @@ struct kestrel_comm {
   kestrel_status failed = KESTREL_STATUS_OK;
   std::string failure;
   uint64_t issued = 0;
+  bool joined = false;  // ncclCommInitRankConfig has settled (see join)
 };
 
 namespace kestrel_cuda {
@@ -85,6 +89,15 @@ void settle(kestrel_comm& comm, ncclResult_t result, const std::string& what) {
   }
 }
 
+// Waits, once, for the communicator's creation to settle: every rank has joined, within the timeout.
+void join(kestrel_comm& comm) {
+  if (comm.joined) return;
+  ncclResult_t result = ncclSuccess;
+  ncclCommGetAsyncError(comm.nccl, &result);
+  settle(comm, result, "joining the communicator of " + std::to_string(comm.size) + " ranks");
+  comm.joined = true;
+}
+
 // Enqueues one NCCL call on the stream, refusing a failed communicator, and marks the stream.
 template <class Call>
 void issue(kestrel_comm* comm, kestrel_stream* stream, const std::string& what, Call call) {
@@ -93,6 +106,7 @@ void issue(kestrel_comm* comm, kestrel_stream* stream, const std::string& what, 
     if (comm->failed != KESTREL_STATUS_OK) fail(comm->failure, comm->failed);
   }
   set_device(comm->device);
+  join(*comm);
   settle(*comm, call(), what);
   stream->comm = comm;
   stream->comm_issued = Clock::now();
@@ -162,7 +176,7 @@ kestrel_status comm_create(kestrel_context* context, const char* id, int32_t ran
       fail("ncclCommInitRankConfig as rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
                " failed: " + nccl_text(started) + (started == ncclInvalidUsage ? " (two ranks on one GPU? one device per rank)" : ""),
            KESTREL_STATUS_UNAVAILABLE);
-    settle(*comm, started, "joining the communicator");
+    comm->joined = started == ncclSuccess;  // else the first collective waits for the join (join)
     *out = comm.release();
   });
 }
@@ -170,6 +184,14 @@ kestrel_status comm_create(kestrel_context* context, const char* id, int32_t ran
 void comm_destroy(kestrel_comm* comm) {
   if (!comm) return;
   set_device(comm->device);
+  if (comm->failed == KESTREL_STATUS_OK && !comm->joined) {
+    ncclResult_t state = ncclSuccess;  // a join still under way is aborted, not waited for
+    ncclCommGetAsyncError(comm->nccl, &state);
+    if (state == ncclInProgress) {
+      ncclCommAbort(comm->nccl);
+      comm->failed = KESTREL_STATUS_PEER_FAILED;
+    }
+  }
   if (comm->failed == KESTREL_STATUS_OK) {
     // Flush what was issued, within the timeout; a communicator that cannot is aborted instead.
     ncclResult_t result = ncclCommFinalize(comm->nccl);

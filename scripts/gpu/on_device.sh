@@ -38,6 +38,8 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                      -R '^(conformance|test_(accumulation|activation_checkpointing|anomaly|capture|cli_devices|cli_models|data_parallel|memory_plan|mixed_precision|training|training_faults|training_text|vulkan_plugin|gradcheck|plugin_abi|plugin_faults|recurrent|transformer))$' ;;
       # NCCL at world size 1 (the collective conformance family on the GPU); not yet run on a GPU.
       collectives) build/bin/conformance_test --gtest_filter='*cuda*collective*' ;;
+      # Issue 17's abort path on one GPU: rank 0 of two alone; its first collective fails at the 2 s timeout.
+      deadline) build/bin/test_collective_deadline ;;
       memcheck) compute-sanitizer --tool memcheck --print-limit 20 build/bin/kestrel conformance --backend cuda ;;
       accuracy) python3 bench/accuracy.py --backend cuda --only mlp --seeds 42 43 7 --pytorch python3 --suffix -cuda &&
                 python3 bench/accuracy.py --backend cuda --only convnet --seeds 42 --pytorch python3 --suffix -cuda ;;
