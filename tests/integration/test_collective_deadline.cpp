@@ -4,7 +4,6 @@
 // down at once after that. For plugins whose collectives join through an id of their own (the CUDA
 // plugin's NCCL); those whose transport is MPI (id "mpi") check the launcher's world instead, and their
 // faults are tested under mpirun (test_data_parallel, mpi_transport_faults).
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,6 +13,7 @@
 #include "kestrel/engine.h"
 #include "kestrel/plugin.h"
 #include "kestrel/plugin_struct_size.hpp"
+#include "../plugin_tables.h"
 
 namespace {
 
@@ -21,21 +21,10 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Every loaded plugin's raw table with collectives (dlopen returns the engine's copy).
-std::vector<const kestrel_plugin_api*> tables_with_collectives() {
-  std::vector<const kestrel_plugin_api*> tables;
-  for (const kestrel::PluginInfo& plugin : kestrel::Engine::global().plugins()) {
-    if (!plugin.loaded || plugin.devices.empty()) continue;
-    void* library = dlopen(plugin.path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    auto entry = library ? reinterpret_cast<kestrel_plugin_entry_fn>(dlsym(library, KESTREL_PLUGIN_ENTRY_SYMBOL)) : nullptr;
-    if (entry && entry()->comm_create) tables.push_back(entry());
-  }
-  return tables;
-}
-
 TEST(CollectiveDeadline, APeerThatNeverJoinsFailsTheFirstCollectiveAtTheTimeout) {
   int tested = 0;
-  for (const kestrel_plugin_api* api : tables_with_collectives()) {
+  for (const kestrel_plugin_api* api : kestrel_test::loaded_plugin_tables()) {
+    if (!api->comm_create) continue;
     char id[128] = {};
     ASSERT_EQ(api->comm_unique_id(id, sizeof id), KESTREL_STATUS_OK) << api->name << ": " << api->last_error();
     if (std::string(id) == "mpi") continue;

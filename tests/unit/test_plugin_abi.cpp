@@ -2,7 +2,6 @@
 // of the last field (so a field appended into what used to be tail padding is visible), a parameter
 // block shorter than the reader's version is refused, and an op kind a plugin does not know is
 // unsupported rather than a crash.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -12,6 +11,7 @@
 #include "kestrel/engine.h"
 #include "kestrel/plugin.h"
 #include "kestrel/plugin_struct_size.hpp"
+#include "../plugin_tables.h"
 
 namespace {
 
@@ -44,18 +44,6 @@ TEST(PluginAbi, AFieldAppendedIntoTailPaddingIsDetectable) {
   EXPECT_TRUE(kestrel::abi_complete(&from_this_host));
 }
 
-// Every loaded plugin's raw table (the engine has loaded them; dlopen returns the same copy).
-std::vector<const kestrel_plugin_api*> loaded_tables() {
-  std::vector<const kestrel_plugin_api*> tables;
-  for (const kestrel::PluginInfo& plugin : kestrel::Engine::global().plugins()) {
-    if (!plugin.loaded || plugin.devices.empty()) continue;
-    void* library = dlopen(plugin.path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    auto entry = library ? reinterpret_cast<kestrel_plugin_entry_fn>(dlsym(library, KESTREL_PLUGIN_ENTRY_SYMBOL)) : nullptr;
-    if (entry) tables.push_back(entry());
-  }
-  return tables;
-}
-
 kestrel_tensor vector_f32(int64_t n) {
   kestrel_tensor t = kestrel::abi_init<kestrel_tensor>();
   t.dtype = KESTREL_DTYPE_F32;
@@ -76,7 +64,7 @@ kestrel_op sgd_op(const kestrel_sgd_params* params) {
 }
 
 TEST(PluginAbi, EveryPluginRefusesAParameterBlockShorterThanItsVersion) {
-  const auto tables = loaded_tables();
+  const auto tables = kestrel_test::loaded_plugin_tables();
   ASSERT_FALSE(tables.empty());
   for (const kestrel_plugin_api* api : tables) {
     kestrel_sgd_params params = kestrel::abi_init<kestrel_sgd_params>();
@@ -91,7 +79,7 @@ TEST(PluginAbi, EveryPluginRefusesAParameterBlockShorterThanItsVersion) {
 }
 
 TEST(PluginAbi, AnOpKindAPluginDoesNotKnowIsUnsupported) {
-  for (const kestrel_plugin_api* api : loaded_tables()) {
+  for (const kestrel_plugin_api* api : kestrel_test::loaded_plugin_tables()) {
     kestrel_fill_params params = kestrel::abi_init<kestrel_fill_params>();
     kestrel_op op = kestrel::abi_init<kestrel_op>();
     op.kind = static_cast<kestrel_op_kind>(63);  // a fused family of some later minor version
