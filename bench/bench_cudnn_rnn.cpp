@@ -89,6 +89,16 @@ struct CudnnRnn {
   DeviceBuffer x, dx, y, dy, weights, weight_grads, workspace, reserve, lengths, dropout_states;
 
   CudnnRnn(cudnnRNNMode_t mode, cudnnRNNAlgo_t algo) {
+    try {
+      create(mode, algo);
+    } catch (...) {
+      release();  // a failed constructor runs no destructor
+      throw;
+    }
+  }
+  ~CudnnRnn() { release(); }
+
+  void create(cudnnRNNMode_t mode, cudnnRNNAlgo_t algo) {
     CHECKED(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     CHECKED(cudnnCreate(&handle));
     CHECKED(cudnnSetStream(handle, stream));
@@ -102,7 +112,7 @@ struct CudnnRnn {
     const cudnnMathType_t math = tf32_requested() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     CHECKED(cudnnSetRNNDescriptor_v8(rnn, algo, mode, CUDNN_RNN_DOUBLE_BIAS, CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT,
                                      CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, math, kInput, kHidden, kHidden, kLayers,
-                                     dropout, CUDNN_RNN_PADDED_IO_DISABLED));
+                                     dropout, CUDNN_RNN_PADDED_IO_ENABLED));  // the unpacked layouts need it
     if (algo == CUDNN_RNN_ALGO_PERSIST_DYNAMIC) CHECKED(cudnnBuildRNNDynamic(handle, rnn, kBatch));
 
     // Batch-first sequences of full length, as Kestrel's (N, T, features) tensors.
@@ -133,15 +143,16 @@ struct CudnnRnn {
     y.allocate(sizeof(float) * kBatch * kSteps * kHidden);
     dy.allocate(y.bytes);
     dy.fill_small(1e-3f);
+    CHECKED(cudaDeviceSynchronize());  // the fills (legacy stream) before the first step (the non-blocking one)
   }
-  ~CudnnRnn() {
-    cudnnDestroyTensorDescriptor(state_desc);
-    cudnnDestroyRNNDataDescriptor(y_desc);
-    cudnnDestroyRNNDataDescriptor(x_desc);
-    cudnnDestroyRNNDescriptor(rnn);
-    cudnnDestroyDropoutDescriptor(dropout);
-    cudnnDestroy(handle);
-    cudaStreamDestroy(stream);
+  void release() {
+    if (state_desc) cudnnDestroyTensorDescriptor(state_desc);
+    if (y_desc) cudnnDestroyRNNDataDescriptor(y_desc);
+    if (x_desc) cudnnDestroyRNNDataDescriptor(x_desc);
+    if (rnn) cudnnDestroyRNNDescriptor(rnn);
+    if (dropout) cudnnDestroyDropoutDescriptor(dropout);
+    if (handle) cudnnDestroy(handle);
+    if (stream) cudaStreamDestroy(stream);
   }
 
   // Forward in training mode from zero states (as Kestrel's layers start), the input's gradient, and
@@ -161,37 +172,48 @@ struct CudnnRnn {
   }
 };
 
+// A captured step's graph and its executable, released on every path.
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+};
+
 // `graph`: the step captured once and replayed, as Kestrel's captured step is; else launched each time.
 void cudnn_rnn(benchmark::State& state, cudnnRNNMode_t mode, cudnnRNNAlgo_t algo, bool graph) {
   try {
     CudnnRnn rnn(mode, algo);
     rnn.step();  // warm-up: cuDNN picks and loads its kernels
-    cudaGraphExec_t replay = nullptr;
+    Graph captured;
     if (graph) {
-      cudaGraph_t captured = nullptr;
       CHECKED(cudaStreamBeginCapture(rnn.stream, cudaStreamCaptureModeThreadLocal));
       try {
         rnn.step();
       } catch (const Failure&) {
-        cudaStreamEndCapture(rnn.stream, &captured);
-        if (captured) cudaGraphDestroy(captured);
+        cudaStreamEndCapture(rnn.stream, &captured.graph);  // ends the capture, whatever it holds
+        cudaGetLastError();  // the runtime's error slot, which the plugin's launches check, is left clear
         throw;
       }
-      CHECKED(cudaStreamEndCapture(rnn.stream, &captured));
-      CHECKED(cudaGraphInstantiate(&replay, captured, 0));
-      cudaGraphDestroy(captured);
+      CHECKED(cudaStreamEndCapture(rnn.stream, &captured.graph));
+      CHECKED(cudaGraphInstantiate(&captured.exec, captured.graph, 0));
     }
     CHECKED(cudaStreamSynchronize(rnn.stream));
     for (auto _ : state) {
-      if (replay)
-        CHECKED(cudaGraphLaunch(replay, rnn.stream));
+      if (captured.exec)
+        CHECKED(cudaGraphLaunch(captured.exec, rnn.stream));
       else
         rnn.step();
       CHECKED(cudaStreamSynchronize(rnn.stream));
     }
-    if (replay) cudaGraphExecDestroy(replay);
     state.counters["samples/s"] = benchmark::Counter(double(kBatch), benchmark::Counter::kIsIterationInvariantRate);
   } catch (const Failure& failure) {
+    cudaGetLastError();
     state.SkipWithError(failure.what.c_str());
   }
 }

@@ -69,18 +69,28 @@ void fail_comm(kestrel_comm& comm, kestrel_status status, const std::string& mes
   ncclCommAbort(comm.nccl);
 }
 
+// The communicator's asynchronous state, with its mutex held: every NCCL call on a communicator goes
+// through the mutex (NCCL's calls on one communicator must not overlap, and none may run while another
+// thread aborts it), and none is made once the communicator failed (an aborted handle is freed).
+ncclResult_t async_state(kestrel_comm& comm) {
+  if (comm.failed != KESTREL_STATUS_OK) fail(comm.failure, comm.failed);
+  ncclResult_t result = ncclSuccess;
+  ncclCommGetAsyncError(comm.nccl, &result);
+  return result;
+}
+
 // Waits for a non-blocking NCCL call (ncclInProgress) to settle, within the timeout.
 void settle(kestrel_comm& comm, ncclResult_t result, const std::string& what) {
   const auto until = Clock::now() + std::chrono::duration<double>(comm.timeout);
   while (result == ncclInProgress) {
-    if (Clock::now() > until) {
-      std::lock_guard<std::mutex> lock(comm.mutex);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    std::lock_guard<std::mutex> lock(comm.mutex);
+    result = async_state(comm);
+    if (result == ncclInProgress && Clock::now() > until) {
       fail_comm(comm, KESTREL_STATUS_PEER_FAILED,
                 what + " on rank " + std::to_string(comm.rank) + " did not settle within the timeout: a peer is missing");
       fail(comm.failure, comm.failed);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-    ncclCommGetAsyncError(comm.nccl, &result);
   }
   if (result != ncclSuccess) {
     std::lock_guard<std::mutex> lock(comm.mutex);
@@ -93,7 +103,10 @@ void settle(kestrel_comm& comm, ncclResult_t result, const std::string& what) {
 void join(kestrel_comm& comm) {
   if (comm.joined) return;
   ncclResult_t result = ncclSuccess;
-  ncclCommGetAsyncError(comm.nccl, &result);
+  {
+    std::lock_guard<std::mutex> lock(comm.mutex);
+    result = async_state(comm);
+  }
   settle(comm, result, "joining the communicator of " + std::to_string(comm.size) + " ranks");
   comm.joined = true;
 }
@@ -101,13 +114,15 @@ void join(kestrel_comm& comm) {
 // Enqueues one NCCL call on the stream, refusing a failed communicator, and marks the stream.
 template <class Call>
 void issue(kestrel_comm* comm, kestrel_stream* stream, const std::string& what, Call call) {
+  set_device(comm->device);
+  join(*comm);
+  ncclResult_t started = ncclSuccess;
   {
     std::lock_guard<std::mutex> lock(comm->mutex);
     if (comm->failed != KESTREL_STATUS_OK) fail(comm->failure, comm->failed);
+    started = call();
   }
-  set_device(comm->device);
-  join(*comm);
-  settle(*comm, call(), what);
+  settle(*comm, started, what);
   stream->comm = comm;
   stream->comm_issued = Clock::now();
   stream->comm_what = what + " (collective #" + std::to_string(++comm->issued) + ")";
@@ -128,10 +143,8 @@ void wait_for_collectives(kestrel_stream* stream) {
     const cudaError_t state = cudaStreamQuery(stream->cuda);
     if (state == cudaSuccess) break;
     if (state != cudaErrorNotReady) check_cuda(state, "cudaStreamQuery (waiting for a collective)");
-    ncclResult_t result = ncclSuccess;
-    ncclCommGetAsyncError(comm->nccl, &result);
     std::lock_guard<std::mutex> lock(comm->mutex);
-    if (comm->failed != KESTREL_STATUS_OK) fail(comm->failure, comm->failed);
+    const ncclResult_t result = async_state(*comm);
     if (result != ncclSuccess && result != ncclInProgress)
       fail_comm(*comm, KESTREL_STATUS_PEER_FAILED, stream->comm_what + " on rank " + std::to_string(comm->rank) +
                                                       " failed in NCCL: " + nccl_text(result));
@@ -184,26 +197,26 @@ kestrel_status comm_create(kestrel_context* context, const char* id, int32_t ran
 void comm_destroy(kestrel_comm* comm) {
   if (!comm) return;
   set_device(comm->device);
-  if (comm->failed == KESTREL_STATUS_OK && !comm->joined) {
-    ncclResult_t state = ncclSuccess;  // a join still under way is aborted, not waited for
-    ncclCommGetAsyncError(comm->nccl, &state);
-    if (state == ncclInProgress) {
-      ncclCommAbort(comm->nccl);
-      comm->failed = KESTREL_STATUS_PEER_FAILED;
+  {
+    std::lock_guard<std::mutex> lock(comm->mutex);  // no comm_query overlaps the last NCCL calls
+    if (comm->failed == KESTREL_STATUS_OK && !comm->joined) {
+      ncclResult_t state = ncclSuccess;  // a join under way (or failed) is aborted, not waited for
+      ncclCommGetAsyncError(comm->nccl, &state);
+      if (state != ncclSuccess) fail_comm(*comm, KESTREL_STATUS_PEER_FAILED, "destroyed before every rank joined");
     }
-  }
-  if (comm->failed == KESTREL_STATUS_OK) {
-    // Flush what was issued, within the timeout; a communicator that cannot is aborted instead.
-    ncclResult_t result = ncclCommFinalize(comm->nccl);
-    const auto until = Clock::now() + std::chrono::duration<double>(comm->timeout);
-    while (result == ncclInProgress && Clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-      ncclCommGetAsyncError(comm->nccl, &result);
+    if (comm->failed == KESTREL_STATUS_OK) {
+      // Flush what was issued, within the timeout; a communicator that cannot is aborted instead.
+      ncclResult_t result = ncclCommFinalize(comm->nccl);
+      const auto until = Clock::now() + std::chrono::duration<double>(comm->timeout);
+      while (result == ncclInProgress && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        ncclCommGetAsyncError(comm->nccl, &result);
+      }
+      if (result == ncclSuccess)
+        ncclCommDestroy(comm->nccl);
+      else
+        ncclCommAbort(comm->nccl);
     }
-    if (result == ncclSuccess)
-      ncclCommDestroy(comm->nccl);
-    else
-      ncclCommAbort(comm->nccl);
   }
   delete comm;
 }
