@@ -78,12 +78,14 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                                --torch-timeout "${TORCH_TIMEOUT:-150}" ;;
       # Where a step's time goes: each kernel of a few captured steps timed by Nsight Compute, summed by name
       # (bench/kernel_profile.py). PROFILE picks the bench_mfu benchmark.
-      profile) ncu --metrics gpu__time_duration.sum --csv --launch-skip "${SKIP:-300}" --launch-count "${COUNT:-400}" \
-                   build/bin/bench_mfu --benchmark_filter="${PROFILE:-mlp_8192/cuda:0/bf16}" --benchmark_min_time=1x \
+      profile) ncu --metrics gpu__time_duration.sum --csv --clock-control none --cache-control none --launch-skip "${SKIP:-300}" --launch-count "${COUNT:-400}" \
+                   build/bin/bench_mfu --benchmark_filter="${PROFILE:-mlp_8192/cuda:0/bf16}" --benchmark_min_time="${STEPS:-1}x" \
                    > /tmp/ncu.csv && python3 bench/kernel_profile.py /tmp/ncu.csv ;;
       # Issue 15: the same for GPT-2 small's captured bf16 step (11% MFU against 40%): about one step's
       # kernels after the warm-up and capture.
-      profile_gpt2) PROFILE='gpt2_small/cuda:0/bf16/b8/captured' SKIP="${SKIP:-3000}" COUNT="${COUNT:-1500}" \
+      # GPT-2's step is some 600-1000 kernels (never counted): after the model's set-up, the eager warm-up step
+      # and part of the first replay are skipped, and about two replayed steps of the five are timed.
+      profile_gpt2) PROFILE='gpt2_small/cuda:0/bf16/b8/captured' SKIP="${SKIP:-1300}" COUNT="${COUNT:-1300}" STEPS=2 \
                       bash scripts/gpu/on_device.sh profile ;;
       # Issue 14: the crash at exit with the CUDA and the Vulkan plugin both loaded on NVIDIA's driver, under
       # cuda-gdb (the image has no gdb) for its stack.
