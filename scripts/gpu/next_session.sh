@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The open issues' pending GPU checks in priority order, each under its own time limit, in one device
 # call of at most 600 s (a lent machine gives a session 15 minutes, its start included):
-#   bash scripts/gpu/next_session.sh            # carry gpu-bundle and .gl (see on_device.sh)
+#   bash scripts/gpu/next_session.sh            # carry gpu-bundle and .gl (scripts/gpu/gl_packages.sh)
 # The log goes to $OUT/log.txt, so what ran comes back even when the call runs out of time.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

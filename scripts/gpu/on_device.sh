@@ -15,8 +15,14 @@ python=$(grep -ho '/[^ "]*python3' build/CTestTestfile.cmake build/*/CTestTestfi
 [ -n "$python" ] && [ ! -e "$python" ] && mkdir -p "$(dirname "$python")" && ln -s "$(command -v python3)" "$python"
 export PYTHONUNBUFFERED=1
 # NVIDIA's Vulkan driver needs the GL vendor-neutral libraries, which the image lacks: Debian's .debs carried
-# in .gl/ (apt-get download libvulkan1 libglvnd0 libgl1 libglx0 libegl1 ...).
-gl_libraries() { for deb in .gl/*.deb; do [ -e "$deb" ] && dpkg -x "$deb" /; done; ldconfig; }
+# in .gl/ (scripts/gpu/gl_packages.sh). Where the loader finds no driver by itself, NVIDIA's ICD file is named.
+gl_libraries() {
+  for deb in .gl/*.deb; do [ -e "$deb" ] && dpkg -x "$deb" /; done; ldconfig
+  local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  if [ -e "$icd" ] && ! ls /usr/share/vulkan/icd.d/nvidia* /etc/vulkan/icd.d/nvidia* >/dev/null 2>&1; then
+    export VK_DRIVER_FILES=$icd __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  fi
+}
 cd /work/main
 for step in "${@:-ctest conformance accuracy speedup}"; do
   for s in $step; do
