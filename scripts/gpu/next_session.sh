@@ -15,9 +15,9 @@ step() {
 }
 step 130 conformance   # ABI 1.11's MAX_ABS reductions, the weight gradient by cuBLAS as the default
 step 60 lossscale      # issue 16: the one-read overflow check and the scaler's share of the MLP's f16 step
-step 90 lt             # issue 18: products through cuBLASLt (opt-in): conformance, then the MLPs both ways
+step 100 lt            # issue 18: products through cuBLASLt (opt-in): conformance, then the MLPs and GPT-2 both ways
 step 40 rnn            # issue 15: cuDNN's RNN API against Kestrel's fused-cell layers, side by side
 step 15 deadline       # issue 17: a peer that never joins fails the first collective at the timeout
 step 55 profile        # issue 16: where the MLP's bf16 step goes now that products keep 16-bit results
 step 55 profile_gpt2   # issue 15: where GPT-2 small's bf16 step goes (11% MFU)
-step 95 vulkan_quick   # issue 18: Vulkan on NVIDIA against CUDA, the pool backward's gather (carry .gl/)
+step 85 vulkan_quick   # issue 18: Vulkan on NVIDIA against CUDA, the pool backward's gather (carry .gl/)

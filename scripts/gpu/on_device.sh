@@ -68,7 +68,7 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       lt) for family in gemm fused; do KESTREL_CUDA_LT=1 build/bin/kestrel conformance --backend cuda --family $family | tail -3; done
           for lt in 0 1; do
             echo "KESTREL_CUDA_LT=$lt"
-            KESTREL_CUDA_LT=$lt build/bin/bench_mfu --benchmark_filter='mlp_8192/cuda:0/bf16/b8192/captured'
+            KESTREL_CUDA_LT=$lt build/bin/bench_mfu --benchmark_filter='(mlp_8192/cuda:0/bf16/b8192|gpt2_small/cuda:0/bf16/b8)/captured'
             KESTREL_CUDA_LT=$lt build/bin/bench_train --benchmark_filter='^train_step/(fashion|seeds)_mlp/cuda' \
               --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
           done ;;
