@@ -5,9 +5,11 @@ bench/results/<date>-<host>-precision-<backend>-<models>-<precisions>.md: every 
 the lower precision's mean within 0.3 point of f32's) or test loss (language models; within 0.02 nats).
 
     python3 bench/precision.py [--build build] [--backend cpu] [--precisions bf16] [--seeds 42 43 7]
-                               [--only mlp convnet gpt] [--mlp-epochs 10] [--convnet-epochs 2] [--gpt-steps 300]
+                               [--only mlp convnet gpt] [--mlp-epochs 10] [--convnet-epochs 2] [--convnet-steps 0]
+                               [--gpt-steps 300]
 
-A software device such as lavapipe trains the MLP at a few hundred samples/s: `--mlp-epochs 1` there.
+A software device such as lavapipe trains the MLP at a few hundred samples/s and the ConvNet and gpt_char
+at about a step a second and a step in ten: `--mlp-epochs 1 --convnet-steps 300 --gpt-steps 100` there.
 """
 import argparse
 import datetime
@@ -24,7 +26,8 @@ def runs(args):
     """name -> (run config, extra flags, what is judged)."""
     return {
         "mlp": ("models/fashion_mlp.train.json", ["--epochs", str(args.mlp_epochs)] if args.mlp_epochs else [], "accuracy"),
-        "convnet": ("models/fashion_convnet.train.json", ["--epochs", str(args.convnet_epochs)], "accuracy"),
+        "convnet": ("models/fashion_convnet.train.json", ["--epochs", str(args.convnet_epochs)] +
+                    (["--max-steps", str(args.convnet_steps)] if args.convnet_steps else []), "accuracy"),
         "gpt": ("models/gpt_char.train.json", ["--max-steps", str(args.gpt_steps)], "loss"),
     }
 
@@ -49,6 +52,7 @@ def main():
     parser.add_argument("--only", nargs="+", default=["mlp", "convnet", "gpt"])
     parser.add_argument("--mlp-epochs", type=int, default=0, help="0: the run config's 10")
     parser.add_argument("--convnet-epochs", type=int, default=2)
+    parser.add_argument("--convnet-steps", type=int, default=0, help="stop after this many steps (0: every epoch's)")
     parser.add_argument("--gpt-steps", type=int, default=300)
     args = parser.parse_args()
     lines = []
@@ -89,7 +93,7 @@ def main():
         "",
         f"Date: {date}. Host: {platform.machine()}, backend {args.backend}. Produced by `python3 bench/precision.py "
         f"--backend {args.backend} --precisions {' '.join(args.precisions)} --seeds {' '.join(map(str, args.seeds))} "
-        f"--only {' '.join(args.only)} --mlp-epochs {args.mlp_epochs} --convnet-epochs {args.convnet_epochs} --gpt-steps {args.gpt_steps}`.",
+        f"--only {' '.join(args.only)} --mlp-epochs {args.mlp_epochs} --convnet-epochs {args.convnet_epochs} --convnet-steps {args.convnet_steps} --gpt-steps {args.gpt_steps}`.",
         "Each lower precision follows torch.autocast's rule: the products (linear layers, convolutions, "
         "matmuls, attention, recurrent cells' GEMMs) run in that dtype with f32 accumulation and their results "
         "stay in it; softmax, norms, losses, reductions, pooling and the recurrent cells' gate math widen to "
