@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "autocast.h"
 #include "kestrel/functional.h"
@@ -13,14 +14,17 @@ namespace {
 
 struct PerRow {
   Tensor losses;   // (n): -log softmax(x)[label]
-  Tensor dlogits;  // (n, C): softmax(x) - onehot(label)
+  Tensor dlogits;  // (n, C): softmax(x) - onehot(label), only when asked for
 };
 
-PerRow softmax_cross_entropy(const Tensor& in, const Tensor& labels) {  // in: (n, C) contiguous, labels: (n)
+// `gradient`: also the rows' gradients (training); without, the fused op writes none (evaluation).
+PerRow softmax_cross_entropy(const Tensor& in, const Tensor& labels, bool gradient) {  // in: (n, C) contiguous, labels: (n)
   const int64_t n = in.size(0);
-  PerRow r{Tensor::empty({n}, in.dtype(), in.device()), Tensor::empty(in.shape(), in.dtype(), in.device())};
-  if (ops::launch_if_supported(in.device(),
-                               ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr, {in, labels}, {r.losses, r.dlogits})))
+  PerRow r{Tensor::empty({n}, in.dtype(), in.device()), Tensor()};
+  if (gradient) r.dlogits = Tensor::empty(in.shape(), in.dtype(), in.device());
+  std::vector<Tensor> outputs{r.losses};
+  if (gradient) outputs.push_back(r.dlogits);
+  if (ops::launch_if_supported(in.device(), ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr, {in, labels}, outputs)))
     return r;
   // loss_i = logsumexp(x_i) - x_i[label_i]; gradient softmax(x_i) - onehot(label_i)
   Tensor shifted = math::sub(in, ops::reduce(KESTREL_REDUCE_MAX, in, {1}, true));
@@ -29,6 +33,7 @@ PerRow softmax_cross_entropy(const Tensor& in, const Tensor& labels) {  // in: (
   Tensor log_probs = math::sub(shifted, math::unary(KESTREL_UNARY_LOG, total));
   Tensor index = labels.dtype() == DType::i64 ? labels.view({n, 1}) : labels.to(DType::i64).view({n, 1});
   r.losses = math::scale(ops::gather(log_probs, 1, index), -1.0).view({n});
+  if (!gradient) return r;
   r.dlogits = math::div(exp, total);
   ops::scatter_add_(r.dlogits, 1, index, Tensor::full({n, 1}, -1.0, in.dtype(), in.device()));
   return r;
@@ -49,24 +54,30 @@ Var cross_entropy(const Var& logits_in, const Tensor& labels, std::optional<int6
   const int64_t rows = x.numel() / x.shape().back();
   Tensor in = x.contiguous().view({rows, x.shape().back()});
   Tensor flat_labels = labels.contiguous().view({rows});
-  Tensor loss, dlogits;  // scalar; (rows, C): d loss / d logits
+  // The rows' gradients are scaled once, in backward, by each row's share of the loss times dy: one pass
+  // over the (rows, C) gradients, where scaling them in forward and multiplying by dy took two.
+  const bool gradient = grad_enabled() && logits.requires_grad();
+  Tensor loss, dlogits, share;  // scalar; (rows, C) softmax - onehot; each row's weight in the mean, scalar or (rows, 1)
   if (!ignore_index) {
-    PerRow r = softmax_cross_entropy(in, flat_labels);
+    PerRow r = softmax_cross_entropy(in, flat_labels, gradient);
     loss = math::mean(r.losses, {}, false);
-    dlogits = math::scale(r.dlogits, 1.0 / static_cast<double>(rows));
+    dlogits = r.dlogits;
+    share = Tensor::full({}, 1.0 / static_cast<double>(rows), x.dtype(), x.device());
   } else {
     // torch's ignore_index: those positions add nothing, and the mean is over the others. Their labels
     // become 0 so that the kernels index inside the classes.
     Tensor ignored = Tensor::full({}, double(*ignore_index), flat_labels.dtype(), flat_labels.device());
     Tensor keep = ops::binary(KESTREL_BINARY_NE, flat_labels, ignored);  // (rows) 1 or 0
-    PerRow r = softmax_cross_entropy(in, math::mul(flat_labels, keep));
+    PerRow r = softmax_cross_entropy(in, math::mul(flat_labels, keep), gradient);
     Tensor weight = keep.to(x.dtype());                                    // (rows)
     Tensor count = math::sum(weight, {}, false);                           // scalar, on the device
     loss = math::div(math::sum(math::mul(r.losses, weight), {}, false), count);
-    dlogits = math::div(math::mul(r.dlogits, weight.view({rows, 1})), count);
+    dlogits = r.dlogits;
+    share = math::div(weight, count).view({rows, 1});
   }
-  return make_var(loss, {logits}, "cross_entropy", [logits = logits.node(), dlogits](const Tensor& dy) {
-    accumulate_grad(*logits, math::mul(dlogits, dy).view(logits->value.shape()));
+  if (!gradient) return Var(loss);
+  return make_var(loss, {logits}, "cross_entropy", [logits = logits.node(), dlogits, share](const Tensor& dy) {
+    accumulate_grad(*logits, math::mul(dlogits, math::mul(share, dy)).view(logits->value.shape()));
   });
 }
 
