@@ -173,6 +173,20 @@ void adam_update(benchmark::State& state, kestrel::Device device, int64_t n) {
                                               benchmark::Counter::kIs1024);
 }
 
+// The ConvNet's max-pooling backward: 2 x 2 windows of stride 2 over (batch, 32, 28, 28) images, the
+// gradient of every element of x from the pooled outputs' gradients and their argmax.
+void pool_backward(benchmark::State& state, kestrel::Device device, int64_t batch) {
+  const kestrel::ops::Window window{2, 2, 2, 2, 0, 0, 1, 1};
+  const Tensor x = random_tensor({batch, 32, 28, 28}, DType::f32, device, 8);  // (N, C, H, W)
+  const kestrel::ops::PoolResult pooled = kestrel::ops::pool2d(x, window, KESTREL_POOL_MAX);
+  const Tensor dy = random_tensor(pooled.out.shape(), DType::f32, device, 9);  // (N, C, 14, 14)
+  kestrel::Engine::global().synchronize(device);
+  for (auto _ : state) {
+    Tensor dx = kestrel::ops::pool2d_backward(dy, pooled.indices, window, KESTREL_POOL_MAX, x.shape());
+    kestrel::Engine::global().synchronize(device);
+  }
+}
+
 void register_device_benchmarks(const kestrel::Device& device) {
   std::string d = device.str();
   for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
@@ -219,6 +233,11 @@ void register_device_benchmarks(const kestrel::Device& device) {
   benchmark::RegisterBenchmark(fmt::format("adam_update/{}/f32/3150346", d).c_str(), adam_update, device, 3150346)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
+  for (int64_t batch : {64, 512})
+    benchmark::RegisterBenchmark(fmt::format("pool2d_backward/{}/f32/{}x32x28x28", d, batch).c_str(), pool_backward,
+                                 device, batch)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
 }
 
 }  // namespace

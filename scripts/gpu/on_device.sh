@@ -148,6 +148,7 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
               build/bin/bench_train --benchmark_filter='^train_step/(fashion_mlp|seeds_mlp|fashion_convnet)/(cuda|vulkan):0' \
                                     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
               build/bin/bench_mfu --benchmark_filter='mfu/mlp_8192/(cuda|vulkan):0/(f32|f16)/b8192/captured'
+              build/bin/bench_ops --benchmark_filter='pool2d_backward/(cuda|vulkan)'  # the per-element gather
               # The f32 products' register blocks (narrow is the default on GPUs), on the big MLP and the ConvNet.
               for blocks in wide large; do
                 echo "KESTREL_VULKAN_GEMM_BLOCKS=$blocks"
@@ -169,6 +170,7 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
               # f16 products on cooperative matrices (the default where `kestrel devices` lists them) against
               # the scalar shader and CUDA, on the 8192-wide MLP; the f16 GEMM conformance both ways.
               build/bin/bench_mfu --benchmark_filter='mfu/mlp_8192/(cuda|vulkan):0/(f32|f16)/b8192/captured'
+              build/bin/bench_ops --benchmark_filter='pool2d_backward/(cuda|vulkan)'  # the per-element gather
               KESTREL_VULKAN_DISABLE_COOPMAT=1 build/bin/bench_mfu --benchmark_filter='mfu/mlp_8192/vulkan:0/f16/'
               for family in gemm fused; do
                 KESTREL_VULKAN_DISABLE_COOPMAT=1 build/bin/kestrel conformance --backend vulkan --family $family | tail -1
