@@ -26,6 +26,9 @@ class GradBuffer {
   // Adds a @ b, a: (M, K), b: (K, N), M * N = the leaf's size: a weight gradient as one GEMM, straight
   // into the storage.
   virtual void add_product(const Tensor& a, const Tensor& b) = 0;
+  // Adds src's rows at the rows `index` names (storage.scatter_add_(0, index, src)), index and src: (count, D)
+  // of a (V, D) leaf: an embedding's gradient. By default through a zeroed temporary and add().
+  virtual void add_rows(const Tensor& index, const Tensor& src);
 
  protected:
   Tensor storage_;

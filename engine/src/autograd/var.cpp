@@ -48,6 +48,12 @@ Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<VarNode>()) 
   node_->requires_grad = requires_grad;
 }
 
+void GradBuffer::add_rows(const Tensor& index, const Tensor& src) {
+  Tensor grad = Tensor::zeros(storage_.shape(), src.dtype(), src.device());  // (V, D)
+  ops::scatter_add_(grad, 0, index, src);
+  add(grad);
+}
+
 void Var::set_grad_buffer(std::shared_ptr<GradBuffer> buffer) {
   const Tensor& storage = buffer->storage();
   if (storage.shape() != node_->value.shape() || storage.dtype() != node_->value.dtype())

@@ -23,4 +23,10 @@ void ParameterGrad::add_product(const Tensor& a, const Tensor& b) {
   stale_ = false;
 }
 
+void ParameterGrad::add_rows(const Tensor& index, const Tensor& src) {
+  settle();
+  Tensor grad = storage_;
+  ops::scatter_add_(grad, 0, index, src);
+}
+
 }  // namespace kestrel

@@ -16,6 +16,8 @@ class ParameterGrad final : public GradBuffer {
   void settle();
   void add(const Tensor& grad) override;
   void add_product(const Tensor& a, const Tensor& b) override;
+  // Straight into the storage: a stale gradient is zeroed in place first (no temporary, no copy).
+  void add_rows(const Tensor& index, const Tensor& src) override;
 
  private:
   bool stale_ = false;  // the storage holds an old gradient
