@@ -13,7 +13,6 @@ namespace kestrel_vk {
 namespace {
 
 constexpr int64_t kMaxDepth = 128;   // attention.comp's MAX_DEPTH
-constexpr auto kMaxLoop = static_cast<int64_t>(kMaxLoopIterations);
 
 // Binding slots (attention.comp's layouts).
 enum Slot { kDout = 0, kQ = 1, kK = 2, kV = 3, kStats = 4, kLse = 4, kMask = 5, kBase = 6, kResult = 7 };
@@ -30,9 +29,9 @@ bool supports_attention(const kestrel_op& op, uint32_t dtypes) {
   // One invocation walks one row: its keys (or queries) times a few passes over the depth. Where loops
   // share a budget, a bound on that walk (generous: four passes per element) must fit in it.
   const int64_t depth = q.shape[2], longest = std::max(q.shape[1], k.shape[1]);
-  const bool within_budget = (dtypes & kLoopBudget) == 0 || longest * (4 * depth + 4) + 4 * depth <= kMaxLoop;
+  const bool within_budget = (dtypes & kLoopBudget) == 0 || longest * (4 * depth + 4) + 4 * depth <= kMaxLoopIterations;
   return float_dtype(q.dtype) && in_mask(dtypes, q.dtype) && depth >= 1 && depth <= kMaxDepth && k.shape[1] >= 1 &&
-         q.shape[1] <= kMaxLoop && k.shape[1] <= kMaxLoop && within_budget;
+         q.shape[1] <= kMaxLoopIterations && k.shape[1] <= kMaxLoopIterations && within_budget;
 }
 
 void launch_attention(kestrel_stream* stream, const kestrel_op& op) {

@@ -6,20 +6,15 @@
 
 namespace kestrel_vk {
 
-namespace {
-
-constexpr auto kMaxLoop = static_cast<int64_t>(kMaxLoopIterations);
-
-}  // namespace
-
 // LAYER_NORM: in0 x (R,C) [, in1 weight (C) [, in2 bias (C)]] -> out0 y (R,C), out1 mean (R), out2 rstd (R).
 // LAYER_NORM_BACKWARD: in0 dy, in1 x, in2 mean, in3 rstd [, in4 weight] -> out0 dx [, out1 dweight [, out2 dbias]].
 bool supports_layer_norm(const kestrel_op& op, uint32_t dtypes) {
   if (!kestrel::plugin_shapes::layer_norm_fits(op)) return false;
   const kestrel_tensor& x = op.inputs[op.kind == KESTREL_OP_LAYER_NORM_BACKWARD ? 1 : 0];
-  const bool within_budget = (dtypes & kLoopBudget) == 0 || (5 * x.shape[1] + 5 <= kMaxLoop && x.shape[0] + 1 <= kMaxLoop);
-  return float_dtype(x.dtype) && in_mask(dtypes, x.dtype) && x.shape[1] >= 1 && x.shape[1] <= kMaxLoop &&
-         x.shape[0] <= kMaxLoop && within_budget;
+  const bool within_budget = (dtypes & kLoopBudget) == 0 ||
+                             (5 * x.shape[1] + 5 <= kMaxLoopIterations && x.shape[0] + 1 <= kMaxLoopIterations);
+  return float_dtype(x.dtype) && in_mask(dtypes, x.dtype) && x.shape[1] >= 1 && x.shape[1] <= kMaxLoopIterations &&
+         x.shape[0] <= kMaxLoopIterations && within_budget;
 }
 
 void launch_layer_norm(kestrel_stream* stream, const kestrel_op& op) {

@@ -19,7 +19,7 @@ constexpr int64_t kSplitLength = int64_t{1} << 16;  // 256 elements per invocati
 // walk), and the workgroup's fold adds a few hundred; longer one-pass reductions (integers, argmax) are
 // declined rather than computed wrong.
 bool one_pass_fits(int64_t count, int reduced_axes) {
-  return (count + kLocalSize - 1) / kLocalSize * (1 + reduced_axes) + 512 <= static_cast<int64_t>(kMaxLoopIterations);
+  return (count + kLocalSize - 1) / kLocalSize * (1 + reduced_axes) + 512 <= kMaxLoopIterations;
 }
 
 bool two_passes(kestrel_reduce_fn fn, kestrel_dtype dtype, int64_t count) {

@@ -19,12 +19,12 @@ void set_geometry(Params& params, const kestrel_window_params& p, const Geometry
 // Loop iterations of one element of window.comp's pooling, col2im and pool2d_backward, each of which
 // walks a window, for a software device's loop budget (set_flat_grid); and of one (n, c) plane of
 // pool2d_backward's BY_PLANE variant, which clears the plane, then walks every output's window.
-uint64_t window_iterations(const kestrel_window_params& p) {
-  return kFlatItemIterations + static_cast<uint64_t>(p.kernel_h * (1 + p.kernel_w));
+int64_t window_iterations(const kestrel_window_params& p) {
+  return kFlatItemIterations + p.kernel_h * (1 + p.kernel_w);
 }
-uint64_t plane_iterations(const kestrel_window_params& p, const Geometry& g) {
+int64_t plane_iterations(const kestrel_window_params& p, const Geometry& g) {
   const int64_t window = p.mode == KESTREL_POOL_MAX ? 1 : p.kernel_h * (1 + p.kernel_w);
-  return kFlatItemIterations + static_cast<uint64_t>(g.h * (1 + g.w) + g.oh * (1 + g.ow * (1 + window)));
+  return kFlatItemIterations + g.h * (1 + g.w) + g.oh * (1 + g.ow * (1 + window));
 }
 
 }  // namespace
@@ -50,7 +50,8 @@ void launch_window(kestrel_stream* stream, const kestrel_op& op) {
   const bool max = p.mode == KESTREL_POOL_MAX;
   const kestrel_tensor& out = op.outputs[0];
   Dispatch d;
-  uint64_t invocations = static_cast<uint64_t>(numel(out)), iterations_each = kFlatItemIterations;
+  uint64_t invocations = static_cast<uint64_t>(numel(out));
+  int64_t iterations_each = kFlatItemIterations;
   switch (op.kind) {
     case KESTREL_OP_IM2COL:
       d.shader = std::string("im2col_") + dtype_suffix(out.dtype);
@@ -73,8 +74,8 @@ void launch_window(kestrel_stream* stream, const kestrel_op& op) {
     default: {
       const Geometry g = geometry(p, out);
       set_geometry(d.params, p, g);
-      // A plane per invocation on a software device while a plane fits its loop budget (7x faster on
-      // lavapipe at the ConvNet's shapes); else an invocation per dx element (out).
+      // A plane per invocation on a software device while a plane fits its loop budget (the gather was
+      // about 7x slower on lavapipe at the ConvNet's shapes, measured once); else one per dx element (out).
       const bool by_plane = software_device(stream->context) && plane_iterations(p, g) <= kMaxLoopIterations;
       d.shader = by_plane ? "pool2d_backward_planes_f32" : "pool2d_backward_f32";
       if (by_plane) invocations = static_cast<uint64_t>(g.n * g.c);

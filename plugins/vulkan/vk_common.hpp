@@ -304,18 +304,18 @@ struct Dispatch {
   uint32_t groups[3] = {1, 1, 1};
 };
 // A software device (lavapipe) ends an invocation's loops after this many iterations in all.
-constexpr uint64_t kMaxLoopIterations = 65535;
+constexpr int64_t kMaxLoopIterations = 65535;
 // What one item of a flat-grid shader costs its invocation in loop iterations when the shader does not
 // say: the flat loop's own and element_offset's walk over three strided tensors of rank 8.
-constexpr uint64_t kFlatItemIterations = 1 + 3 * 8;
+constexpr int64_t kFlatItemIterations = 1 + 3 * 8;
 // A flat grid for `invocations` items of kLocalSize-wide workgroups, split into rows so no dimension
 // exceeds the device limit (the shaders' flat_index() undoes the split). The grid is capped, so an
 // invocation walks several items (flat_stride()); on a software device it gets enough workgroups that no
 // invocation walks more than kMaxLoopIterations / `iterations_each` items (an item within the budget).
 void set_flat_grid(kestrel_context* context, Dispatch& dispatch, uint64_t invocations,
-                   uint64_t iterations_each = kFlatItemIterations);
+                   int64_t iterations_each = kFlatItemIterations);
 // One invocation per row, however many: for shaders whose invocations walk a whole row each. A software
-// device (lavapipe) ends an invocation's loops after 65535 iterations in all, so set_flat_grid's capped
+// device (lavapipe) ends an invocation's loops after kMaxLoopIterations in all, so set_flat_grid's capped
 // grid, which gives an invocation several rows there, would stop long ones part-way.
 void set_row_grid(kestrel_context* context, Dispatch& dispatch, uint64_t rows);
 // One workgroup per row or output, `groups` of them: for shaders whose workgroups fold one each (reduce.comp,

@@ -370,7 +370,7 @@ void set_groups(kestrel_context* context, Dispatch& dispatch, uint64_t groups, u
 }
 }  // namespace
 
-void set_flat_grid(kestrel_context* context, Dispatch& dispatch, uint64_t invocations, uint64_t iterations_each) {
+void set_flat_grid(kestrel_context* context, Dispatch& dispatch, uint64_t invocations, int64_t iterations_each) {
   // The shaders loop over elements (flat_stride in common.glsl), so the grid only needs to fill the
   // device. Software devices pay a fixed cost per workgroup: a few per host thread is enough there, until
   // an invocation's items would pass the loop budget (past tens of millions of elements): then as many
@@ -379,7 +379,7 @@ void set_flat_grid(kestrel_context* context, Dispatch& dispatch, uint64_t invoca
   const uint64_t max_groups = software ? std::max(64u, 16u * std::thread::hardware_concurrency()) : 16384u;
   uint64_t groups = std::clamp<uint64_t>((invocations + kLocalSize - 1) / kLocalSize, 1, max_groups);
   if (software) {
-    const uint64_t items_each = std::max<uint64_t>(1, kMaxLoopIterations / std::max<uint64_t>(1, iterations_each));
+    const auto items_each = static_cast<uint64_t>(std::max<int64_t>(1, kMaxLoopIterations / std::max<int64_t>(1, iterations_each)));
     groups = std::max(groups, (invocations + kLocalSize * items_each - 1) / (kLocalSize * items_each));
   }
   set_groups(context, dispatch, groups, invocations);
