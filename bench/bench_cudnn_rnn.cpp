@@ -3,8 +3,8 @@
 // f32) done by cuDNN's RNN API at its best (forward in training mode, backward data, backward weights,
 // in each of cuDNN's algorithms, captured in a CUDA graph) and by Kestrel's layers (embedding -> the
 // recurrent layers, forward and backward of their mean, captured as the trainer captures its step), in
-// one run. cuDNN's side leaves out the embedding, which Kestrel's side does (a gather and a scatter-add
-// of 4096 rows of 64: small beside the layers), and skips the input's gradient of nothing else.
+// one run. Both compute the input's gradient; Kestrel's side also runs the embedding before the layers
+// (a gather and a scatter-add of 4096 rows of 64: small beside them), which cuDNN's leaves out.
 //
 //   build/bin/bench_cudnn_rnn --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 //
@@ -16,7 +16,6 @@
 #include <cudnn.h>
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "kestrel/graph.h"
 #include "kestrel/model.h"
 #include "kestrel/ops.h"
+#include "kestrel/plugin_env.hpp"
 
 namespace {
 
@@ -32,11 +32,6 @@ using kestrel::Tensor;
 
 // lstm_generator's recurrent shape (models/lstm_generator.json).
 constexpr int kBatch = 32, kSteps = 128, kInput = 64, kHidden = 256, kLayers = 2;
-
-bool tf32_requested() {
-  const char* value = std::getenv("KESTREL_CUDA_TF32");
-  return value && std::string(value) == "1";
-}
 
 // ---- cuDNN's RNN API ------------------------------------------------------------------------------
 
@@ -109,7 +104,7 @@ struct CudnnRnn {
     dropout_states.allocate(state_bytes);
     CHECKED(cudnnSetDropoutDescriptor(dropout, handle, 0.0f, dropout_states.data, state_bytes, 0));
     CHECKED(cudnnCreateRNNDescriptor(&rnn));
-    const cudnnMathType_t math = tf32_requested() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    const cudnnMathType_t math = kestrel::plugin_env::flag("KESTREL_CUDA_TF32") ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     CHECKED(cudnnSetRNNDescriptor_v8(rnn, algo, mode, CUDNN_RNN_DOUBLE_BIAS, CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT,
                                      CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, math, kInput, kHidden, kHidden, kLayers,
                                      dropout, CUDNN_RNN_PADDED_IO_ENABLED));  // the unpacked layouts need it
