@@ -260,7 +260,6 @@ void run_conv(const kestrel_op& op) {
 // once. The weight gradient's chunks are added in double, in chunk order, before it is rounded.
 constexpr int64_t kChunkFloats = int64_t(1) << 23;  // 32 MiB of f32 copies
 
-
 template <class E>
 class Widened {
  public:
