@@ -46,7 +46,7 @@ class Tensor {
 
   // Copies between devices go through pinned host memory when the backends differ.
   Tensor to(const Device& device) const;
-  Tensor to(DType dtype) const;  // cast (a copy, even to the same dtype)
+  Tensor to(DType dtype) const;  // cast: a copy in `dtype`, or this tensor itself where it has that dtype
   Tensor contiguous() const;     // itself if already contiguous
   Tensor clone() const;
   void copy_from(const Tensor& source);  // same shape, any device/dtype/strides

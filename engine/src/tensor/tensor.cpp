@@ -113,6 +113,7 @@ Tensor Tensor::to(const Device& target) const {
 }
 
 Tensor Tensor::to(DType dtype) const {
+  if (dtype == dtype_) return *this;  // as torch's .to(): no copy where nothing changes (clone() copies)
   Tensor out = empty(shape_, dtype, device());
   ops::copy_(out, *this);
   return out;
@@ -120,7 +121,11 @@ Tensor Tensor::to(DType dtype) const {
 
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
-Tensor Tensor::clone() const { return to(dtype_); }
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape_, dtype_, device());
+  ops::copy_(out, *this);
+  return out;
+}
 
 void Tensor::copy_from(const Tensor& source) {
   if (source.shape_ != shape_)
