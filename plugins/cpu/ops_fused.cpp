@@ -44,17 +44,35 @@ KESTREL_VECTOR_CLONES void softmax_row(const S* x, S* y, int64_t cols, bool log,
     y[j] = E::store(typename E::compute(log ? double(E::load(x[j])) - top - log_sum : exps[j] / sum));
 }
 
-// One row's loss (and gradient, softmax - onehot, if grad is given), built per vector width.
-template <class E, class S = typename E::storage>
-KESTREL_VECTOR_CLONES void cross_entropy_row(const S* x, int64_t cols, int64_t label, S* loss, S* grad,
-                                             double* exps) {
+// One row's loss, in L (the logits' element type, or F32 beside 16-bit logits), and gradient, softmax -
+// onehot, if grad is given; built per vector width.
+template <class E, class L, class S = typename E::storage>
+KESTREL_VECTOR_CLONES void cross_entropy_row(const S* x, int64_t cols, int64_t label, typename L::storage* loss,
+                                             S* grad, double* exps) {
   using C = typename E::compute;
   const double top = shifted_exps<E>(x, cols, exps);
   double sum = 0;
   for (int64_t j = 0; j < cols; ++j) sum += exps[j];
-  *loss = E::store(C(std::log(sum) + top - double(E::load(x[label]))));
+  *loss = L::store(typename L::compute(std::log(sum) + top - double(E::load(x[label]))));
   if (grad)
     for (int64_t j = 0; j < cols; ++j) grad[j] = E::store(C(exps[j] / sum - (j == label ? 1.0 : 0.0)));
+}
+
+// One row's gradient from its logits, (softmax - onehot) * scale, rounded once; built per vector width.
+template <class E, class S = typename E::storage>
+KESTREL_VECTOR_CLONES void cross_entropy_grad_row(const S* x, int64_t cols, int64_t label, double scale, S* grad,
+                                                  double* exps) {
+  using C = typename E::compute;
+  shifted_exps<E>(x, cols, exps);
+  double sum = 0;
+  for (int64_t j = 0; j < cols; ++j) sum += exps[j];
+  for (int64_t j = 0; j < cols; ++j) grad[j] = E::store(C((exps[j] / sum - (j == label ? 1.0 : 0.0)) * scale));
+}
+
+// Row r's label as int64, whatever the labels' storage.
+int64_t label_at(const kestrel_tensor& labels, int64_t r) {
+  return labels.dtype == KESTREL_DTYPE_I64 ? static_cast<const int64_t*>(labels.buffer->data)[labels.offset + r]
+                                           : static_cast<const int32_t*>(labels.buffer->data)[labels.offset + r];
 }
 
 // A row's thread-local scratch of doubles.
@@ -88,20 +106,44 @@ void launch_softmax(const kestrel_op& op) {
   });
 }
 
-// in0 logits (N, C), in1 labels (N) -> out0 loss (N) [, out1 dlogits (N, C) = softmax - onehot]
+// SOFTMAX_CROSS_ENTROPY: in0 logits (N, C), in1 labels (N) -> out0 loss (N) [, out1 dlogits (N, C) =
+// softmax - onehot]. SOFTMAX_CROSS_ENTROPY_BACKWARD: in0 logits, in1 labels, in2 scales (N) -> out0 dlogits
+// (N, C) = (softmax - onehot) * scale.
 bool supports_softmax_cross_entropy(const kestrel_op& op) {
+  if (op.kind == KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD)
+    return kestrel::plugin_shapes::softmax_cross_entropy_backward_fits(op) &&
+           kestrel::plugin_shapes::softmax_cross_entropy_backward_dense(op);
   return kestrel::plugin_shapes::softmax_cross_entropy_fits(op) && all_contiguous(op);
 }
 
+namespace {
+
+void launch_cross_entropy_backward(const kestrel_op& op) {
+  const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &scales = op.inputs[2];
+  const int64_t rows = logits.shape[0], cols = logits.shape[1], scale_stride = scales.strides[0];
+  dispatch_float(logits.dtype, [&](auto elem) {
+    using E = decltype(elem);
+    using S = typename E::storage;
+    const S* x = data_of<S>(logits);
+    S* grad = mutable_data_of<S>(op.outputs[0]);
+    parallel_for_split("kestrel::softmax_cross_entropy_backward", rows, rows * cols, [=, &labels, &scales](int64_t r) {
+      const double scale = scales.dtype == KESTREL_DTYPE_F64 ? data_of<double>(scales)[r * scale_stride]
+                                                              : double(data_of<float>(scales)[r * scale_stride]);
+      cross_entropy_grad_row<E>(x + r * cols, cols, label_at(labels, r), scale, grad + r * cols, row_scratch(cols));
+    });
+  });
+}
+
+}  // namespace
+
 void launch_softmax_cross_entropy(const kestrel_op& op) {
+  if (op.kind == KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD) return launch_cross_entropy_backward(op);
   const kestrel_tensor &logits = op.inputs[0], &labels_desc = op.inputs[1];
   const int64_t rows = logits.shape[0], cols = logits.shape[1];
   // Labels are read as int64 whatever their storage, and checked before anything is written.
   std::vector<int64_t> labels(rows);
   for (int64_t r = 0; r < rows; ++r) {
-    labels[r] = labels_desc.dtype == KESTREL_DTYPE_I64
-                    ? static_cast<const int64_t*>(labels_desc.buffer->data)[labels_desc.offset + r]
-                    : static_cast<const int32_t*>(labels_desc.buffer->data)[labels_desc.offset + r];
+    labels[r] = label_at(labels_desc, r);
     if (labels[r] < 0 || labels[r] >= cols)
       fail("softmax_cross_entropy: label " + std::to_string(labels[r]) + " of sample " + std::to_string(r) +
            " is outside the " + std::to_string(cols) + " classes");
@@ -111,12 +153,19 @@ void launch_softmax_cross_entropy(const kestrel_op& op) {
     using E = decltype(elem);
     using S = typename E::storage;
     const S* x = data_of<S>(logits);
-    S* loss = mutable_data_of<S>(op.outputs[0]);
     S* grad = op.num_outputs == 2 ? mutable_data_of<S>(op.outputs[1]) : nullptr;
-    parallel_for_split("kestrel::softmax_cross_entropy", rows, rows * cols, [=](int64_t r) {
-      cross_entropy_row<E>(x + r * cols, cols, label[r], loss + r, grad ? grad + r * cols : nullptr,
-                           row_scratch(cols));
-    });
+    auto rows_into = [&](auto loss_elem) {  // the loss in the logits' dtype, or f32 beside 16-bit logits
+      using L = decltype(loss_elem);
+      typename L::storage* loss = mutable_data_of<typename L::storage>(op.outputs[0]);
+      parallel_for_split("kestrel::softmax_cross_entropy", rows, rows * cols, [=](int64_t r) {
+        cross_entropy_row<E, L>(x + r * cols, cols, label[r], loss + r, grad ? grad + r * cols : nullptr,
+                                row_scratch(cols));
+      });
+    };
+    if (op.outputs[0].dtype == logits.dtype)
+      rows_into(E{});
+    else
+      rows_into(F32{});
   });
 }
 

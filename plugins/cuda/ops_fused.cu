@@ -56,11 +56,13 @@ __global__ void softmax_kernel(const typename E::storage* x, typename E::storage
   }
 }
 
-template <class E, class L>
-__global__ void cross_entropy_kernel(const typename E::storage* x, const L* labels, typename E::storage* loss,
+// LossE: the loss's element type, the logits' (E) or F32 beside 16-bit logits (plugin ABI 1.12).
+template <class E, class LossE, class L>
+__global__ void cross_entropy_kernel(const typename E::storage* x, const L* labels, typename LossE::storage* loss,
                                      typename E::storage* grad, int64_t rows, int64_t cols, DeviceErrorSlot* error) {
   using A = RowAcc<E>;
   using C = typename E::compute;
+  using LossC = typename LossE::compute;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const typename E::storage* xr = x + r * cols;
     const long long label = static_cast<long long>(labels[r]);
@@ -68,11 +70,31 @@ __global__ void cross_entropy_kernel(const typename E::storage* x, const L* labe
     if (!valid && threadIdx.x == 0) report_error(error, DEVICE_ERROR_LABEL, label, cols);
     const RowStats<E> row = row_stats<E>(xr, cols);
     if (threadIdx.x == 0)
-      loss[r] = E::store(valid ? C(log(row.sum) - (A(E::load(xr[label])) - row.top)) : C(NAN));
+      loss[r] = LossE::store(valid ? LossC(log(row.sum) - (A(E::load(xr[label])) - row.top)) : LossC(NAN));
     if (grad)
       for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
         grad[r * cols + j] = E::store(
             valid ? C(exp(A(E::load(xr[j])) - row.top) / row.sum - (j == label ? A(1) : A(0))) : C(NAN));
+  }
+}
+
+// The logits' gradient from the logits, (softmax - onehot) * the row's scale, rounded once. scales: f32, or
+// f64 beside f64 logits; scale_stride 0 gives every row the first. A label outside [0, cols) subtracts
+// nothing: forward has reported it.
+template <class E, class L, class Scale>
+__global__ void cross_entropy_backward_kernel(const typename E::storage* x, const L* labels, const Scale* scales,
+                                              int64_t scale_stride, typename E::storage* grad, int64_t rows,
+                                              int64_t cols) {
+  using A = RowAcc<E>;
+  using C = typename E::compute;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const typename E::storage* xr = x + r * cols;
+    const long long label = static_cast<long long>(labels[r]);
+    const A scale = A(scales[r * scale_stride]);
+    const RowStats<E> row = row_stats<E>(xr, cols);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      grad[r * cols + j] =
+          E::store(C((exp(A(E::load(xr[j])) - row.top) / row.sum - (j == label ? A(1) : A(0))) * scale));
   }
 }
 
@@ -166,29 +188,72 @@ void launch_softmax(kestrel_stream& s, const kestrel_op& op) {
   check_launch("softmax");
 }
 
-// in0 logits (N, C), in1 labels (N) -> out0 loss (N) [, out1 dlogits (N, C) = softmax - onehot]
+// SOFTMAX_CROSS_ENTROPY: in0 logits (N, C), in1 labels (N) -> out0 loss (N) [, out1 dlogits (N, C) =
+// softmax - onehot]. SOFTMAX_CROSS_ENTROPY_BACKWARD: in0 logits, in1 labels, in2 scales (N) -> out0
+// dlogits (N, C) = (softmax - onehot) * scale.
 bool supports_softmax_cross_entropy(const kestrel_op& op) {
+  if (op.kind == KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD)
+    return kestrel::plugin_shapes::softmax_cross_entropy_backward_fits(op) &&
+           kestrel::plugin_shapes::softmax_cross_entropy_backward_dense(op);
   return kestrel::plugin_shapes::softmax_cross_entropy_fits(op) && all_contiguous(op);
 }
 
+namespace {
+
+// fn(L{}) with the labels' storage type.
+template <class Fn>
+void with_label_type(kestrel_dtype dtype, Fn fn) {
+  if (dtype == KESTREL_DTYPE_I64)
+    fn((long long)0);
+  else
+    fn(int32_t{0});
+}
+
+void launch_cross_entropy_backward(kestrel_stream& s, const kestrel_op& op) {
+  const TensorRef logits = ref(op.inputs[0]), labels = ref(op.inputs[1]), scales = ref(op.inputs[2]),
+                  grad = ref(op.outputs[0]);
+  const int64_t rows = logits.shape[0], cols = logits.shape[1], scale_stride = op.inputs[2].strides[0];
+  if (rows == 0) return;
+  dispatch_float(logits.dtype, [&](auto elem) {
+    using E = decltype(elem);
+    using S = typename E::storage;
+    using Scale = std::conditional_t<std::is_same<S, double>::value, double, float>;
+    with_label_type(labels.dtype, [&](auto label_type) {
+      using L = decltype(label_type);
+      cross_entropy_backward_kernel<E, L, Scale><<<row_grid(rows), row_block(cols), 0, s.cuda>>>(
+          reinterpret_cast<const S*>(logits.base), reinterpret_cast<const L*>(labels.base),
+          reinterpret_cast<const Scale*>(scales.base), scale_stride, reinterpret_cast<S*>(grad.base), rows, cols);
+    });
+  });
+  check_launch("softmax_cross_entropy_backward");
+}
+
+}  // namespace
+
 void launch_softmax_cross_entropy(kestrel_stream& s, const kestrel_op& op) {
+  if (op.kind == KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD) return launch_cross_entropy_backward(s, op);
   const TensorRef logits = ref(op.inputs[0]), labels = ref(op.inputs[1]), loss = ref(op.outputs[0]);
   const int64_t rows = logits.shape[0], cols = logits.shape[1];
   if (rows == 0) return;
   char* grad = op.num_outputs == 2 ? ref(op.outputs[1]).base : nullptr;
+  const bool f32_loss = loss.dtype != logits.dtype;  // beside 16-bit logits (1.12)
   dispatch_float(logits.dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
-    auto go = [&](auto label_type) {
+    auto go = [&](auto loss_elem, auto label_type) {
+      using LossE = decltype(loss_elem);
       using L = decltype(label_type);
-      cross_entropy_kernel<E, L><<<row_grid(rows), row_block(cols), 0, s.cuda>>>(
+      cross_entropy_kernel<E, LossE, L><<<row_grid(rows), row_block(cols), 0, s.cuda>>>(
           reinterpret_cast<const S*>(logits.base), reinterpret_cast<const L*>(labels.base),
-          reinterpret_cast<S*>(loss.base), reinterpret_cast<S*>(grad), rows, cols, s.error_device);
+          reinterpret_cast<typename LossE::storage*>(loss.base), reinterpret_cast<S*>(grad), rows, cols,
+          s.error_device);
     };
-    if (labels.dtype == KESTREL_DTYPE_I64)
-      go((long long)0);
-    else
-      go(int32_t{0});
+    with_label_type(labels.dtype, [&](auto label_type) {
+      if (f32_loss)
+        go(F32{}, label_type);
+      else
+        go(E{}, label_type);
+    });
   });
   check_launch("softmax_cross_entropy");
 }

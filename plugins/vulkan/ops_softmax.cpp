@@ -38,15 +38,57 @@ void launch_softmax(kestrel_stream* stream, const kestrel_op& op) {
   run(stream, {d});
 }
 
-// in0 logits (N, C) f32, in1 labels (N) i32/i64 -> out0 loss (N) [, out1 dlogits (N, C)]
-bool supports_softmax_cross_entropy(const kestrel_op& op, uint32_t dtypes) {
-  if (!kestrel::plugin_shapes::softmax_cross_entropy_fits(op) || !all_contiguous(op)) return false;
+namespace {
+
+// f32 logits, or (plugin ABI 1.12) f16/bf16 ones, where the device stores them.
+bool logits_dtype_fits(kestrel_dtype dtype, uint32_t dtypes) {
+  const bool known = dtype == KESTREL_DTYPE_F32 || dtype == KESTREL_DTYPE_F16 || dtype == KESTREL_DTYPE_BF16;
+  return known && in_mask(dtypes, dtype);
+}
+
+// SOFTMAX_CROSS_ENTROPY_BACKWARD: in0 logits (N, C), in1 labels (N), in2 scales (N) f32 -> out0 dlogits
+// (N, C) = (softmax - onehot) * scale.
+bool supports_cross_entropy_backward(const kestrel_op& op, uint32_t dtypes) {
+  if (!kestrel::plugin_shapes::softmax_cross_entropy_backward_fits(op) ||
+      !kestrel::plugin_shapes::softmax_cross_entropy_backward_dense(op))
+    return false;
   const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1];
-  return logits.dtype == KESTREL_DTYPE_F32 && in_mask(dtypes, logits.dtype) && in_mask(dtypes, labels.dtype) &&
+  return logits_dtype_fits(logits.dtype, dtypes) && in_mask(dtypes, labels.dtype) && logits.shape[1] <= kMaxColumns;
+}
+
+void launch_cross_entropy_backward(kestrel_stream* stream, const kestrel_op& op) {
+  const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &scales = op.inputs[2], &grad = op.outputs[0];
+  const int64_t rows = logits.shape[0], cols = logits.shape[1];
+  if (rows == 0) return;
+  Dispatch d;
+  d.shader = std::string("cross_entropy_backward_") + dtype_suffix(logits.dtype) + "_" + dtype_suffix(labels.dtype) +
+             subgroup_variant(stream->context);
+  const kestrel_tensor* tensors[] = {&logits, &labels, &scales, &grad};
+  for (int t = 0; t < 4; ++t) {
+    d.params.tensors[t].offset = static_cast<uint32_t>(tensors[t]->offset);
+    d.buffers[t] = tensors[t]->buffer;
+  }
+  d.params.uints[0] = static_cast<uint32_t>(cols);
+  d.params.uints[1] = static_cast<uint32_t>(rows);
+  d.params.uints[2] = scales.strides[0] == 0 ? 0u : 1u;
+  set_workgroup_grid(stream->context, d, static_cast<uint64_t>(rows));  // one workgroup per row
+  run(stream, {d});
+}
+
+}  // namespace
+
+// SOFTMAX_CROSS_ENTROPY: in0 logits (N, C) f32 (or 16-bit with an f32 loss), in1 labels (N) i32/i64 ->
+// out0 loss (N) [, out1 dlogits (N, C)]; and its backward above.
+bool supports_softmax_cross_entropy(const kestrel_op& op, uint32_t dtypes) {
+  if (op.kind == KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD) return supports_cross_entropy_backward(op, dtypes);
+  if (!kestrel::plugin_shapes::softmax_cross_entropy_fits(op) || !all_contiguous(op)) return false;
+  const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &loss = op.outputs[0];
+  return logits_dtype_fits(logits.dtype, dtypes) && loss.dtype == KESTREL_DTYPE_F32 && in_mask(dtypes, labels.dtype) &&
          logits.shape[1] <= kMaxColumns;
 }
 
 void launch_softmax_cross_entropy(kestrel_stream* stream, const kestrel_op& op) {
+  if (op.kind == KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD) return launch_cross_entropy_backward(stream, op);
   const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1];
   const int64_t rows = logits.shape[0], cols = logits.shape[1];
   if (rows == 0) return;
@@ -54,7 +96,8 @@ void launch_softmax_cross_entropy(kestrel_stream* stream, const kestrel_op& op) 
   // reported at the stream's next sync point, and its rows come out NaN instead of reading astray.
   record_index_check(stream, labels, cols, 4);
   Dispatch d;
-  d.shader = std::string("softmax_cross_entropy_f32_") + dtype_suffix(labels.dtype) + subgroup_variant(stream->context);
+  d.shader = std::string("softmax_cross_entropy_") + dtype_suffix(logits.dtype) + "_" + dtype_suffix(labels.dtype) +
+             subgroup_variant(stream->context);
   d.params.tensors[0].offset = static_cast<uint32_t>(logits.offset);
   d.params.tensors[1].offset = static_cast<uint32_t>(labels.offset);
   d.params.tensors[2].offset = static_cast<uint32_t>(op.outputs[0].offset);

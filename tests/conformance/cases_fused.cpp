@@ -158,6 +158,60 @@ void fused_cases(Runner& r) {
         r.expect_close(loss, want_loss, tolerance_for(dtype, 4), "loss");
         r.expect_close(grad, want_grad, tolerance_for(dtype, 4), "gradient");
       });
+    // Plugin ABI 1.12: 16-bit logits with an f32 loss (mixed precision's logits read as they are), and the
+    // gradient from the logits, scaled per row (one scale broadcast, or one per row). 3000 classes span
+    // many of a GPU's or Vulkan's 256 lanes per row.
+    const bool sixteen = dtype == DType::f16 || dtype == DType::bf16;
+    const DType statistic = sixteen ? DType::f32 : dtype;
+    for (DType label_dtype : {DType::i64, DType::i32})
+      for (int64_t c : {5, 3000}) {
+        const std::string classes = fmt::format("{} classes", c);
+        auto reference = [&](const std::vector<double>& x, const std::vector<double>& labels, int64_t n,
+                             std::vector<double>& loss, std::vector<double>& softmax) {
+          loss.assign(n, 0.0);
+          softmax.assign(n * c, 0.0);
+          for (int64_t i = 0; i < n; ++i) {
+            double top = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < c; ++j) top = std::max(top, x[i * c + j]);
+            for (int64_t j = 0; j < c; ++j) sum += std::exp(x[i * c + j] - top);
+            loss[i] = top + std::log(sum) - x[i * c + static_cast<int64_t>(labels[i])];
+            for (int64_t j = 0; j < c; ++j) softmax[i * c + j] = std::exp(x[i * c + j] - top) / sum;
+          }
+        };
+        if (sixteen)
+          r.run(case_name({"softmax_cross_entropy", dt, std::string(dtype_name(label_dtype)), "f32 loss", classes}),
+                false, [&] {
+                  const int64_t n = 6;
+                  auto x = r.values(n * c, -4, 4, dtype);
+                  auto labels = r.values(n, 0, c, DType::i64);
+                  Tensor loss = Tensor::empty({n}, DType::f32, r.device());
+                  launch(r.device(), KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr,
+                         {r.upload({n, c}, x, dtype), r.upload({n}, labels, label_dtype)}, {loss});
+                  std::vector<double> want_loss, softmax;
+                  reference(x, labels, n, want_loss, softmax);
+                  r.expect_close(loss, want_loss, tolerance_for(DType::f32, c > 5 ? 64 : 4), "loss");
+                });
+        for (bool per_row : {false, true})
+          r.run(case_name({"softmax_cross_entropy_backward", dt, std::string(dtype_name(label_dtype)), classes,
+                           per_row ? "a scale per row" : "one scale"}),
+                false, [&] {
+                  const int64_t n = 6;
+                  auto x = r.values(n * c, -4, 4, dtype);
+                  auto labels = r.values(n, 0, c, DType::i64);
+                  auto scales = r.values(per_row ? n : 1, 0.25, 4, statistic);
+                  const Tensor scale_tensor = per_row ? r.upload({n}, scales, statistic)
+                                                      : r.upload({1}, scales, statistic).expand({n});
+                  Tensor grad = Tensor::empty({n, c}, dtype, r.device());
+                  launch(r.device(), KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr,
+                         {r.upload({n, c}, x, dtype), r.upload({n}, labels, label_dtype), scale_tensor}, {grad});
+                  std::vector<double> loss, want;
+                  reference(x, labels, n, loss, want);
+                  for (int64_t i = 0; i < n; ++i)
+                    for (int64_t j = 0; j < c; ++j)
+                      want[i * c + j] = (want[i * c + j] - (j == labels[i] ? 1.0 : 0.0)) * scales[per_row ? i : 0];
+                  r.expect_close(grad, want, tolerance_for(dtype, 8), "gradient");
+                });
+      }
     // Three optimizer steps against torch.optim's update rules written out in double; the long vectors
     // (an odd length) reach a backend's blocked and multi-threaded paths.
     const int64_t optimizer_sizes[] = {37, 300001};

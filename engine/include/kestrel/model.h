@@ -121,7 +121,8 @@ class Model {
   void settle_gradient(size_t parameter);
 
   // x: (N, ...input_shape). In training mode dropout draws masks from (seed, rng_offset) and advances
-  // rng_offset; batchnorm uses batch statistics.
+  // rng_offset; batchnorm uses batch statistics. Under autocast the output is 16-bit where the last layer
+  // is a product (fn::widened gives it in f32).
   Var forward(const Tensor& x, bool training, uint64_t seed, uint64_t& rng_offset);
 
   // Decoding a sequence a few positions at a time, as generation does: each layer carries what it needs

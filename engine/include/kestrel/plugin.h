@@ -75,6 +75,11 @@
  *        scaling's non-finite check then reads the gradients once instead of twice (max and min). A plugin
  *        built against 1.10 or earlier refuses the unknown fn in supports_op, and the engine takes max and
  *        min as before.
+ *   1.12 SOFTMAX_CROSS_ENTROPY may read f16/bf16 logits, its loss then f32 and computed in f32 (mixed
+ *        precision's logits need no f32 copy), and SOFTMAX_CROSS_ENTROPY_BACKWARD writes the logits'
+ *        gradient from the logits themselves, scaled per row: forward need not leave an (N,C) gradient for
+ *        backward to scale in another pass. A plugin built against 1.11 or earlier answers 0 for both; the
+ *        engine widens the logits and scales forward's gradient as before.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -87,7 +92,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 11
+#define KESTREL_PLUGIN_ABI_MINOR 12
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -213,7 +218,8 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_LINEAR = 32,        /* out0 = act(in0 @ in1 + in2) [, out1 = pre-activation] */
   KESTREL_OP_SOFTMAX = 33,       /* out = softmax or log_softmax of in0 over its last axis */
   KESTREL_OP_SOFTMAX_CROSS_ENTROPY = 34, /* in0 logits (N,C), in1 labels (N) i64 -> out0 loss (N)
-                                          [, out1 dlogits (N,C) = softmax - onehot] */
+                                          [, out1 dlogits (N,C) = softmax - onehot]; since 1.12 f16/bf16
+                                          logits with an f32 loss and no out1 */
   KESTREL_OP_ADAM_UPDATE = 35,   /* in-place on in0 param, in1 grad (read, zeroed if asked), in2 m, in3 v */
   KESTREL_OP_SGD_UPDATE = 36,    /* in-place on in0 param, in1 grad (likewise) [, in2 momentum buffer] */
   /* Since 1.7. in0 q (B,Tq,D), in1 k (B,Tk,D), in2 v (B,Tk,D), one float dtype, contiguous
@@ -260,7 +266,12 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_CONV2D_BACKWARD_DATA = 46,
   /* Since 1.10. in0 dy (N,O,OH,OW), in1 x (N,C,H,W) [, in2 y (N,O,OH,OW) with RELU] -> out0 dweight
    * (O,C,KH,KW) [, out1 dbias (O)], written (not accumulated). */
-  KESTREL_OP_CONV2D_BACKWARD_FILTER = 47
+  KESTREL_OP_CONV2D_BACKWARD_FILTER = 47,
+  /* Since 1.12; no params. in0 logits (N,C) of any float dtype, in1 labels (N) i32/i64, in2 each row's
+   * scale (N) f32 (f64 for f64 logits; stride 0 for one scale) -> out0 dlogits (N,C) in the logits' dtype
+   * = (softmax(in0) - onehot(in1)) * in2, computed in f32 or wider and rounded once. A label outside
+   * [0, C) subtracts nothing (forward has reported it). */
+  KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD = 48
 } kestrel_op_kind;
 
 typedef enum kestrel_unary_fn {

@@ -34,7 +34,8 @@ inline OpFamily op_family(kestrel_op_kind kind) {
       return OpFamily::window;
     case KESTREL_OP_LINEAR: return OpFamily::linear;
     case KESTREL_OP_SOFTMAX: return OpFamily::softmax;
-    case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: return OpFamily::softmax_cross_entropy;
+    case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: case KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD:
+      return OpFamily::softmax_cross_entropy;
     case KESTREL_OP_ADAM_UPDATE: case KESTREL_OP_SGD_UPDATE: return OpFamily::optimizer;
     case KESTREL_OP_ATTENTION: case KESTREL_OP_ATTENTION_BACKWARD: return OpFamily::attention;
     case KESTREL_OP_LAYER_NORM: case KESTREL_OP_LAYER_NORM_BACKWARD: return OpFamily::layer_norm;
@@ -100,6 +101,7 @@ inline const char* op_kind_name(kestrel_op_kind kind) {
     case KESTREL_OP_LINEAR: return "linear";
     case KESTREL_OP_SOFTMAX: return "softmax";
     case KESTREL_OP_SOFTMAX_CROSS_ENTROPY: return "softmax_cross_entropy";
+    case KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD: return "softmax_cross_entropy_backward";
     case KESTREL_OP_ADAM_UPDATE: return "adam_update";
     case KESTREL_OP_SGD_UPDATE: return "sgd_update";
     case KESTREL_OP_ATTENTION: return "attention";

@@ -220,14 +220,43 @@ inline bool softmax_fits(const kestrel_op& op) {
   return in.rank >= 1 && is_float_dtype(in.dtype) && in.dtype == out.dtype && same_shape(in, out);
 }
 
-// in0 logits (N,C) float, in1 labels (N) i32/i64 -> out0 loss (N) [, out1 dlogits (N,C)].
+namespace detail {
+// logits (N,C) float with C >= 1 and labels (N) i32/i64.
+inline bool logits_and_labels(const kestrel_tensor& logits, const kestrel_tensor& labels) {
+  return logits.rank == 2 && is_float_dtype(logits.dtype) && is_index_dtype(labels.dtype) && labels.rank == 1 &&
+         labels.shape[0] == logits.shape[0] && logits.shape[1] >= 1;
+}
+inline bool is_16bit_float(kestrel_dtype d) { return d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16; }
+// The dtype rows' losses and scales have beside logits of `d` (1.12): f32 for 16-bit logits.
+inline kestrel_dtype row_statistic_dtype(kestrel_dtype d) { return is_16bit_float(d) ? KESTREL_DTYPE_F32 : d; }
+}  // namespace detail
+
+// SOFTMAX_CROSS_ENTROPY: in0 logits (N,C) float, in1 labels (N) i32/i64 -> out0 loss (N) [, out1 dlogits
+// (N,C)], the loss in the logits' dtype; or (1.12) 16-bit logits with an f32 loss and no out1.
 inline bool softmax_cross_entropy_fits(const kestrel_op& op) {
   if (op.num_inputs != 2 || (op.num_outputs != 1 && op.num_outputs != 2)) return false;
-  const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &loss = op.outputs[0];
-  if (logits.rank != 2 || !is_float_dtype(logits.dtype) || !is_index_dtype(labels.dtype)) return false;
-  if (labels.rank != 1 || labels.shape[0] != logits.shape[0] || logits.shape[1] < 1) return false;
-  if (loss.rank != 1 || loss.shape[0] != logits.shape[0] || loss.dtype != logits.dtype) return false;
+  const kestrel_tensor &logits = op.inputs[0], &loss = op.outputs[0];
+  if (!detail::logits_and_labels(logits, op.inputs[1]) || loss.rank != 1 || loss.shape[0] != logits.shape[0])
+    return false;
+  if (loss.dtype != logits.dtype)
+    return op.num_outputs == 1 && detail::is_16bit_float(logits.dtype) && loss.dtype == KESTREL_DTYPE_F32;
   return op.num_outputs == 1 || (same_shape(op.outputs[1], logits) && op.outputs[1].dtype == logits.dtype);
+}
+
+// SOFTMAX_CROSS_ENTROPY_BACKWARD (1.12): in0 logits (N,C), in1 labels (N), in2 scales (N) f32 (f64 for f64
+// logits) -> out0 dlogits (N,C) in the logits' dtype.
+inline bool softmax_cross_entropy_backward_fits(const kestrel_op& op) {
+  if (!arity(op, 3, 1)) return false;
+  const kestrel_tensor &logits = op.inputs[0], &scales = op.inputs[2], &grad = op.outputs[0];
+  return detail::logits_and_labels(logits, op.inputs[1]) && scales.rank == 1 && scales.shape[0] == logits.shape[0] &&
+         scales.dtype == detail::row_statistic_dtype(logits.dtype) && same_shape(grad, logits) &&
+         grad.dtype == logits.dtype;
+}
+// Its layout as the plugins take it: logits, labels and dlogits contiguous, the scales too or one broadcast.
+inline bool softmax_cross_entropy_backward_dense(const kestrel_op& op) {
+  const kestrel_tensor& scales = op.inputs[2];
+  return is_contiguous(op.inputs[0]) && is_contiguous(op.inputs[1]) && is_contiguous(op.outputs[0]) &&
+         (scales.strides[0] == 0 || is_contiguous(scales));
 }
 
 // ---- reductions: out has in's rank, extent 1 on each reduced axis ----

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "autocast.h"
@@ -41,44 +42,99 @@ PerRow softmax_cross_entropy(const Tensor& in, const Tensor& labels, bool gradie
 
 }  // namespace
 
-Var cross_entropy(const Var& logits_in, const Tensor& labels, std::optional<int64_t> ignore_index) {
-  const Var logits = widened(logits_in);
-  const Tensor& x = logits.value();  // (N, C) or (N, T, C)
-  const bool fits = (x.rank() == 2 || x.rank() == 3) && labels.rank() == x.rank() - 1 &&
-                    std::equal(labels.shape().begin(), labels.shape().end(), x.shape().begin());
-  if (!fits)
-    throw InvalidArgument(fmt::format("cross_entropy: logits {} and labels {} must be (N, C) and (N), or (N, T, C) and "
-                                      "(N, T)",
-                                      x.describe(), labels.describe()));
-  // Positions fold into rows: one row per sample or per sequence position.
-  const int64_t rows = x.numel() / x.shape().back();
-  Tensor in = x.contiguous().view({rows, x.shape().back()});
-  Tensor flat_labels = labels.contiguous().view({rows});
-  // The rows' gradients are scaled once, in backward, by each row's share of the loss times dy: one pass
-  // over the (rows, C) gradients, where scaling them in forward and multiplying by dy took two.
-  const bool gradient = grad_enabled() && logits.requires_grad();
-  Tensor loss, dlogits, share;  // scalar; (rows, C) softmax - onehot; each row's weight in the mean, scalar or (rows, 1)
-  if (!ignore_index) {
-    PerRow r = softmax_cross_entropy(in, flat_labels, gradient);
-    loss = math::mean(r.losses, {}, false);
-    dlogits = r.dlogits;
-    share = Tensor::full({}, 1.0 / static_cast<double>(rows), x.dtype(), x.device());
-  } else {
+namespace {
+
+// How rows weigh in the mean: the labels the kernels index with (ignored rows' set to 0), each row's share
+// of the loss (a scalar 1 / rows, or (rows, 1) weight / count with torch's ignore_index), and the mean of
+// per-row losses (rows) under those shares. Shares and the loss are in `dtype`.
+struct RowWeights {
+  Tensor labels;  // (rows)
+  Tensor share;   // () or (rows, 1)
+  Tensor weight;  // (rows) 1 or 0, with ignore_index only
+  Tensor count;   // (), with ignore_index only
+
+  RowWeights(const Tensor& flat_labels, std::optional<int64_t> ignore_index, DType dtype) {
+    const int64_t rows = flat_labels.size(0);
+    if (!ignore_index) {
+      labels = flat_labels;
+      share = Tensor::full({}, 1.0 / static_cast<double>(rows), dtype, flat_labels.device());
+      return;
+    }
     // torch's ignore_index: those positions add nothing, and the mean is over the others. Their labels
     // become 0 so that the kernels index inside the classes.
     Tensor ignored = Tensor::full({}, double(*ignore_index), flat_labels.dtype(), flat_labels.device());
     Tensor keep = ops::binary(KESTREL_BINARY_NE, flat_labels, ignored);  // (rows) 1 or 0
-    PerRow r = softmax_cross_entropy(in, math::mul(flat_labels, keep), gradient);
-    Tensor weight = keep.to(x.dtype());                                    // (rows)
-    Tensor count = math::sum(weight, {}, false);                           // scalar, on the device
-    loss = math::div(math::sum(math::mul(r.losses, weight), {}, false), count);
-    dlogits = r.dlogits;
+    labels = math::mul(flat_labels, keep);
+    weight = keep.to(dtype);
+    count = math::sum(weight, {}, false);  // scalar, on the device
     share = math::div(weight, count).view({rows, 1});
   }
+  Tensor mean(const Tensor& losses) const {  // losses (rows) -> ()
+    if (!weight.defined()) return math::mean(losses, {}, false);
+    return math::div(math::sum(math::mul(losses, weight), {}, false), count);
+  }
+};
+
+// Cross-entropy through the fused ops of plugin ABI 1.12 where the device has them for these logits (16-bit
+// ones read as they are, their losses in f32): forward writes only the losses, and backward the logits'
+// gradient from the logits, already scaled by each row's share times dy. Nothing where the device lacks
+// either op (then the logits are widened and forward's gradient is scaled in a pass of its own).
+std::optional<Var> fused_cross_entropy(const Var& logits, const Tensor& flat_labels,
+                                       std::optional<int64_t> ignore_index, bool gradient) {
+  if (!ops::fused_ops_enabled()) return std::nullopt;
+  const Tensor& given = logits.value();
+  const int64_t rows = flat_labels.size(0);
+  const Tensor x = given.contiguous().view({rows, given.shape().back()});  // (rows, C)
+  const DType statistic = x.dtype() == DType::f16 || x.dtype() == DType::bf16 ? DType::f32 : x.dtype();
+  const Device& device = x.device();
+  Tensor losses = Tensor::empty({rows}, statistic, device);  // (rows); also stands in for backward's scales
+  const kestrel_op forward = ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr, {x, flat_labels}, {losses});
+  const kestrel_op backward =
+      ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr, {x, flat_labels, losses}, {x});
+  if (!ops::supports(device, forward) || (gradient && !ops::supports(device, backward))) return std::nullopt;
+  const RowWeights weights(flat_labels, ignore_index, statistic);
+  ops::launch(device, ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr, {x, weights.labels}, {losses}));
+  const Tensor loss = weights.mean(losses);
   if (!gradient) return Var(loss);
-  return make_var(loss, {logits}, "cross_entropy", [logits = logits.node(), dlogits, share](const Tensor& dy) {
-    accumulate_grad(*logits, math::mul(dlogits, math::mul(share, dy)).view(logits->value.shape()));
-  });
+  return make_var(loss, {logits}, "cross_entropy",
+                  [logits = logits.node(), x, labels = weights.labels, share = weights.share, rows](const Tensor& dy) {
+                    const Tensor product = math::mul(share, dy);  // () or (rows, 1)
+                    const Tensor scales = product.rank() == 0 ? product.reshape({1}).expand({rows}) : product.view({rows});
+                    Tensor grad = Tensor::empty(x.shape(), x.dtype(), x.device());  // (rows, C)
+                    ops::launch(x.device(), ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr,
+                                                         {x, labels, scales}, {grad}));
+                    accumulate_grad(*logits, grad.view(logits->value.shape()));
+                  });
+}
+
+}  // namespace
+
+Var cross_entropy(const Var& logits_in, const Tensor& labels, std::optional<int64_t> ignore_index) {
+  const Tensor& given = logits_in.value();  // (N, C) or (N, T, C)
+  const bool fits = (given.rank() == 2 || given.rank() == 3) && labels.rank() == given.rank() - 1 &&
+                    std::equal(labels.shape().begin(), labels.shape().end(), given.shape().begin());
+  if (!fits)
+    throw InvalidArgument(fmt::format("cross_entropy: logits {} and labels {} must be (N, C) and (N), or (N, T, C) and "
+                                      "(N, T)",
+                                      given.describe(), labels.describe()));
+  // Positions fold into rows: one row per sample or per sequence position.
+  const int64_t rows = given.numel() / given.shape().back();
+  const Tensor flat_labels = labels.contiguous().view({rows});
+  const bool gradient = grad_enabled() && logits_in.requires_grad();
+  if (std::optional<Var> fused = fused_cross_entropy(logits_in, flat_labels, ignore_index, gradient)) return *fused;
+  const Var logits = widened(logits_in);
+  const Tensor& x = logits.value();
+  const Tensor in = x.contiguous().view({rows, x.shape().back()});
+  // The rows' gradients are scaled once, in backward, by each row's share of the loss times dy: one pass
+  // over the (rows, C) gradients, where scaling them in forward and multiplying by dy took two.
+  const RowWeights weights(flat_labels, ignore_index, x.dtype());
+  PerRow r = softmax_cross_entropy(in, weights.labels, gradient);
+  const Tensor loss = weights.mean(r.losses);
+  if (!gradient) return Var(loss);
+  return make_var(loss, {logits}, "cross_entropy",
+                  [logits = logits.node(), dlogits = r.dlogits, share = weights.share](const Tensor& dy) {
+                    accumulate_grad(*logits, math::mul(dlogits, math::mul(share, dy)).view(logits->value.shape()));
+                  });
 }
 
 Var mse_loss(const Var& prediction_in, const Tensor& target) {

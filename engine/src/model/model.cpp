@@ -118,9 +118,9 @@ Var Model::run_layers(const Var& input, bool training, uint64_t seed, uint64_t& 
     outputs[i] = run_layer(i, in, training, seed, rng_offset, buffers, state);
     if (layer_observer_) layer_observer_(i);
   }
-  // Under autocast the last layer may be a product with a 16-bit result; the loss, metrics and sampling
-  // read f32, as they would widen it anyway.
-  return fn::widened(outputs[spec_.output()]);
+  // Under autocast the last layer may be a product with a 16-bit result, left so: the losses and softmax
+  // widen it by autocast's rule or read it as it is (cross-entropy's fused ops), and an argmax is the same.
+  return outputs[spec_.output()];
 }
 
 Var Model::run_layer(int index, const std::vector<Var>& inputs, bool training, uint64_t seed, uint64_t& rng_offset,
@@ -195,7 +195,7 @@ Tensor Model::decode(const Tensor& tokens, DecodeState& state) {
   uint64_t unused_offset = 0;
   Var out = run_layers(Var(tokens.device() == device_ ? tokens : tokens.to(device_)), false, 0, unused_offset, &state);
   state.positions += tokens.size(1);
-  return out.value();
+  return fn::widened(out).value();  // sampling reads f32
 }
 
 }  // namespace kestrel
