@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <utility>
@@ -65,12 +66,32 @@ TEST(Tensor, ViewsShareStorageAndReadBackInLogicalOrder) {
   EXPECT_THROW(t.as_strided({4, 4}, {4, 1}, 0), kestrel::InvalidArgument);
 }
 
+// unflatten splits one dim into several as a view, also of a strided tensor (the columns of a packed
+// projection into heads): element (i, h, d) is the original's (i, h * depth + d).
+TEST(Tensor, UnflattenSplitsADimAsAView) {
+  std::vector<float> values(24);
+  std::iota(values.begin(), values.end(), 0.0f);
+  auto t = Tensor::from_vector(values, {2, 12}, cpu());
+  auto columns = t.slice(1, 4, 10);         // (2, 6), row stride 12
+  auto heads = columns.unflatten(1, {3, 2});  // (2, 3, 2)
+  EXPECT_EQ(heads.shape(), (kestrel::Shape{2, 3, 2}));
+  EXPECT_EQ(heads.strides(), (kestrel::Shape{12, 2, 1}));
+  EXPECT_EQ(heads.storage(), t.storage());
+  EXPECT_EQ(heads.to_vector<float>(), (std::vector<float>{4, 5, 6, 7, 8, 9, 16, 17, 18, 19, 20, 21}));
+  EXPECT_EQ(t.unflatten(-1, {3, 4}).permute({0, 2, 1}).contiguous().to_vector<float>()[1], 4.0f);
+  EXPECT_THROW(t.unflatten(1, {5, 2}), kestrel::InvalidArgument);
+}
+
 TEST(Tensor, DtypeConversion) {
   auto t = Tensor::from_vector<float>({1.5f, -2.25f, 100.75f}, {3}, cpu());
   EXPECT_EQ(t.to(DType::i32).to_vector<int32_t>(), (std::vector<int32_t>{1, -2, 100}));
   EXPECT_EQ(t.to(DType::f16).to(DType::f32).to_vector<float>(), (std::vector<float>{1.5f, -2.25f, 100.75f}));
   EXPECT_EQ(t.to(DType::bf16).to_vector<float>(), (std::vector<float>{1.5f, -2.25f, 101.0f}));  // 100.75 ties to even
   EXPECT_EQ(t.to(DType::f64).to_vector<double>(), (std::vector<double>{1.5, -2.25, 100.75}));
+  // As torch's .to(): the tensor itself where nothing changes; clone() is the copy.
+  EXPECT_EQ(t.to(DType::f32).storage(), t.storage());
+  EXPECT_NE(t.clone().storage(), t.storage());
+  EXPECT_EQ(t.clone().to_vector<float>(), t.to_vector<float>());
   EXPECT_EQ(kestrel::parse_dtype("bfloat16"), DType::bf16);
   EXPECT_THROW(kestrel::parse_dtype("f8"), kestrel::InvalidArgument);
 }

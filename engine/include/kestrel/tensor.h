@@ -72,6 +72,7 @@ class Tensor {
   Tensor slice(int dim, int64_t start, int64_t end, int64_t step = 1) const;
   Tensor select(int dim, int64_t index) const;   // removes `dim`
   Tensor unsqueeze(int dim) const;
+  Tensor unflatten(int dim, const Shape& sizes) const;  // `dim` split into `sizes` (their product its extent)
   Tensor expand(const Shape& shape) const;      // broadcast view with stride 0
   Tensor as_strided(const Shape& shape, const Shape& strides, int64_t offset) const;
 

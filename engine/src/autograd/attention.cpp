@@ -2,7 +2,9 @@
 // not kept for backward), else composed from batched GEMMs, a mask and a softmax, which every backend runs.
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
+#include <memory>
 #include <optional>
 
 #include "autocast.h"
@@ -37,6 +39,48 @@ Var split_heads(const Var& x, int64_t heads) {
   const Shape& s = x.value().shape();
   const int64_t depth = s[2] / heads;
   return reshape(permute(reshape(x, {s[0], s[1], heads, depth}), {0, 2, 1, 3}), {s[0] * heads, s[1], depth});
+}
+
+// Self-attention's packed projection qkv (N, T, 3E) as q, k and v of (N * heads, T, D) each. Forward
+// copies each part once, from its columns straight into the heads' layout (split_heads on a chunk copies
+// twice: the strided chunk, then its heads). Backward writes each part's gradient straight into its
+// columns of one (N, T, 3E) gradient: no zero fill, and no addition unless a part's gradient comes twice.
+std::vector<Var> split_packed_heads(const Var& qkv, int64_t heads) {
+  const Shape& s = qkv.value().shape();
+  const int64_t n = s[0], steps = s[1], width = s[2] / 3, depth = width / heads;
+  // Part i of a (N, T, 3E) tensor as (N, heads, T, D), a view.
+  auto part = [=](const Tensor& t, int64_t i) {
+    return t.slice(2, i * width, (i + 1) * width).unflatten(2, {heads, depth}).permute({0, 2, 1, 3});
+  };
+  auto written = std::make_shared<std::array<bool, 3>>();  // which parts' columns the gradient holds
+  Var whole = make_var(qkv.value(), {qkv}, "split_heads", [qkv = qkv.node(), written, part](const Tensor& dy) {
+    for (int64_t i = 0; i < 3; ++i) {
+      if ((*written)[size_t(i)]) continue;
+      Tensor columns = part(dy, i);  // a part no gradient reached adds nothing
+      ops::fill_(columns, 0.0);
+    }
+    written->fill(false);
+    accumulate_grad(*qkv, dy);
+  });
+  std::vector<Var> out;
+  for (int64_t i = 0; i < 3; ++i) {
+    const Tensor heads_major = part(qkv.value(), i).contiguous().view({n * heads, steps, depth});  // (N * heads, T, D)
+    out.push_back(make_var(heads_major, {whole}, "split_heads",
+                           [whole = whole.node(), written, part, i, n, heads](const Tensor& dy) {
+                             // The buffer is this node's own (never another node's gradient): written in place.
+                             if (!whole->grad.defined())
+                               whole->grad = Tensor::empty(whole->value.shape(), dy.dtype(), dy.device());
+                             Tensor columns = part(whole->grad, i);  // (N, heads, T, D) view
+                             const Tensor g = dy.reshape({n, heads, dy.size(1), dy.size(2)});
+                             bool& seen = (*written)[size_t(i)];
+                             if (seen)
+                               ops::binary_(KESTREL_BINARY_ADD, columns, columns, g);
+                             else
+                               ops::copy_(columns, g);
+                             seen = true;
+                           }));
+  }
+  return out;
 }
 
 // (N * heads, T, D) -> (N, T, heads * D)
@@ -175,10 +219,10 @@ Var multihead_attention(const Var& query, const Var& key_value, const AttentionW
   const Var &in_proj_weight = w.in_proj_weight, &in_proj_bias = w.in_proj_bias, &q_in = query;
   Var q, k, v;
   if (key_value.node() == query.node()) {  // self-attention: one product with the packed (3E, E) weight
-    const std::vector<Var> qkv = chunk(project(q_in, in_proj_weight, in_proj_bias), 2, 3);
-    q = split_heads(qkv[0], heads);
-    k = split_heads(qkv[1], heads);
-    v = split_heads(qkv[2], heads);
+    const std::vector<Var> qkv = split_packed_heads(project(q_in, in_proj_weight, in_proj_bias), heads);
+    q = qkv[0];
+    k = qkv[1];
+    v = qkv[2];
   } else {  // q, k and v from the three (E, E) blocks of the packed projection, as torch packs them
     const Var& kv_in = key_value;
     const std::vector<Var> weight = chunk(in_proj_weight, 0, 3);

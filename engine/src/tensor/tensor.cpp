@@ -249,6 +249,24 @@ Tensor Tensor::unsqueeze(int dim) const {
   return Tensor(storage_, shape, strides, offset_, dtype_);
 }
 
+Tensor Tensor::unflatten(int dim, const Shape& sizes) const {
+  const int d = wrap_dim(dim, rank());
+  if (sizes.empty() || shape_numel(sizes) != shape_[d])
+    throw InvalidArgument(fmt::format("unflatten: dim {} of {} into {}", dim, describe(), shape_str(sizes)));
+  Shape shape(shape_.begin(), shape_.begin() + d), strides(strides_.begin(), strides_.begin() + d);
+  Shape inner(sizes.size());
+  int64_t stride = strides_[d];  // the innermost of the new dims steps as `dim` did
+  for (size_t i = sizes.size(); i-- > 0;) {
+    inner[i] = stride;
+    stride *= sizes[i];
+  }
+  shape.insert(shape.end(), sizes.begin(), sizes.end());
+  strides.insert(strides.end(), inner.begin(), inner.end());
+  shape.insert(shape.end(), shape_.begin() + d + 1, shape_.end());
+  strides.insert(strides.end(), strides_.begin() + d + 1, strides_.end());
+  return Tensor(storage_, shape, strides, offset_, dtype_);
+}
+
 Tensor Tensor::expand(const Shape& shape) const {
   if (shape.size() < shape_.size())
     throw InvalidArgument(fmt::format("expand: {} to fewer dims {}", describe(), shape_str(shape)));
