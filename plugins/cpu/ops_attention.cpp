@@ -1,4 +1,5 @@
-// Fused scaled dot-product attention (ABI 1.7), forward and backward side by side. Each batch entry is
+// Fused scaled dot-product attention (ABI 1.7; its operands as (N,H,T,D) views since 1.13), forward and
+// backward side by side. Each batch entry is
 // one task: its tensors are staged in the arithmetic type (keys and values also transposed), so every
 // inner loop is a contiguous multiply-add over keys or over features, vectorised for the CPU's widest
 // units (KESTREL_VECTOR_CLONES); one query row's scores at a time live in a row-sized buffer, never a
@@ -20,7 +21,10 @@ namespace kestrel_cpu {
 
 namespace {
 
-// The shapes and options every launch reads, from q (B,Tq,D) and k (B,Tk,D).
+using kestrel::plugin_shapes::head_rows;
+using kestrel::plugin_shapes::HeadRows;
+
+// The shapes and options every launch reads, from q (B,Tq,D) and k (B,Tk,D) (or their (N,H,T,D) views).
 struct Geometry {
   int64_t batch, queries, keys, depth;
   double scale;
@@ -34,10 +38,9 @@ struct Geometry {
   bool dropout() const { return keep < 1; }
 };
 
-Geometry geometry_of(const kestrel_op& op, const kestrel_tensor& q, const kestrel_tensor& k) {
+Geometry geometry_of(const kestrel_op& op, const HeadRows& q, const HeadRows& k) {
   const auto& p = params_of<kestrel_attention_params>(op, "attention");
-  Geometry g{q.shape[0], q.shape[1], k.shape[1], q.shape[2], p.scale, p.causal != 0, 1.0 - p.dropout, p.seed, p.offset,
-             -1, 1};
+  Geometry g{q.batch, q.rows, k.rows, q.depth, p.scale, p.causal != 0, 1.0 - p.dropout, p.seed, p.offset, -1, 1};
   const int counter = p.dropout > 0 ? 1 : 0;
   if (counter) g.offset += uint64_t(*data_of<int64_t>(op.inputs[op.num_inputs - 1]));
   if (p.key_padding) {
@@ -109,16 +112,16 @@ template <class A>
   for (int64_t j = 0; j < seen; ++j) factors[j] = every[real->index[size_t(j)]];
 }
 
-// One batch entry's (rows, depth) matrix in the arithmetic type, row-major or transposed (depth, rows),
-// only the rows `real` selects when given.
+// Batch entry b's (rows, depth) matrix of m (laid out as `at` says) in the arithmetic type, row-major or
+// transposed (depth, rows), only the rows `real` selects when given.
 enum class Layout { rows, columns };
 template <class E>
-void stage(const typename E::storage* m, int64_t rows, int64_t depth, std::vector<Acc<E>>& out, Layout layout,
+void stage(const typename E::storage* m, const HeadRows& at, int64_t b, std::vector<Acc<E>>& out, Layout layout,
            const RealKeys* real = nullptr) {
-  const int64_t kept = real ? int64_t(real->index.size()) : rows;
+  const int64_t rows = at.rows, depth = at.depth, kept = real ? int64_t(real->index.size()) : rows;
   out.resize(size_t(kept * depth));
   for (int64_t r = 0; r < kept; ++r) {
-    const typename E::storage* from = m + (real ? real->index[size_t(r)] : r) * depth;
+    const typename E::storage* from = m + at.at(b, real ? real->index[size_t(r)] : r);
     for (int64_t d = 0; d < depth; ++d)
       out[layout == Layout::rows ? r * depth + d : d * kept + r] = Acc<E>(E::load(from[d]));
   }
@@ -237,24 +240,28 @@ KESTREL_VECTOR_CLONES void entry_backward_cloned(const Geometry& g, int64_t b, c
   entry_backward(g, b, real, q, dout, k, k_t, v_t, bias, lse, dq, dk, dv, p, ds, factors, every);
 }
 
-// A staged (rows, depth) block back into storage: row r of `from` to row real->index[r] when given, the
-// other rows (the padded keys', whose gradients are 0) zero.
+// A staged (rows, depth) block back into batch entry b of `to` (laid out as `at` says): row r of `from` to
+// row real->index[r] when given, the other rows (the padded keys', whose gradients are 0) zero.
 template <class E>
-void store_rows(const std::vector<Acc<E>>& from, typename E::storage* to, int64_t rows = 0, int64_t depth = 0,
+void store_rows(const std::vector<Acc<E>>& from, typename E::storage* to, const HeadRows& at, int64_t b,
                 const RealKeys* real = nullptr) {
-  if (!real) {
-    for (size_t e = 0; e < from.size(); ++e) to[e] = E::store(typename E::compute(from[e]));
-    return;
+  using C = typename E::compute;
+  const int64_t depth = at.depth;
+  if (real) {
+    const typename E::storage zero = E::store(C(0));
+    for (int64_t r = 0; r < at.rows; ++r) std::fill(to + at.at(b, r), to + at.at(b, r) + depth, zero);
   }
-  const typename E::storage zero = E::store(typename E::compute(0));
-  std::fill(to, to + rows * depth, zero);
-  for (size_t r = 0; r < real->index.size(); ++r)
-    for (int64_t d = 0; d < depth; ++d)
-      to[real->index[r] * depth + d] = E::store(typename E::compute(from[r * size_t(depth) + size_t(d)]));
+  const int64_t kept = real ? int64_t(real->index.size()) : at.rows;
+  for (int64_t r = 0; r < kept; ++r) {
+    typename E::storage* row = to + at.at(b, real ? real->index[size_t(r)] : r);
+    for (int64_t d = 0; d < depth; ++d) row[d] = E::store(C(from[size_t(r * depth + d)]));
+  }
 }
 
 void attention_forward(const kestrel_op& op) {
-  const Geometry g = geometry_of(op, op.inputs[0], op.inputs[1]);
+  const HeadRows q_at = head_rows(op.inputs[0]), k_at = head_rows(op.inputs[1]), v_at = head_rows(op.inputs[2]),
+                 out_at = head_rows(op.outputs[0]);
+  const Geometry g = geometry_of(op, q_at, k_at);
   dispatch_float(op.inputs[0].dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
@@ -264,28 +271,31 @@ void attention_forward(const kestrel_op& op) {
     A* lse = mutable_data_of<A>(op.outputs[1]);  // (B, Tq), statistics_dtype
     const S* mask = g.padding_input < 0 ? nullptr : data_of<S>(op.inputs[g.padding_input]);  // (N, Tk)
     const int64_t q_width = g.queries * g.depth, k_width = g.keys * g.depth;
-    parallel_for_split("kestrel::attention", g.batch, g.batch * g.queries * k_width, [=](int64_t b) {
+    parallel_for_split("kestrel::attention", g.batch, g.batch * g.queries * k_width, [=, &q_at, &k_at, &v_at, &out_at](int64_t b) {
       thread_local std::vector<A> queries, keys_t, values, bias, sum, scores, factors, every;
       thread_local RealKeys selection;
       const RealKeys* real = select_real_keys<S, E>(g, mask, b, selection);
       const A* key_bias = real ? nullptr : stage_key_bias<E>(g, mask, b, bias);
-      stage<E>(q + b * q_width, g.queries, g.depth, queries, Layout::rows);
-      stage<E>(k + b * k_width, g.keys, g.depth, keys_t, Layout::columns, real);
-      stage<E>(v + b * k_width, g.keys, g.depth, values, Layout::rows, real);
+      stage<E>(q, q_at, b, queries, Layout::rows);
+      stage<E>(k, k_at, b, keys_t, Layout::columns, real);
+      stage<E>(v, v_at, b, values, Layout::rows, real);
       sum.resize(size_t(q_width));
       scores.resize(size_t(g.keys));
       factors.resize(size_t(g.keys));
       every.resize(size_t(g.keys));
       entry_forward_cloned<A>(g, b, real, queries.data(), keys_t.data(), values.data(), key_bias, sum.data(),
                               lse + b * g.queries, scores.data(), factors.data(), every.data());
-      store_rows<E>(sum, out + b * q_width);
+      store_rows<E>(sum, out, out_at, b);
     });
   });
 }
 
 // Each batch entry is one task, so its dk and dv sum over its queries without sharing.
 void attention_backward(const kestrel_op& op) {
-  const Geometry g = geometry_of(op, op.inputs[1], op.inputs[2]);
+  const HeadRows dout_at = head_rows(op.inputs[0]), q_at = head_rows(op.inputs[1]), k_at = head_rows(op.inputs[2]),
+                 v_at = head_rows(op.inputs[3]), dq_at = head_rows(op.outputs[0]), dk_at = head_rows(op.outputs[1]),
+                 dv_at = head_rows(op.outputs[2]);
+  const Geometry g = geometry_of(op, q_at, k_at);
   dispatch_float(op.inputs[1].dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
@@ -296,17 +306,18 @@ void attention_backward(const kestrel_op& op) {
     S *dq = mutable_data_of<S>(op.outputs[0]), *dk = mutable_data_of<S>(op.outputs[1]), *dv = mutable_data_of<S>(op.outputs[2]);
     const S* mask = g.padding_input < 0 ? nullptr : data_of<S>(op.inputs[g.padding_input]);  // (N, Tk)
     const int64_t q_width = g.queries * g.depth, k_width = g.keys * g.depth;
-    parallel_for_split("kestrel::attention_backward", g.batch, g.batch * g.queries * k_width, [=](int64_t b) {
+    parallel_for_split("kestrel::attention_backward", g.batch, g.batch * g.queries * k_width,
+                       [=, &dout_at, &q_at, &k_at, &v_at, &dq_at, &dk_at, &dv_at](int64_t b) {
       thread_local std::vector<A> queries, grads, keys, keys_t, values_t, bias, dq_sum, dk_sum, dv_sum, p, ds, factors,
           every;
       thread_local RealKeys selection;
       const RealKeys* real = select_real_keys<S, E>(g, mask, b, selection);
       const A* key_bias = real ? nullptr : stage_key_bias<E>(g, mask, b, bias);
-      stage<E>(q + b * q_width, g.queries, g.depth, queries, Layout::rows);
-      stage<E>(dout + b * q_width, g.queries, g.depth, grads, Layout::rows);
-      stage<E>(k + b * k_width, g.keys, g.depth, keys, Layout::rows, real);
-      stage<E>(k + b * k_width, g.keys, g.depth, keys_t, Layout::columns, real);
-      stage<E>(v + b * k_width, g.keys, g.depth, values_t, Layout::columns, real);
+      stage<E>(q, q_at, b, queries, Layout::rows);
+      stage<E>(dout, dout_at, b, grads, Layout::rows);
+      stage<E>(k, k_at, b, keys, Layout::rows, real);
+      stage<E>(k, k_at, b, keys_t, Layout::columns, real);
+      stage<E>(v, v_at, b, values_t, Layout::columns, real);
       dq_sum.resize(size_t(q_width));
       dk_sum.resize(size_t(k_width));
       dv_sum.resize(size_t(k_width));
@@ -317,9 +328,9 @@ void attention_backward(const kestrel_op& op) {
       entry_backward_cloned<A>(g, b, real, queries.data(), grads.data(), keys.data(), keys_t.data(), values_t.data(),
                                key_bias, lse + b * g.queries, dq_sum.data(), dk_sum.data(), dv_sum.data(), p.data(),
                                ds.data(), factors.data(), every.data());
-      store_rows<E>(dq_sum, dq + b * q_width);
-      store_rows<E>(dk_sum, dk + b * k_width, g.keys, g.depth, real);
-      store_rows<E>(dv_sum, dv + b * k_width, g.keys, g.depth, real);
+      store_rows<E>(dq_sum, dq, dq_at, b);
+      store_rows<E>(dk_sum, dk, dk_at, b, real);
+      store_rows<E>(dv_sum, dv, dv_at, b, real);
     });
   });
 }

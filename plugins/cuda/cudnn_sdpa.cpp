@@ -8,7 +8,8 @@
 // kernels (ops_attention.cu), whose forward leaves the same log-sum-exp (cuDNN's "stats": natural log of
 // each query's sum of exp(scaled score)), so either backward takes either forward's.
 //
-// The ABI's (B, T, D) tensors are cuDNN's (B, 1, T, D). Each shape's graph is built once per stream (its
+// The ABI's (B, T, D) tensors are cuDNN's (B, 1, T, D), and its (N, H, T, D) views (1.13) cuDNN's with the
+// same strides: heads are read where a packed projection leaves them. Each shape's graph is built once per stream (its
 // cuDNN handle), in an eager step (cuDNN compiles kernels then; a shape first met inside a graph capture
 // runs on the plugin's kernels), and cached; its workspace comes from the stream-ordered pool, so a step
 // replayed from a CUDA graph runs it too, and a shape whose workspace would pass the plugin's own scratch
@@ -20,12 +21,14 @@
 #include <cudnn_frontend.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "kestrel/plugin_env.hpp"
 
@@ -48,15 +51,27 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
 constexpr int64_t kWorkspaceBudget = int64_t(1) << 30;  // as the plugin's own kernels' scratch
 
+// An operand in cuDNN's terms: dims (N, H, T, D) and their strides.
+struct Layout {
+  std::array<int64_t, 4> dims, strides;
+  static Layout of(const kestrel_tensor& t) {
+    const kestrel::plugin_shapes::HeadRows at = kestrel::plugin_shapes::head_rows(t);
+    return {{at.batch / at.heads, at.heads, at.rows, at.depth}, {at.sample_stride, at.head_stride, at.row_stride, 1}};
+  }
+  bool operator<(const Layout& o) const { return std::tie(dims, strides) < std::tie(o.dims, o.strides); }
+};
+
 struct Shape {
   int64_t b, tq, tk, d;
   kestrel_dtype dtype;
   bool causal, backward;
   float scale;
+  // Forward: q, k, v, o; backward: also dout, dq, dk, dv.
+  std::vector<Layout> layouts;
   auto key() const {
     uint32_t scale_bits;  // by bits: a NaN scale must not break the map's ordering
     std::memcpy(&scale_bits, &scale, sizeof scale_bits);
-    return std::make_tuple(b, tq, tk, d, int(dtype), causal, backward, scale_bits);
+    return std::make_tuple(b, tq, tk, d, int(dtype), causal, backward, scale_bits, layouts);
   }
   bool operator<(const Shape& o) const { return key() < o.key(); }
 };
@@ -70,19 +85,21 @@ void check(fe::error_t status, const char* what) {
   if (status.is_bad()) fail(std::string("cuDNN attention: ") + what + ": " + status.get_message());
 }
 
-// (b, 1, t, d), contiguous.
-std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph& g, const char* name, Uid uid, int64_t b,
-                                                     int64_t t, int64_t d) {
-  return g.tensor(fe::graph::Tensor_attributes()
-                      .set_name(name)
-                      .set_uid(uid)
-                      .set_dim({b, 1, t, d})
-                      .set_stride({t * d, t * d, d, 1}));
+std::vector<int64_t> dims_of(const Layout& l) { return {l.dims.begin(), l.dims.end()}; }
+std::vector<int64_t> strides_of(const Layout& l) { return {l.strides.begin(), l.strides.end()}; }
+
+std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph& g, const char* name, Uid uid, const Layout& l) {
+  return g.tensor(
+      fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims_of(l)).set_stride(strides_of(l)));
 }
 
-void as_output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, Uid uid, int64_t b, int64_t rows, int64_t d) {
-  t->set_output(true).set_uid(uid).set_dim({b, 1, rows, d}).set_stride({rows * d, rows * d, d, 1});
+void as_output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, Uid uid, const Layout& l) {
+  t->set_output(true).set_uid(uid).set_dim(dims_of(l)).set_stride(strides_of(l));
 }
+
+// Each query's log-sum-exp, (B, Tq) contiguous, as (N, H, Tq, 1).
+std::vector<int64_t> stats_dims(const Layout& q) { return {q.dims[0], q.dims[1], q.dims[2], 1}; }
+std::vector<int64_t> stats_strides(const Layout& q) { return {q.dims[1] * q.dims[2], q.dims[2], 1, 1}; }
 
 Built build(cudnnHandle_t handle, const Shape& s) {
   Built built;
@@ -91,23 +108,23 @@ Built build(cudnnHandle_t handle, const Shape& s) {
   g.set_io_data_type(s.dtype == KESTREL_DTYPE_BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  auto q = tensor(g, "q", kQ, s.b, s.tq, s.d), k = tensor(g, "k", kK, s.b, s.tk, s.d),
-       v = tensor(g, "v", kV, s.b, s.tk, s.d);
+  const std::vector<Layout>& l = s.layouts;
+  auto q = tensor(g, "q", kQ, l[0]), k = tensor(g, "k", kK, l[1]), v = tensor(g, "v", kV, l[2]);
   if (!s.backward) {
     auto options =
         fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(s.scale);
     if (s.causal) options.set_causal_mask(true);
     auto [o, stats] = g.sdpa(q, k, v, options);
-    as_output(o, kO, s.b, s.tq, s.d);
+    as_output(o, kO, l[3]);
     stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT);
-    stats->set_dim({s.b, 1, s.tq, 1}).set_stride({s.tq, s.tq, 1, 1});
+    stats->set_dim(stats_dims(l[0])).set_stride(stats_strides(l[0]));
   } else {
-    auto o = tensor(g, "o", kO, s.b, s.tq, s.d), d_o = tensor(g, "dout", kDO, s.b, s.tq, s.d);
+    auto o = tensor(g, "o", kO, l[3]), d_o = tensor(g, "dout", kDO, l[4]);
     auto stats = g.tensor(fe::graph::Tensor_attributes()
                               .set_name("stats")
                               .set_uid(kStats)
-                              .set_dim({s.b, 1, s.tq, 1})
-                              .set_stride({s.tq, s.tq, 1, 1})
+                              .set_dim(stats_dims(l[0]))
+                              .set_stride(stats_strides(l[0]))
                               .set_data_type(fe::DataType_t::FLOAT));
     auto options = fe::graph::SDPA_backward_attributes()
                        .set_name("attention_backward")
@@ -115,9 +132,9 @@ Built build(cudnnHandle_t handle, const Shape& s) {
                        .set_deterministic_algorithm(true);
     if (s.causal) options.set_causal_mask(true);
     auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, d_o, stats, options);
-    as_output(dq, kDQ, s.b, s.tq, s.d);
-    as_output(dk, kDK, s.b, s.tk, s.d);
-    as_output(dv, kDV, s.b, s.tk, s.d);
+    as_output(dq, kDQ, l[5]);
+    as_output(dk, kDK, l[6]);
+    as_output(dv, kDV, l[7]);
   }
   check(g.validate(), "validating the graph");
   check(g.build_operation_graph(handle), "building the operation graph");
@@ -152,8 +169,14 @@ bool sdpa_try(kestrel_stream& s, const kestrel_op& op) {
   const auto& p = params_of<kestrel_attention_params>(op, "attention");
   const bool backward = op.kind == KESTREL_OP_ATTENTION_BACKWARD;
   const kestrel_tensor &q = op.inputs[backward ? 1 : 0], &k = op.inputs[backward ? 2 : 1];
-  const Shape shape{q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.dtype, p.causal != 0, backward,
-                    static_cast<float>(p.scale)};
+  const kestrel::plugin_shapes::HeadRows qr = kestrel::plugin_shapes::head_rows(q), kr = kestrel::plugin_shapes::head_rows(k);
+  Shape shape{qr.batch, qr.rows, kr.rows, qr.depth, q.dtype, p.causal != 0, backward, static_cast<float>(p.scale), {}};
+  // q, k, v, o [, dout, dq, dk, dv] in the graph's order.
+  const std::vector<const kestrel_tensor*> operands =
+      backward ? std::vector<const kestrel_tensor*>{&op.inputs[1], &op.inputs[2], &op.inputs[3], &op.inputs[4],
+                                                    &op.inputs[0], &op.outputs[0], &op.outputs[1], &op.outputs[2]}
+               : std::vector<const kestrel_tensor*>{&op.inputs[0], &op.inputs[1], &op.inputs[2], &op.outputs[0]};
+  for (const kestrel_tensor* t : operands) shape.layouts.push_back(Layout::of(*t));
   const bool fits = (q.dtype == KESTREL_DTYPE_F16 || q.dtype == KESTREL_DTYPE_BF16) && p.dropout == 0 &&
                     !p.key_padding && (!p.causal || shape.tq == shape.tk) && shape.d % 8 == 0 && shape.d <= 128 &&
                     shape.b > 0 && shape.tq > 0 && shape.tk > 0;

@@ -1,4 +1,5 @@
-// Fused scaled dot-product attention (ABI 1.7), forward and backward side by side. The products run on
+// Fused scaled dot-product attention (ABI 1.7; its operands as (N,H,T,D) views since 1.13), forward and
+// backward side by side. The products run on
 // tensor cores through cuBLAS; one kernel per pass does the softmax (forward) or its gradient (backward)
 // over a chunk of batch entries' (Tq x Tk) scores held in stream-ordered scratch. Only the output and
 // each query's log-sum-exp outlive a launch: backward recomputes the weights from them, so the engine
@@ -34,18 +35,23 @@ struct WeightOptions {
   int64_t first_entry = 0;
 };
 
-// The shapes and options of a launch, from q (B,Tq,D) and k (B,Tk,D); the mask and the counter base
-// follow the op's other inputs (plugin.h), the base last.
+using kestrel::plugin_shapes::head_rows;
+using kestrel::plugin_shapes::HeadRows;
+
+// The shapes and options of a launch, from q (B,Tq,D) and k (B,Tk,D) (or their (N,H,T,D) views); the mask
+// and the counter base follow the op's other inputs (plugin.h), the base last.
 struct Geometry {
   int64_t batch, queries, keys, depth;
+  int64_t heads;  // batch entries per sample of (N,H,T,D) operands (1 for (B,T,D) ones)
   double scale;
   bool causal;
   WeightOptions weights;
 };
 
-Geometry geometry_of(const kestrel_op& op, const kestrel_tensor& q, const kestrel_tensor& k) {
+Geometry geometry_of(const kestrel_op& op, const kestrel_tensor& q_desc, const kestrel_tensor& k_desc) {
   const auto& p = params_of<kestrel_attention_params>(op, "attention");
-  Geometry g{q.shape[0], q.shape[1], k.shape[1], q.shape[2], p.scale, p.causal != 0, {}};
+  const HeadRows q = head_rows(q_desc), k = head_rows(k_desc);
+  Geometry g{q.batch, q.rows, k.rows, q.depth, q.heads, p.scale, p.causal != 0, {}};
   const int counter = p.dropout > 0 ? 1 : 0;
   if (counter) {
     g.weights.base = reinterpret_cast<const long long*>(ref(op.inputs[op.num_inputs - 1]).base);
@@ -174,6 +180,37 @@ char* element(const kestrel_tensor& t, int64_t index) { return ref(t).base + ind
 MatrixView rows_of(char* base, int64_t rows, int64_t cols) { return {base, cols, 1, rows * cols}; }
 MatrixView transposed_rows_of(char* base, int64_t rows, int64_t cols) { return {base, 1, cols, rows * cols}; }
 
+// Batch entries from b0 of an operand as batched (rows, D) matrices, or their transposes: one stride
+// apart, as they are within one sample of (N,H,T,D) views (chunks never cross samples there).
+MatrixView entries_of(const kestrel_tensor& t, int64_t b0) {
+  const HeadRows at = head_rows(t);
+  return {element(t, at.at(b0, 0)), at.row_stride, 1, at.heads > 1 ? at.head_stride : at.sample_stride};
+}
+MatrixView transposed_entries_of(const kestrel_tensor& t, int64_t b0) {
+  const MatrixView m = entries_of(t, b0);
+  return {m.base, m.cs, m.rs, m.bs};
+}
+
+// The entries of the chunk from b0: at most `chunk`, and within b0's sample where entries are heads.
+int64_t chunk_from(const Geometry& g, int64_t b0, int64_t chunk) {
+  const int64_t n = std::min(chunk, g.batch - b0);
+  return g.heads > 1 ? std::min(n, g.heads - b0 % g.heads) : n;
+}
+
+// Zero every row of an operand's entries (a gradient no query reaches).
+void zero_rows(kestrel_stream& s, const kestrel_tensor& t) {
+  const HeadRows at = head_rows(t);
+  const uint64_t bytes = dtype_bytes(t.dtype);
+  if (at.contiguous()) {
+    check_cuda(cudaMemsetAsync(ref(t).base, 0, uint64_t(numel(t)) * bytes, s.cuda), "attention_backward");
+    return;
+  }
+  for (int64_t b = 0; b < at.batch; ++b)
+    check_cuda(cudaMemset2DAsync(element(t, at.at(b, 0)), uint64_t(at.row_stride) * bytes, 0, uint64_t(at.depth) * bytes,
+                                 uint64_t(at.rows), s.cuda),
+               "attention_backward");
+}
+
 // in0 q (B,Tq,D), in1 k, in2 v (B,Tk,D) -> out0 (B,Tq,D), out1 lse (B,Tq) f32.
 void attention_forward(kestrel_stream& s, const kestrel_op& op) {
   const kestrel_tensor &q = op.inputs[0], &k = op.inputs[1], &v = op.inputs[2], &out = op.outputs[0];
@@ -188,12 +225,11 @@ void attention_forward(kestrel_stream& s, const kestrel_op& op) {
   if (!in_place) weights_16.emplace(s, uint64_t(chunk * tq * tk) * 2);
   char* weights = in_place ? static_cast<char*>(scores.get()) : static_cast<char*>(weights_16->get());
   float* lse = reinterpret_cast<float*>(ref(op.outputs[1]).base);
-  for (int64_t b0 = 0; b0 < g.batch; b0 += chunk) {
-    const int64_t n = std::min(chunk, g.batch - b0);
+  for (int64_t b0 = 0, n = 0; b0 < g.batch; b0 += n) {
+    n = chunk_from(g, b0, chunk);
     // scores = scale * q @ k^T, kept in f32 (16-bit operands multiply into f32)
-    batched_gemm(s, dtype, KESTREL_DTYPE_F32, n, tq, tk, d, rows_of(element(q, b0 * tq * d), tq, d),
-                 transposed_rows_of(element(k, b0 * tk * d), tk, d), rows_of(static_cast<char*>(scores.get()), tq, tk),
-                 g.scale, 0.0);
+    batched_gemm(s, dtype, KESTREL_DTYPE_F32, n, tq, tk, d, entries_of(q, b0), transposed_entries_of(k, b0),
+                 rows_of(static_cast<char*>(scores.get()), tq, tk), g.scale, 0.0);
     dispatch_float(dtype, [&](auto elem) {
       using E = decltype(elem);
       WeightOptions options = g.weights;
@@ -203,8 +239,8 @@ void attention_forward(kestrel_stream& s, const kestrel_op& op) {
           tk, g.causal, options);
     });
     check_launch("attention (softmax)");
-    batched_gemm(s, dtype, dtype, n, tq, d, tk, rows_of(weights, tq, tk), rows_of(element(v, b0 * tk * d), tk, d),
-                 rows_of(element(out, b0 * tq * d), tq, d), 1.0, 0.0);
+    batched_gemm(s, dtype, dtype, n, tq, d, tk, rows_of(weights, tq, tk), entries_of(v, b0), entries_of(out, b0), 1.0,
+                 0.0);
   }
 }
 
@@ -219,8 +255,8 @@ void attention_backward(kestrel_stream& s, const kestrel_op& op) {
   const int64_t tq = g.queries, tk = g.keys, d = g.depth;
   if (g.batch == 0) return;
   if (tq == 0) {  // no query: every key and value gradient is zero
-    check_cuda(cudaMemsetAsync(ref(dk).base, 0, uint64_t(numel(dk)) * dtype_bytes(dtype), s.cuda), "attention_backward");
-    check_cuda(cudaMemsetAsync(ref(dv).base, 0, uint64_t(numel(dv)) * dtype_bytes(dtype), s.cuda), "attention_backward");
+    zero_rows(s, dk);
+    zero_rows(s, dv);
     return;
   }
   const int64_t chunk = chunk_size(g, dtype);
@@ -233,13 +269,11 @@ void attention_backward(kestrel_stream& s, const kestrel_op& op) {
   char* weights = static_cast<char*>(in_place ? scores.get() : weights_16->get());
   char* dscores = static_cast<char*>(in_place ? dprobs.get() : dscores_16->get());
   const float* lse = reinterpret_cast<const float*>(ref(op.inputs[5]).base);
-  for (int64_t b0 = 0; b0 < g.batch; b0 += chunk) {
-    const int64_t n = std::min(chunk, g.batch - b0);
-    char *qb = element(q, b0 * tq * d), *kb = element(k, b0 * tk * d), *vb = element(v, b0 * tk * d);
-    char *dob = element(dout, b0 * tq * d);
-    batched_gemm(s, dtype, KESTREL_DTYPE_F32, n, tq, tk, d, rows_of(qb, tq, d), transposed_rows_of(kb, tk, d),
+  for (int64_t b0 = 0, n = 0; b0 < g.batch; b0 += n) {
+    n = chunk_from(g, b0, chunk);
+    batched_gemm(s, dtype, KESTREL_DTYPE_F32, n, tq, tk, d, entries_of(q, b0), transposed_entries_of(k, b0),
                  rows_of(static_cast<char*>(scores.get()), tq, tk), g.scale, 0.0);
-    batched_gemm(s, dtype, KESTREL_DTYPE_F32, n, tq, tk, d, rows_of(dob, tq, d), transposed_rows_of(vb, tk, d),
+    batched_gemm(s, dtype, KESTREL_DTYPE_F32, n, tq, tk, d, entries_of(dout, b0), transposed_entries_of(v, b0),
                  rows_of(static_cast<char*>(dprobs.get()), tq, tk), 1.0, 0.0);
     dispatch_float(dtype, [&](auto elem) {
       using E = decltype(elem);
@@ -252,12 +286,12 @@ void attention_backward(kestrel_stream& s, const kestrel_op& op) {
     });
     check_launch("attention_backward (softmax gradient)");
     // dv = (m p)^T @ dout, dq = ds @ k, dk = ds^T @ q (the scale is inside ds)
-    batched_gemm(s, dtype, dtype, n, tk, d, tq, transposed_rows_of(weights, tq, tk), rows_of(dob, tq, d),
-                 rows_of(element(dv, b0 * tk * d), tk, d), 1.0, 0.0);
-    batched_gemm(s, dtype, dtype, n, tq, d, tk, rows_of(dscores, tq, tk), rows_of(kb, tk, d),
-                 rows_of(element(dq, b0 * tq * d), tq, d), 1.0, 0.0);
-    batched_gemm(s, dtype, dtype, n, tk, d, tq, transposed_rows_of(dscores, tq, tk), rows_of(qb, tq, d),
-                 rows_of(element(dk, b0 * tk * d), tk, d), 1.0, 0.0);
+    batched_gemm(s, dtype, dtype, n, tk, d, tq, transposed_rows_of(weights, tq, tk), entries_of(dout, b0),
+                 entries_of(dv, b0), 1.0, 0.0);
+    batched_gemm(s, dtype, dtype, n, tq, d, tk, rows_of(dscores, tq, tk), entries_of(k, b0), entries_of(dq, b0), 1.0,
+                 0.0);
+    batched_gemm(s, dtype, dtype, n, tk, d, tq, transposed_rows_of(dscores, tq, tk), entries_of(q, b0),
+                 entries_of(dk, b0), 1.0, 0.0);
   }
 }
 
@@ -270,8 +304,9 @@ bool supports_attention(const kestrel_op& op) {
   const kestrel_tensor& q = op.inputs[op.kind == KESTREL_OP_ATTENTION_BACKWARD ? 1 : 0];
   const kestrel_tensor& k = op.inputs[op.kind == KESTREL_OP_ATTENTION_BACKWARD ? 2 : 1];
   const bool dtype_ok = q.dtype == KESTREL_DTYPE_F32 || q.dtype == KESTREL_DTYPE_F16 || q.dtype == KESTREL_DTYPE_BF16;
-  return dtype_ok && q.shape[1] <= INT32_MAX && k.shape[1] <= INT32_MAX && q.shape[2] <= INT32_MAX &&
-         q.shape[1] * k.shape[1] <= INT32_MAX;
+  const HeadRows qr = head_rows(q), kr = head_rows(k);
+  return dtype_ok && qr.rows <= INT32_MAX && kr.rows <= INT32_MAX && qr.depth <= INT32_MAX &&
+         qr.rows * kr.rows <= INT32_MAX;
 }
 
 void launch_attention(kestrel_stream& s, const kestrel_op& op) {

@@ -26,6 +26,7 @@ bool supports_attention(const kestrel_op& op, uint32_t dtypes) {
   if (!kestrel::plugin_shapes::attention_fits(op)) return false;
   const bool backward = op.kind == KESTREL_OP_ATTENTION_BACKWARD;
   const kestrel_tensor &q = op.inputs[backward ? 1 : 0], &k = op.inputs[backward ? 2 : 1];
+  if (q.rank != 3) return false;  // (N,H,T,D) views (1.13): the engine splits the heads for this plugin
   // One invocation walks one row: its keys (or queries) times a few passes over the depth. Where loops
   // share a budget, a bound on that walk (generous: four passes per element) must fit in it.
   const int64_t depth = q.shape[2], longest = std::max(q.shape[1], k.shape[1]);

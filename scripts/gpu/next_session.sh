@@ -13,7 +13,7 @@ step() {
   timeout -k 10 "$limit" bash scripts/gpu/on_device.sh "$name" 2>&1 | tee -a "$log"
   echo "=== $name ended with ${PIPESTATUS[0]} ($(date +%T))" | tee -a "$log"
 }
-step 130 conformance   # ABI 1.11's MAX_ABS reductions, the weight gradient by cuBLAS as the default
+step 130 conformance   # ABI 1.11-1.13: MAX_ABS, 16-bit cross-entropy and its backward, attention on (N,H,T,D) views (cuDNN and own kernels)
 step 60 lossscale      # issue 16: the one-read overflow check and the scaler's share of the MLP's f16 step
 step 100 lt            # issue 18: products through cuBLASLt (opt-in): conformance, then the MLPs and GPT-2 both ways
 step 40 rnn            # issue 15: cuDNN's RNN API against Kestrel's fused-cell layers, side by side

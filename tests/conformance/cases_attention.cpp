@@ -1,7 +1,8 @@
 // The fused attention ops (plugin ABI 1.7), optional: forward (output and each query's log-sum-exp) and
 // backward (dq, dk, dv), against softmax(scale q k^T [causal] [+ -1e29 on padded keys]) v and its
 // gradients in double; with dropout on the weights (1.8), the mask of RANDOM's Bernoulli draw
-// (kestrel/philox.h) in the reference; with a key-padding mask (1.9), its -1e29 on each padded key.
+// (kestrel/philox.h) in the reference; with a key-padding mask (1.9), its -1e29 on each padded key; and
+// (1.13) with every (B, T, D) operand a (N, H, T, D) view of a packed projection's columns.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -115,15 +116,18 @@ void attention_cases(Runner& r) {
     for (const Case& c : cases)
       for (const Dropout* drop : {&none, &quarter})
         for (bool padded : {false, true})
+        for (bool heads : {false, true})
         for (bool backward : {false, true}) {
           if (drop->p > 0 && (c.batch == 0 || c.queries == 0 || c.keys == 0 || c.depth == 16)) continue;
           if (padded && drop->p > 0 && c.causal) continue;  // one padded dropout case per shape is enough
+          if (heads && (c.batch % 2 != 0 || c.batch == 0)) continue;
           const KeyPadding padding = padded ? KeyPadding::of(c) : KeyPadding{};
           const std::string shape = fmt::format("({}, {}, {}, {})", c.batch, c.queries, c.keys, c.depth);
-          r.run(case_name({backward ? "backward" : "forward", std::string(dtype_name(dtype)), shape,
-                           c.causal ? "causal" : "full", drop->p > 0 ? "dropout" : "all weights",
-                           padded ? fmt::format("keys of {} samples padded", padding.samples) : "no padding"}),
-                false, [&] {
+          const std::string name = case_name({backward ? "backward" : "forward", std::string(dtype_name(dtype)), shape,
+                                              c.causal ? "causal" : "full", drop->p > 0 ? "dropout" : "all weights",
+                                              padded ? fmt::format("keys of {} samples padded", padding.samples)
+                                                     : "no padding"});
+          r.run(heads ? name + "/heads of a packed projection" : name, false, [&] {
                   const int64_t qn = c.batch * c.queries * c.depth, kn = c.batch * c.keys * c.depth;
                   auto q = r.values(qn, -1, 1, dtype), k = r.values(kn, -1, 1, dtype), v = r.values(kn, -1, 1, dtype);
                   auto dout = r.values(qn, -1, 1, dtype);
@@ -135,8 +139,19 @@ void attention_cases(Runner& r) {
                   p.seed = drop->seed;
                   p.offset = drop->offset;
                   p.key_padding = padded ? 1 : 0;
-                  const Tensor tq = r.upload(q_shape, q, dtype), tk = r.upload(k_shape, k, dtype),
-                               tv = r.upload(k_shape, v, dtype);
+                  // With `heads` (plugin ABI 1.13) every (B, T, D) operand is a (B / 2, 2, T, D) view: the
+                  // middle third of a (B / 2, T, 3 * 2D) tensor's columns, as multi-head attention's packed
+                  // projection holds its keys.
+                  auto place = [&](const Shape& rows_shape, const std::vector<double>* values) {
+                    if (!heads)
+                      return values ? r.upload(rows_shape, *values, dtype) : Tensor::empty(rows_shape, dtype, r.device());
+                    const int64_t n = c.batch / 2, rows = rows_shape[1], d = c.depth;
+                    Tensor packed = Tensor::zeros({n, rows, 6 * d}, dtype, r.device());
+                    Tensor view = packed.slice(2, 2 * d, 4 * d).unflatten(2, {2, d}).permute({0, 2, 1, 3});
+                    if (values) view.copy_from(r.upload({n, 2, rows, d}, *values, dtype));
+                    return view;
+                  };
+                  const Tensor tq = place(q_shape, &q), tk = place(k_shape, &k), tv = place(k_shape, &v);
                   std::vector<Tensor> extra;  // the key-padding mask, the counter base
                   if (padded) extra.push_back(r.upload({padding.samples, c.keys}, padding.mask, dtype));
                   if (drop->p > 0) extra.push_back(Tensor::full({}, double(drop->base), DType::i64, r.device()));
@@ -144,7 +159,7 @@ void attention_cases(Runner& r) {
                     inputs.insert(inputs.end(), extra.begin(), extra.end());
                     return inputs;
                   };
-                  Tensor out = Tensor::empty(q_shape, dtype, r.device());
+                  Tensor out = place(q_shape, nullptr);
                   Tensor lse = Tensor::empty({c.batch, c.queries}, statistics_of(dtype), r.device());
                   ops::launch(r.device(), op_of(KESTREL_OP_ATTENTION, &p, with_extra({tq, tk, tv}), {out, lse}));
                   const Reference want = reference(c, *drop, padding, q, k, v, dout);
@@ -154,10 +169,9 @@ void attention_cases(Runner& r) {
                     r.expect_close(lse, want.lse, tolerance_for(statistics_of(dtype), 16), "log-sum-exp");
                     return;
                   }
-                  Tensor dq = Tensor::empty(q_shape, dtype, r.device()), dk = Tensor::empty(k_shape, dtype, r.device()),
-                         dv = Tensor::empty(k_shape, dtype, r.device());
+                  Tensor dq = place(q_shape, nullptr), dk = place(k_shape, nullptr), dv = place(k_shape, nullptr);
                   ops::launch(r.device(), op_of(KESTREL_OP_ATTENTION_BACKWARD, &p,
-                                                with_extra({r.upload(q_shape, dout, dtype), tq, tk, tv, out, lse}),
+                                                with_extra({place(q_shape, &dout), tq, tk, tv, out, lse}),
                                                 {dq, dk, dv}));
                   r.expect_close(dq, want.dq, tol, "dq");
                   r.expect_close(dk, want.dk, tol, "dk");

@@ -80,6 +80,12 @@
  *        gradient from the logits themselves, scaled per row: forward need not leave an (N,C) gradient for
  *        backward to scale in another pass. A plugin built against 1.11 or earlier answers 0 for both; the
  *        engine widens the logits and scales forward's gradient as before.
+ *   1.13 ATTENTION and ATTENTION_BACKWARD may take their (B,T,D) tensors (q, k, v, out, dout, dq, dk, dv)
+ *        as rank-4 (N,H,T,D) views with any strides whose last is 1, batch entry b being (b / H, b % H):
+ *        multi-head attention then reads its heads where the packed (N,T,3E) projection leaves them and
+ *        writes (N,T,E) rows, with no copies to split or join heads. The log-sum-exp stays (B,Tq) and
+ *        contiguous, the key-padding mask (N',Tk). A plugin built against 1.12 or earlier answers 0 for
+ *        rank 4, and the engine splits and joins the heads itself.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -92,7 +98,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 12
+#define KESTREL_PLUGIN_ABI_MINOR 13
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -222,7 +228,8 @@ typedef enum kestrel_op_kind {
                                           logits with an f32 loss and no out1 */
   KESTREL_OP_ADAM_UPDATE = 35,   /* in-place on in0 param, in1 grad (read, zeroed if asked), in2 m, in3 v */
   KESTREL_OP_SGD_UPDATE = 36,    /* in-place on in0 param, in1 grad (likewise) [, in2 momentum buffer] */
-  /* Since 1.7. in0 q (B,Tq,D), in1 k (B,Tk,D), in2 v (B,Tk,D), one float dtype, contiguous
+  /* Since 1.7. in0 q (B,Tq,D), in1 k (B,Tk,D), in2 v (B,Tk,D), one float dtype, contiguous (1.13: or
+   * all of them and out0 (N,H,T,D) views whose last stride is 1)
    * [, the key-padding mask (1.9: with key_padding)] [, the counter base (1.8: with dropout, see
    * kestrel_attention_params)] -> out0 (B,Tq,D) =
    * dropout(softmax(scale * q @ k^T [masked])) @ v, out1 (B,Tq) = log(sum(exp(...))) of each query's

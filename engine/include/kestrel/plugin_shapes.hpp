@@ -346,11 +346,33 @@ inline bool optimizer_fits(const kestrel_op& op) {
 inline kestrel_dtype statistics_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_F64 ? KESTREL_DTYPE_F64 : KESTREL_DTYPE_F32; }
 
 
+// Where ATTENTION's (B,T,D) operands keep their rows: contiguous rank 3, or (1.13) a rank-4 (N,H,T,D)
+// view with any strides but a unit last one. Row t of batch entry b starts at at(b, t); its D elements
+// follow one another.
+struct HeadRows {
+  int64_t batch = 0, rows = 0, depth = 0;
+  int64_t heads = 1, sample_stride = 0, head_stride = 0, row_stride = 0;
+  int64_t at(int64_t b, int64_t t) const { return (b / heads) * sample_stride + (b % heads) * head_stride + t * row_stride; }
+  bool contiguous() const { return row_stride == depth && head_stride == rows * depth && sample_stride == heads * rows * depth; }
+};
+inline HeadRows head_rows(const kestrel_tensor& t) {
+  HeadRows r;
+  if (t.rank == 3) {
+    r.batch = t.shape[0], r.rows = t.shape[1], r.depth = t.shape[2];
+    r.sample_stride = r.head_stride = t.strides[0], r.row_stride = t.strides[1];
+  } else if (t.rank == 4) {
+    r.heads = t.shape[1], r.batch = t.shape[0] * t.shape[1], r.rows = t.shape[2], r.depth = t.shape[3];
+    r.sample_stride = t.strides[0], r.head_stride = t.strides[1], r.row_stride = t.strides[2];
+  }
+  return r;
+}
+
 // ATTENTION: in0 q (B,Tq,D), in1 k (B,Tk,D), in2 v (B,Tk,D) -> out0 (B,Tq,D), out1 (B,Tq) f32.
 // ATTENTION_BACKWARD: in0 dout, in1 q, in2 k, in3 v, in4 out, in5 lse -> out0 dq, out1 dk, out2 dv.
 // With key padding (1.9) both take the (N,Tk) mask next; with dropout (1.8) the counter base, a
 // one-element i64 tensor, as their last input.
-// One float dtype for all but the log-sum-exp (statistics_dtype); every tensor contiguous; causal needs Tk >= Tq.
+// One float dtype for all but the log-sum-exp (statistics_dtype); every tensor contiguous, or (1.13) the
+// (B,T,D) ones rank-4 views (HeadRows); causal needs Tk >= Tq.
 inline bool attention_fits(const kestrel_op& op) {
   const auto* p = params<kestrel_attention_params>(op);
   const bool backward = op.kind == KESTREL_OP_ATTENTION_BACKWARD;
@@ -358,22 +380,40 @@ inline bool attention_fits(const kestrel_op& op) {
   const int counter = p->dropout > 0 ? 1 : 0;    // 1.8: the counter base, the last input
   const int padding = p->key_padding ? 1 : 0;     // 1.9: the key-padding mask, before it
   const int given = (backward ? 6 : 3) + padding + counter;
-  if (!(backward ? arity(op, given, 3) : arity(op, given, 2)) || !all_contiguous(op)) return false;
+  if (!(backward ? arity(op, given, 3) : arity(op, given, 2))) return false;
   if (counter) {
     const kestrel_tensor& base = op.inputs[op.num_inputs - 1];
     if (base.dtype != KESTREL_DTYPE_I64 || numel(base) != 1) return false;
   }
   const kestrel_tensor &q = op.inputs[backward ? 1 : 0], &k = op.inputs[backward ? 2 : 1], &v = op.inputs[backward ? 3 : 2];
   const kestrel_tensor& lse = backward ? op.inputs[5] : op.outputs[1];
+  // The (B,T,D) operands: contiguous rank 3, or all rank-4 views of one (N,H) with unit last strides.
+  const int operands = backward ? 5 : 3;
+  const bool heads = q.rank == 4;
+  for (int i = 0; i < op.num_inputs; ++i) {
+    const kestrel_tensor& t = op.inputs[i];
+    const bool operand = i < operands;
+    if (operand && heads ? t.rank != 4 || t.strides[3] != 1 || t.shape[0] != q.shape[0] || t.shape[1] != q.shape[1]
+                         : !is_contiguous(t))
+      return false;
+  }
+  for (int i = 0; i < op.num_outputs; ++i) {
+    const kestrel_tensor& t = op.outputs[i];
+    const bool operand = backward || i == 0;
+    if (operand && heads ? t.rank != 4 || t.strides[3] != 1 : !is_contiguous(t)) return false;
+  }
   auto like = [](const kestrel_tensor& t, const kestrel_tensor& model) { return same_shape(t, model) && t.dtype == model.dtype; };
-  if (q.rank != 3 || k.rank != 3 || !is_float_dtype(q.dtype) || k.dtype != q.dtype || !like(v, k)) return false;
-  if (k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2] || (p->causal && k.shape[1] < q.shape[1])) return false;
-  if (lse.dtype != statistics_dtype(q.dtype) || lse.rank != 2 || lse.shape[0] != q.shape[0] || lse.shape[1] != q.shape[1])
+  if ((q.rank != 3 && !heads) || k.rank != q.rank || !is_float_dtype(q.dtype) || k.dtype != q.dtype || !like(v, k))
+    return false;
+  const HeadRows qr = head_rows(q), kr = head_rows(k);
+  if (kr.batch != qr.batch || kr.depth != qr.depth || (p->causal && kr.rows < qr.rows)) return false;
+  if (lse.dtype != statistics_dtype(q.dtype) || lse.rank != 2 || lse.shape[0] != qr.batch || lse.shape[1] != qr.rows ||
+      !is_contiguous(lse))
     return false;
   if (padding) {
     const kestrel_tensor& mask = op.inputs[given - counter - 1];  // (N, Tk), N dividing B
-    if (mask.rank != 2 || mask.dtype != q.dtype || mask.shape[1] != k.shape[1] || mask.shape[0] < 1 ||
-        q.shape[0] % mask.shape[0] != 0)
+    if (mask.rank != 2 || mask.dtype != q.dtype || mask.shape[1] != kr.rows || mask.shape[0] < 1 ||
+        qr.batch % mask.shape[0] != 0)
       return false;
   }
   if (!backward) return like(op.outputs[0], q);

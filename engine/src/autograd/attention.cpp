@@ -41,17 +41,21 @@ Var split_heads(const Var& x, int64_t heads) {
   return reshape(permute(reshape(x, {s[0], s[1], heads, depth}), {0, 2, 1, 3}), {s[0] * heads, s[1], depth});
 }
 
+// Part i (q, k, v) of a packed projection (N, T, 3E) as (N, heads, T, D) views; a (N, T, E) tensor is its
+// part 0 of 1.
+Tensor packed_heads(const Tensor& t, int64_t i, int64_t heads, int64_t parts = 3) {
+  const int64_t width = t.size(2) / parts;
+  return t.slice(2, i * width, (i + 1) * width).unflatten(2, {heads, width / heads}).permute({0, 2, 1, 3});
+}
+
 // Self-attention's packed projection qkv (N, T, 3E) as q, k and v of (N * heads, T, D) each. Forward
 // copies each part once, from its columns straight into the heads' layout (split_heads on a chunk copies
 // twice: the strided chunk, then its heads). Backward writes each part's gradient straight into its
 // columns of one (N, T, 3E) gradient: no zero fill, and no addition unless a part's gradient comes twice.
 std::vector<Var> split_packed_heads(const Var& qkv, int64_t heads) {
   const Shape& s = qkv.value().shape();
-  const int64_t n = s[0], steps = s[1], width = s[2] / 3, depth = width / heads;
-  // Part i of a (N, T, 3E) tensor as (N, heads, T, D), a view.
-  auto part = [=](const Tensor& t, int64_t i) {
-    return t.slice(2, i * width, (i + 1) * width).unflatten(2, {heads, depth}).permute({0, 2, 1, 3});
-  };
+  const int64_t n = s[0], steps = s[1], depth = s[2] / 3 / heads;
+  auto part = [heads](const Tensor& t, int64_t i) { return packed_heads(t, i, heads); };
   auto written = std::make_shared<std::array<bool, 3>>();  // which parts' columns the gradient holds
   Var whole = make_var(qkv.value(), {qkv}, "split_heads", [qkv = qkv.node(), written, part](const Tensor& dy) {
     for (int64_t i = 0; i < 3; ++i) {
@@ -106,6 +110,50 @@ std::vector<Tensor> with_extras(std::vector<Tensor> inputs, const Tensor& paddin
   return inputs;
 }
 
+// The fused ops' parameters and extra inputs for these options, and the ops on given tensors (which point
+// at `params`: they live no longer than this setup, and a backward closure holds a copy of its own).
+struct FusedSetup {
+  kestrel_attention_params params;
+  Tensor padding;  // (N, Tk) with key padding
+  Tensor counter;  // with dropout: the counter base (a captured step's, else zero), both ops' last input
+
+  kestrel_op forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) const {
+    return ops::make_op(KESTREL_OP_ATTENTION, &params, with_extras({q, k, v}, padding, counter), {out, lse});
+  }
+  kestrel_op backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                      const Tensor& lse, const std::vector<Tensor>& grads) const {
+    return ops::make_op(KESTREL_OP_ATTENTION_BACKWARD, &params, with_extras({dout, q, k, v, out, lse}, padding, counter),
+                        grads);
+  }
+  // Forward launched, where the device runs both ops on these tensors (backward asked with forward's tensors
+  // standing in for the gradients: same shapes, dtypes and layouts).
+  bool launch_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) const {
+    const Device& device = q.device();
+    return ops::supports(device, backward(out, q, k, v, out, lse, {q, k, v})) &&
+           ops::launch_if_supported(device, forward(q, k, v, out, lse));
+  }
+};
+
+FusedSetup fused_setup(const AttentionOptions& o, int64_t depth, DType dtype, const Device& device) {
+  FusedSetup f{abi_init<kestrel_attention_params>(), Tensor(), Tensor()};
+  f.params.scale = 1.0 / std::sqrt(double(depth));
+  f.params.causal = o.causal ? 1 : 0;
+  if (o.key_padding.defined()) {
+    f.params.key_padding = 1;
+    f.padding = o.key_padding.to(dtype).contiguous();
+  }
+  if (o.training && o.dropout > 0) {
+    f.params.dropout = o.dropout;
+    f.params.seed = o.seed;
+    f.params.offset = o.offset;
+    f.counter = ops::counter_base(device, f.params.offset);
+    if (!f.counter.defined()) f.counter = Tensor::zeros({}, DType::i64, device);
+  }
+  return f;
+}
+
+DType statistics_of(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }  // plugin.h's rule
+
 // The fused op on q (B, Tq, D), k and v (B, Tk, D), or nothing when the device lacks it (forward or
 // backward) or the options need the composed path (an explicit mask). Dropout on the weights goes into
 // the op (plugin ABI 1.8) with the composed path's seed and offset, so both drop the same weights, and
@@ -117,46 +165,48 @@ std::optional<Var> fused_attention(const Var& q, const Var& k, const Var& v, con
   const Tensor q_in = q.value().to(dtype).contiguous(), k_in = k.value().to(dtype).contiguous(),
                v_in = v.value().to(dtype).contiguous();
   const Device& device = q_in.device();
-  Tensor out = Tensor::empty(q_in.shape(), dtype, device);                                // (B, Tq, D)
-  const DType statistics = dtype == DType::f64 ? DType::f64 : DType::f32;                  // plugin.h's rule
-  Tensor log_sum_exp = Tensor::empty({q_in.size(0), q_in.size(1)}, statistics, device);  // (B, Tq)
-  auto params = abi_init<kestrel_attention_params>();
-  params.scale = 1.0 / std::sqrt(double(q_in.size(2)));
-  params.causal = o.causal ? 1 : 0;
-  Tensor padding;  // (N, Tk)
-  if (o.key_padding.defined()) {
-    params.key_padding = 1;
-    padding = o.key_padding.to(dtype).contiguous();
-  }
-  Tensor counter;  // with dropout: the counter base (a captured step's, else zero), both ops' last input
-  if (o.training && o.dropout > 0) {
-    params.dropout = o.dropout;
-    params.seed = o.seed;
-    params.offset = o.offset;
-    counter = ops::counter_base(device, params.offset);
-    if (!counter.defined()) counter = Tensor::zeros({}, DType::i64, device);
-  }
-  const kestrel_op forward =
-      ops::make_op(KESTREL_OP_ATTENTION, &params, with_extras({q_in, k_in, v_in}, padding, counter), {out, log_sum_exp});
-  // Backward's descriptor with forward's tensors standing in for the gradients (same shapes and dtypes).
-  const kestrel_op backward = ops::make_op(KESTREL_OP_ATTENTION_BACKWARD, &params,
-                                           with_extras({out, q_in, k_in, v_in, out, log_sum_exp}, padding, counter),
-                                           {q_in, k_in, v_in});
-  if (!ops::supports(device, backward) || !ops::launch_if_supported(device, forward)) return std::nullopt;
+  Tensor out = Tensor::empty(q_in.shape(), dtype, device);                                       // (B, Tq, D)
+  Tensor log_sum_exp = Tensor::empty({q_in.size(0), q_in.size(1)}, statistics_of(dtype), device);  // (B, Tq)
+  const FusedSetup setup = fused_setup(o, q_in.size(2), dtype, device);
+  if (!setup.launch_forward(q_in, k_in, v_in, out, log_sum_exp)) return std::nullopt;
   return make_var(out, {q, k, v}, "attention",
-                  [q = q.node(), k = k.node(), v = v.node(), q_in, k_in, v_in, out, log_sum_exp, params, padding,
-                   counter](const Tensor& dy) {
+                  [q = q.node(), k = k.node(), v = v.node(), q_in, k_in, v_in, out, log_sum_exp, setup](const Tensor& dy) {
                     const Tensor dout = dy.to(out.dtype()).contiguous();  // (B, Tq, D)
                     Tensor dq = Tensor::empty(q_in.shape(), q_in.dtype(), q_in.device());
                     Tensor dk = Tensor::empty(k_in.shape(), k_in.dtype(), k_in.device());
                     Tensor dv = Tensor::empty(v_in.shape(), v_in.dtype(), v_in.device());
-                    ops::launch(q_in.device(),
-                                ops::make_op(KESTREL_OP_ATTENTION_BACKWARD, &params,
-                                             with_extras({dout, q_in, k_in, v_in, out, log_sum_exp}, padding, counter),
-                                             {dq, dk, dv}));
+                    ops::launch(q_in.device(), setup.backward(dout, q_in, k_in, v_in, out, log_sum_exp, {dq, dk, dv}));
                     if (q->requires_grad) accumulate_grad(*q, dq.to(q->value.dtype()));
                     if (k->requires_grad) accumulate_grad(*k, dk.to(k->value.dtype()));
                     if (v->requires_grad) accumulate_grad(*v, dv.to(v->value.dtype()));
+                  });
+}
+
+// Self-attention over a packed projection qkv (N, T, 3E) through the fused ops on (N, heads, T, D) views of
+// it (plugin ABI 1.13): the heads are read where the projection left them and the result written as (N, T,
+// E) rows; backward writes dq, dk and dv into their columns of one (N, T, 3E) gradient. No copies to split
+// or join heads. Nothing where the device takes no such views (or the options need the composed path).
+std::optional<Var> packed_self_attention(const Var& qkv, int64_t heads, const AttentionOptions& o) {
+  if (!ops::fused_ops_enabled() || (o.mask.defined() && !o.causal)) return std::nullopt;
+  const DType dtype = autocasts(qkv) ? autocast_dtype() : qkv.value().dtype();
+  const Tensor packed = qkv.value().to(dtype).contiguous();  // (N, T, 3E)
+  const Device& device = packed.device();
+  const int64_t n = packed.size(0), steps = packed.size(1), width = packed.size(2) / 3;
+  Tensor out = Tensor::empty({n, steps, width}, dtype, device);                         // (N, T, E)
+  const Tensor out_heads = packed_heads(out, 0, heads, 1);                               // (N, heads, T, D)
+  Tensor log_sum_exp = Tensor::empty({n * heads, steps}, statistics_of(dtype), device);  // (B, T)
+  const FusedSetup setup = fused_setup(o, width / heads, dtype, device);
+  auto part = [heads](const Tensor& t, int64_t i) { return packed_heads(t, i, heads); };  // (N, heads, T, D)
+  if (!setup.launch_forward(part(packed, 0), part(packed, 1), part(packed, 2), out_heads, log_sum_exp))
+    return std::nullopt;
+  return make_var(out, {qkv}, "attention",
+                  [qkv = qkv.node(), packed, out_heads, log_sum_exp, setup, heads, part](const Tensor& dy) {
+                    const Tensor dout = packed_heads(dy.to(packed.dtype()).contiguous(), 0, heads, 1);  // (N, heads, T, D)
+                    Tensor grad = Tensor::empty(packed.shape(), packed.dtype(), packed.device());        // (N, T, 3E)
+                    ops::launch(packed.device(),
+                                setup.backward(dout, part(packed, 0), part(packed, 1), part(packed, 2), out_heads,
+                                               log_sum_exp, {part(grad, 0), part(grad, 1), part(grad, 2)}));
+                    accumulate_grad(*qkv, grad.to(qkv->value.dtype()));
                   });
 }
 
@@ -219,7 +269,11 @@ Var multihead_attention(const Var& query, const Var& key_value, const AttentionW
   const Var &in_proj_weight = w.in_proj_weight, &in_proj_bias = w.in_proj_bias, &q_in = query;
   Var q, k, v;
   if (key_value.node() == query.node()) {  // self-attention: one product with the packed (3E, E) weight
-    const std::vector<Var> qkv = split_packed_heads(project(q_in, in_proj_weight, in_proj_bias), heads);
+    const Var packed = project(q_in, in_proj_weight, in_proj_bias);  // (N, T, 3E)
+    if (!cache)
+      if (std::optional<Var> attended = packed_self_attention(packed, heads, o))
+        return project(*attended, w.out_proj_weight, w.out_proj_bias);
+    const std::vector<Var> qkv = split_packed_heads(packed, heads);
     q = qkv[0];
     k = qkv[1];
     v = qkv[2];
