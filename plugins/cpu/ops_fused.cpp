@@ -58,15 +58,21 @@ KESTREL_VECTOR_CLONES void cross_entropy_row(const S* x, int64_t cols, int64_t l
     for (int64_t j = 0; j < cols; ++j) grad[j] = E::store(C(exps[j] / sum - (j == label ? 1.0 : 0.0)));
 }
 
-// One row's gradient from its logits, (softmax - onehot) * scale, rounded once; built per vector width.
-template <class E, class S = typename E::storage>
-KESTREL_VECTOR_CLONES void cross_entropy_grad_row(const S* x, int64_t cols, int64_t label, double scale, S* grad,
-                                                  double* exps) {
+// One row's gradient from its logits, (softmax - onehot) * scale, built per vector width. In the
+// accumulation type (f32 but for f64 logits), not forward's double: recomputing every exp is this op's
+// cost, and its result is rounded to the logits' dtype (f32 at most) anyway. exps: cols scratch.
+template <class E, class S = typename E::storage, class A = Acc<E>>
+KESTREL_VECTOR_CLONES void cross_entropy_grad_row(const S* x, int64_t cols, int64_t label, A scale, S* grad, A* exps) {
   using C = typename E::compute;
-  shifted_exps<E>(x, cols, exps);
-  double sum = 0;
+  A top = A(E::load(x[0]));
+  for (int64_t j = 1; j < cols; ++j) top = nan_max(top, A(E::load(x[j])));
+  constexpr A negligible = A(kNegligibleShift<S>);
+  map_staged<A>(0, cols, [=](int64_t j) { return std::max(A(E::load(x[j])) - top, negligible); },
+                [=](int64_t j, A e) { exps[j] = e; }, [](A shift) { return std::exp(shift); });
+  A sum = 0;
   for (int64_t j = 0; j < cols; ++j) sum += exps[j];
-  for (int64_t j = 0; j < cols; ++j) grad[j] = E::store(C((exps[j] / sum - (j == label ? 1.0 : 0.0)) * scale));
+  const A weight = scale / sum;
+  for (int64_t j = 0; j < cols; ++j) grad[j] = E::store(C(exps[j] * weight - (j == label ? scale : A(0))));
 }
 
 // Row r's label as int64, whatever the labels' storage.
@@ -75,9 +81,10 @@ int64_t label_at(const kestrel_tensor& labels, int64_t r) {
                                            : static_cast<const int32_t*>(labels.buffer->data)[labels.offset + r];
 }
 
-// A row's thread-local scratch of doubles.
-double* row_scratch(int64_t cols) {
-  thread_local std::vector<double> scratch;
+// A row's thread-local scratch of doubles (or floats).
+template <class A = double>
+A* row_scratch(int64_t cols) {
+  thread_local std::vector<A> scratch;
   scratch.resize(size_t(cols));
   return scratch.data();
 }
@@ -126,10 +133,11 @@ void launch_cross_entropy_backward(const kestrel_op& op) {
     using S = typename E::storage;
     const S* x = data_of<S>(logits);
     S* grad = mutable_data_of<S>(op.outputs[0]);
-    parallel_for_split("kestrel::softmax_cross_entropy_backward", rows, rows * cols, [=, &labels, &scales](int64_t r) {
-      const double scale = scales.dtype == KESTREL_DTYPE_F64 ? data_of<double>(scales)[r * scale_stride]
-                                                              : double(data_of<float>(scales)[r * scale_stride]);
-      cross_entropy_grad_row<E>(x + r * cols, cols, label_at(labels, r), scale, grad + r * cols, row_scratch(cols));
+    using A = Acc<E>;
+    const A* scale = data_of<A>(scales);  // f64 beside f64 logits, else f32: A
+    parallel_for_split("kestrel::softmax_cross_entropy_backward", rows, rows * cols, [=, &labels](int64_t r) {
+      cross_entropy_grad_row<E>(x + r * cols, cols, label_at(labels, r), scale[r * scale_stride], grad + r * cols,
+                                row_scratch<A>(cols));
     });
   });
 }

@@ -51,13 +51,19 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
 constexpr int64_t kWorkspaceBudget = int64_t(1) << 30;  // as the plugin's own kernels' scratch
 
-// An operand in cuDNN's terms: dims (N, H, T, D) and their strides.
+// An operand in cuDNN's terms: dims (N, H, T, D) and their strides, an axis of extent 1 given the stride it
+// would have packed (the ABI lets such strides be anything; cuDNN validates them, and plans are cached by them).
 struct Layout {
   std::array<int64_t, 4> dims, strides;
   static Layout of(const kestrel_tensor& t) {
     const kestrel::plugin_shapes::HeadRows at = kestrel::plugin_shapes::head_rows(t);
-    return {{at.batch / at.heads, at.heads, at.rows, at.depth}, {at.sample_stride, at.head_stride, at.row_stride, 1}};
+    Layout l{{at.batch / at.heads, at.heads, at.rows, at.depth}, {at.sample_stride, at.head_stride, at.row_stride, 1}};
+    for (int d = 2; d >= 0; --d)
+      if (l.dims[d] == 1) l.strides[d] = l.strides[d + 1] * l.dims[d + 1];
+    return l;
   }
+  // cuDNN's kernels load 16-byte vectors: every stride but the last a multiple of 8 elements.
+  bool vector_aligned() const { return strides[0] % 8 == 0 && strides[1] % 8 == 0 && strides[2] % 8 == 0; }
   bool operator<(const Layout& o) const { return std::tie(dims, strides) < std::tie(o.dims, o.strides); }
 };
 
@@ -176,7 +182,12 @@ bool sdpa_try(kestrel_stream& s, const kestrel_op& op) {
       backward ? std::vector<const kestrel_tensor*>{&op.inputs[1], &op.inputs[2], &op.inputs[3], &op.inputs[4],
                                                     &op.inputs[0], &op.outputs[0], &op.outputs[1], &op.outputs[2]}
                : std::vector<const kestrel_tensor*>{&op.inputs[0], &op.inputs[1], &op.inputs[2], &op.outputs[0]};
-  for (const kestrel_tensor* t : operands) shape.layouts.push_back(Layout::of(*t));
+  for (const kestrel_tensor* t : operands) {
+    shape.layouts.push_back(Layout::of(*t));
+    if (!shape.layouts.back().vector_aligned()) return false;
+  }
+  // cuDNN 9.5.0 read dout with out's strides (fixed in 9.5.1): the views must agree for any release.
+  if (backward && shape.layouts[3].strides != shape.layouts[4].strides) return false;
   const bool fits = (q.dtype == KESTREL_DTYPE_F16 || q.dtype == KESTREL_DTYPE_BF16) && p.dropout == 0 &&
                     !p.key_padding && (!p.causal || shape.tq == shape.tk) && shape.d % 8 == 0 && shape.d <= 128 &&
                     shape.b > 0 && shape.tq > 0 && shape.tk > 0;

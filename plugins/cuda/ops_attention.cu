@@ -171,7 +171,8 @@ int64_t chunk_size(const Geometry& g, kestrel_dtype dtype) {
   const uint64_t per_entry = std::max<uint64_t>(1, uint64_t(g.queries * g.keys) * bytes_per_score);
   const int64_t most = std::max<int64_t>(1, int64_t(kScratchBudget / per_entry));
   const int64_t passes = (g.batch + most - 1) / most;
-  return (g.batch + passes - 1) / passes;
+  const int64_t chunk = (g.batch + passes - 1) / passes;
+  return g.heads > 1 ? std::min(chunk, g.heads) : chunk;  // chunks of (N,H,T,D) views stay within a sample
 }
 
 char* element(const kestrel_tensor& t, int64_t index) { return ref(t).base + index * dtype_bytes(t.dtype); }
@@ -197,16 +198,17 @@ int64_t chunk_from(const Geometry& g, int64_t b0, int64_t chunk) {
   return g.heads > 1 ? std::min(n, g.heads - b0 % g.heads) : n;
 }
 
-// Zero every row of an operand's entries (a gradient no query reaches).
+// Zero every row of an operand's entries (a gradient no query reaches): rank 3 is contiguous (attention_fits).
 void zero_rows(kestrel_stream& s, const kestrel_tensor& t) {
   const HeadRows at = head_rows(t);
   const uint64_t bytes = dtype_bytes(t.dtype);
-  if (at.contiguous()) {
+  if (t.rank == 3 || at.contiguous()) {
     check_cuda(cudaMemsetAsync(ref(t).base, 0, uint64_t(numel(t)) * bytes, s.cuda), "attention_backward");
     return;
   }
+  const int64_t pitch = at.rows == 1 ? at.depth : at.row_stride;  // one row's stride may be anything
   for (int64_t b = 0; b < at.batch; ++b)
-    check_cuda(cudaMemset2DAsync(element(t, at.at(b, 0)), uint64_t(at.row_stride) * bytes, 0, uint64_t(at.depth) * bytes,
+    check_cuda(cudaMemset2DAsync(element(t, at.at(b, 0)), uint64_t(pitch) * bytes, 0, uint64_t(at.depth) * bytes,
                                  uint64_t(at.rows), s.cuda),
                "attention_backward");
 }
@@ -305,6 +307,12 @@ bool supports_attention(const kestrel_op& op) {
   const kestrel_tensor& k = op.inputs[op.kind == KESTREL_OP_ATTENTION_BACKWARD ? 2 : 1];
   const bool dtype_ok = q.dtype == KESTREL_DTYPE_F32 || q.dtype == KESTREL_DTYPE_F16 || q.dtype == KESTREL_DTYPE_BF16;
   const HeadRows qr = head_rows(q), kr = head_rows(k);
+  // Row strides become cuBLAS's (int) leading dimensions.
+  auto rows_fit = [](const kestrel_tensor& t) { return t.rank == 3 || head_rows(t).row_stride <= INT32_MAX; };
+  for (int i = 0; i < op.num_inputs; ++i)
+    if (!rows_fit(op.inputs[i])) return false;
+  for (int i = 0; i < op.num_outputs; ++i)
+    if (!rows_fit(op.outputs[i])) return false;
   return dtype_ok && qr.rows <= INT32_MAX && kr.rows <= INT32_MAX && qr.depth <= INT32_MAX &&
          qr.rows * kr.rows <= INT32_MAX;
 }
