@@ -387,21 +387,18 @@ inline bool attention_fits(const kestrel_op& op) {
   }
   const kestrel_tensor &q = op.inputs[backward ? 1 : 0], &k = op.inputs[backward ? 2 : 1], &v = op.inputs[backward ? 3 : 2];
   const kestrel_tensor& lse = backward ? op.inputs[5] : op.outputs[1];
-  // The (B,T,D) operands: contiguous rank 3, or all rank-4 views of one (N,H) with unit last strides.
-  const int operands = backward ? 5 : 3;
+  // The (B,T,D) operands: contiguous rank 3, or all rank-4 views of one (N,H) with unit last strides
+  // (their other extents are checked below); every other tensor contiguous.
   const bool heads = q.rank == 4;
-  for (int i = 0; i < op.num_inputs; ++i) {
-    const kestrel_tensor& t = op.inputs[i];
-    const bool operand = i < operands;
-    if (operand && heads ? t.rank != 4 || t.strides[3] != 1 || t.shape[0] != q.shape[0] || t.shape[1] != q.shape[1]
-                         : !is_contiguous(t))
-      return false;
-  }
-  for (int i = 0; i < op.num_outputs; ++i) {
-    const kestrel_tensor& t = op.outputs[i];
-    const bool operand = backward || i == 0;
-    if (operand && heads ? t.rank != 4 || t.strides[3] != 1 : !is_contiguous(t)) return false;
-  }
+  auto laid_out = [&](const kestrel_tensor& t, bool operand) {
+    if (!operand || !heads) return is_contiguous(t);
+    return t.rank == 4 && t.strides[3] == 1 && t.shape[0] == q.shape[0] && t.shape[1] == q.shape[1];
+  };
+  const int operands = backward ? 5 : 3;  // inputs: [dout,] q, k, v [, out]
+  for (int i = 0; i < op.num_inputs; ++i)
+    if (!laid_out(op.inputs[i], i < operands)) return false;
+  for (int i = 0; i < op.num_outputs; ++i)  // outputs: dq, dk, dv; or out and the log-sum-exp
+    if (!laid_out(op.outputs[i], backward || i == 0)) return false;
   auto like = [](const kestrel_tensor& t, const kestrel_tensor& model) { return same_shape(t, model) && t.dtype == model.dtype; };
   if ((q.rank != 3 && !heads) || k.rank != q.rank || !is_float_dtype(q.dtype) || k.dtype != q.dtype || !like(v, k))
     return false;
