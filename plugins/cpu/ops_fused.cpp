@@ -21,15 +21,16 @@ namespace {
 template <class S>
 constexpr double kNegligibleShift = std::is_same_v<S, double> ? -708.0 : -105.0;
 
-// exp(x[j] - top) for one row into exps (double), each computed once for the sum and the outputs; returns
-// top, the row's maximum (NaN if any element is). Inlined into the vector-width clones below.
-template <class E>
-[[gnu::always_inline]] inline double shifted_exps(const typename E::storage* x, int64_t cols, double* exps) {
-  double top = E::load(x[0]);
-  for (int64_t j = 1; j < cols; ++j) top = nan_max(top, double(E::load(x[j])));
-  constexpr double negligible = kNegligibleShift<typename E::storage>;
-  map_staged<double>(0, cols, [=](int64_t j) { return std::max(double(E::load(x[j])) - top, negligible); },
-                     [=](int64_t j, double e) { exps[j] = e; }, [](double shift) { return std::exp(shift); });
+// exp(x[j] - top) for one row into exps, in A (double, or the accumulation type), each computed once for
+// the sum and the outputs; returns top, the row's maximum (NaN if any element is). Inlined into the
+// vector-width clones below.
+template <class E, class A = double>
+[[gnu::always_inline]] inline A shifted_exps(const typename E::storage* x, int64_t cols, A* exps) {
+  A top = A(E::load(x[0]));
+  for (int64_t j = 1; j < cols; ++j) top = nan_max(top, A(E::load(x[j])));
+  constexpr A negligible = A(kNegligibleShift<typename E::storage>);
+  map_staged<A>(0, cols, [=](int64_t j) { return std::max(A(E::load(x[j])) - top, negligible); },
+                [=](int64_t j, A e) { exps[j] = e; }, [](A shift) { return std::exp(shift); });
   return top;
 }
 
@@ -64,11 +65,7 @@ KESTREL_VECTOR_CLONES void cross_entropy_row(const S* x, int64_t cols, int64_t l
 template <class E, class S = typename E::storage, class A = Acc<E>>
 KESTREL_VECTOR_CLONES void cross_entropy_grad_row(const S* x, int64_t cols, int64_t label, A scale, S* grad, A* exps) {
   using C = typename E::compute;
-  A top = A(E::load(x[0]));
-  for (int64_t j = 1; j < cols; ++j) top = nan_max(top, A(E::load(x[j])));
-  constexpr A negligible = A(kNegligibleShift<S>);
-  map_staged<A>(0, cols, [=](int64_t j) { return std::max(A(E::load(x[j])) - top, negligible); },
-                [=](int64_t j, A e) { exps[j] = e; }, [](A shift) { return std::exp(shift); });
+  shifted_exps<E, A>(x, cols, exps);
   A sum = 0;
   for (int64_t j = 0; j < cols; ++j) sum += exps[j];
   const A weight = scale / sum;

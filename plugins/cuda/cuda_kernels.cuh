@@ -56,6 +56,14 @@ struct U8 : ElemBase<uint8_t, long long, KESTREL_DTYPE_U8> {
 // Calls fn(Elem{}) with the element type of a dtype (kestrel/plugin_boundary.hpp).
 constexpr kestrel::plugin_sdk::Dispatch<F32, F64, F16, BF16, I32, I64, U8> dispatch{"a dtype the cuda backend knows"};
 constexpr kestrel::plugin_sdk::Dispatch<F32, F64, F16, BF16> dispatch_float{"a floating-point dtype"};
+// Calls fn(I{}) with the storage type of an index tensor (gather/scatter indices, labels): i64 or i32.
+template <class Fn>
+void dispatch_index(kestrel_dtype dtype, Fn&& fn) {
+  if (dtype == KESTREL_DTYPE_I64)
+    fn((long long)0);
+  else
+    fn(int32_t{0});
+}
 
 // NaN-propagating max/min, as torch.maximum/minimum.
 template <class T>

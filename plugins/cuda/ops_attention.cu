@@ -307,8 +307,8 @@ bool supports_attention(const kestrel_op& op) {
   const kestrel_tensor& k = op.inputs[op.kind == KESTREL_OP_ATTENTION_BACKWARD ? 2 : 1];
   const bool dtype_ok = q.dtype == KESTREL_DTYPE_F32 || q.dtype == KESTREL_DTYPE_F16 || q.dtype == KESTREL_DTYPE_BF16;
   const HeadRows qr = head_rows(q), kr = head_rows(k);
-  // Row strides become cuBLAS's (int) leading dimensions.
-  auto rows_fit = [](const kestrel_tensor& t) { return t.rank == 3 || head_rows(t).row_stride <= INT32_MAX; };
+  // The views' row strides become cuBLAS's (int) leading dimensions (rank-3 operands' are D, checked below).
+  auto rows_fit = [](const kestrel_tensor& t) { return t.rank != 4 || head_rows(t).row_stride <= INT32_MAX; };
   for (int i = 0; i < op.num_inputs; ++i)
     if (!rows_fit(op.inputs[i])) return false;
   for (int i = 0; i < op.num_outputs; ++i)

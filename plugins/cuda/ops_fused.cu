@@ -200,15 +200,6 @@ bool supports_softmax_cross_entropy(const kestrel_op& op) {
 
 namespace {
 
-// fn(L{}) with the labels' storage type.
-template <class Fn>
-void with_label_type(kestrel_dtype dtype, Fn fn) {
-  if (dtype == KESTREL_DTYPE_I64)
-    fn((long long)0);
-  else
-    fn(int32_t{0});
-}
-
 void launch_cross_entropy_backward(kestrel_stream& s, const kestrel_op& op) {
   const TensorRef logits = ref(op.inputs[0]), labels = ref(op.inputs[1]), scales = ref(op.inputs[2]),
                   grad = ref(op.outputs[0]);
@@ -218,7 +209,7 @@ void launch_cross_entropy_backward(kestrel_stream& s, const kestrel_op& op) {
     using E = decltype(elem);
     using S = typename E::storage;
     using Scale = std::conditional_t<std::is_same<S, double>::value, double, float>;
-    with_label_type(labels.dtype, [&](auto label_type) {
+    dispatch_index(labels.dtype, [&](auto label_type) {
       using L = decltype(label_type);
       cross_entropy_backward_kernel<E, L, Scale><<<row_grid(rows), row_block(cols), 0, s.cuda>>>(
           reinterpret_cast<const S*>(logits.base), reinterpret_cast<const L*>(labels.base),
@@ -248,7 +239,7 @@ void launch_softmax_cross_entropy(kestrel_stream& s, const kestrel_op& op) {
           reinterpret_cast<typename LossE::storage*>(loss.base), reinterpret_cast<S*>(grad), rows, cols,
           s.error_device);
     };
-    with_label_type(labels.dtype, [&](auto label_type) {
+    dispatch_index(labels.dtype, [&](auto label_type) {
       if (f32_loss)
         go(F32{}, label_type);
       else

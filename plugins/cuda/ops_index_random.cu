@@ -62,14 +62,6 @@ __global__ void scatter_add_kernel(Indexer<3> ix, const I* index, const S* src, 
 }
 
 
-template <class Fn>
-void dispatch_index(kestrel_dtype dtype, Fn&& fn) {
-  if (dtype == KESTREL_DTYPE_I64)
-    fn((long long)0);
-  else
-    fn(int32_t{0});
-}
-
 // Indexer over the index tensor's shape: index strides, `other` strides, target strides without the axis.
 Indexer<3> index_indexer(const TensorRef& index, const TensorRef& other, const TensorRef& target, int axis) {
   int64_t target_strides[KESTREL_MAX_RANK];

@@ -40,12 +40,6 @@ void launch_softmax(kestrel_stream* stream, const kestrel_op& op) {
 
 namespace {
 
-// f32 logits, or (plugin ABI 1.12) f16/bf16 ones, where the device stores them.
-bool logits_dtype_fits(kestrel_dtype dtype, uint32_t dtypes) {
-  const bool known = dtype == KESTREL_DTYPE_F32 || dtype == KESTREL_DTYPE_F16 || dtype == KESTREL_DTYPE_BF16;
-  return known && in_mask(dtypes, dtype);
-}
-
 // SOFTMAX_CROSS_ENTROPY_BACKWARD: in0 logits (N, C), in1 labels (N), in2 scales (N) f32 -> out0 dlogits
 // (N, C) = (softmax - onehot) * scale.
 bool supports_cross_entropy_backward(const kestrel_op& op, uint32_t dtypes) {
@@ -53,7 +47,7 @@ bool supports_cross_entropy_backward(const kestrel_op& op, uint32_t dtypes) {
       !kestrel::plugin_shapes::softmax_cross_entropy_backward_dense(op))
     return false;
   const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1];
-  return logits_dtype_fits(logits.dtype, dtypes) && in_mask(dtypes, labels.dtype) && logits.shape[1] <= kMaxColumns;
+  return float_dtype(logits.dtype) && in_mask(dtypes, logits.dtype) && in_mask(dtypes, labels.dtype) && logits.shape[1] <= kMaxColumns;
 }
 
 void launch_cross_entropy_backward(kestrel_stream* stream, const kestrel_op& op) {
@@ -83,7 +77,7 @@ bool supports_softmax_cross_entropy(const kestrel_op& op, uint32_t dtypes) {
   if (op.kind == KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD) return supports_cross_entropy_backward(op, dtypes);
   if (!kestrel::plugin_shapes::softmax_cross_entropy_fits(op) || !all_contiguous(op)) return false;
   const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &loss = op.outputs[0];
-  return logits_dtype_fits(logits.dtype, dtypes) && loss.dtype == KESTREL_DTYPE_F32 && in_mask(dtypes, labels.dtype) &&
+  return float_dtype(logits.dtype) && in_mask(dtypes, logits.dtype) && loss.dtype == KESTREL_DTYPE_F32 && in_mask(dtypes, labels.dtype) &&
          logits.shape[1] <= kMaxColumns;
 }
 

@@ -112,20 +112,21 @@ Tensor Tensor::to(const Device& target) const {
   return out;
 }
 
-Tensor Tensor::to(DType dtype) const {
-  if (dtype == dtype_) return *this;  // as torch's .to(): no copy where nothing changes (clone() copies)
-  Tensor out = empty(shape_, dtype, device());
-  ops::copy_(out, *this);
+namespace {
+// A new contiguous tensor holding t's elements in `dtype`.
+Tensor copied_as(const Tensor& t, DType dtype) {
+  Tensor out = Tensor::empty(t.shape(), dtype, t.device());
+  ops::copy_(out, t);
   return out;
 }
+}  // namespace
+
+// As torch's .to(): no copy where nothing changes (clone() copies).
+Tensor Tensor::to(DType dtype) const { return dtype == dtype_ ? *this : copied_as(*this, dtype); }
 
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
-Tensor Tensor::clone() const {
-  Tensor out = empty(shape_, dtype_, device());
-  ops::copy_(out, *this);
-  return out;
-}
+Tensor Tensor::clone() const { return copied_as(*this, dtype_); }
 
 void Tensor::copy_from(const Tensor& source) {
   if (source.shape_ != shape_)
