@@ -76,6 +76,31 @@ void index_cases(Runner& r) {
                 r.expect_close(out, want, tolerance_for(dtype, 4));
               });
       }
+  // An embedding's index: each row one token id repeated along the row (stride 0), so whole table rows
+  // are read, and summed back, ids repeating.
+  const Shape table{5, 7}, rows{9, 7};
+  for (DType dtype : all_dtypes)
+    for (DType index_dtype : {DType::i64, DType::i32}) {
+      const bool required = r.required(dtype == DType::f32 && index_dtype == DType::i64, {dtype, index_dtype});
+      auto ids = random_indices(r, rows[0], table[0]);
+      auto repeated = [&] { return r.upload({rows[0], 1}, ids, index_dtype).expand(rows); };  // strides (1, 0)
+      const std::string name = fmt::format("{}/{}/embedding-rows", dtype_name(dtype), dtype_name(index_dtype));
+      r.run("gather/" + name, required, [&] {
+        auto data = r.values(shape_numel(table), 0, 50, dtype);
+        std::vector<double> want;
+        for (int64_t i = 0; i < shape_numel(rows); ++i) want.push_back(data[int64_t(ids[i / rows[1]]) * table[1] + i % rows[1]]);
+        r.expect_close(ops::gather(r.upload(table, data, dtype), 0, repeated()), want, Tolerance{0, 0});
+      });
+      r.run("scatter_add/" + name, required, [&] {
+        auto base = r.values(shape_numel(table), 0, 20, dtype), src = r.values(shape_numel(rows), 0, 20, dtype);
+        Tensor out = r.upload(table, base, dtype);
+        ops::scatter_add_(out, 0, repeated(), r.upload(rows, src, dtype));
+        std::vector<double> want = base;
+        for (int64_t i = 0; i < shape_numel(rows); ++i) want[int64_t(ids[i / rows[1]]) * table[1] + i % rows[1]] += src[i];
+        for (double& w : want) w = round_to(dtype, w);
+        r.expect_close(out, want, tolerance_for(dtype, 4));
+      });
+    }
   // A bad index is a clear error, never a crash or a silent write.
   r.run("gather/out-of-range-index", r.required(true, {DType::f32, DType::i64}), [&] {
     Tensor data = r.upload({2, 3}, {1, 2, 3, 4, 5, 6}, DType::f32);

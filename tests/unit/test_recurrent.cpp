@@ -95,6 +95,45 @@ TEST(Recurrent, EveryCellMatchesTorchsEquationsInBothDirections) {
     }
 }
 
+// An embedding's output projected through its table (V rows instead of N*T): the same outputs and the
+// same gradients for the table, every weight and bias, with and without a padding row (which gets no
+// gradient through the table but still counts in the weight's and biases').
+TEST(Recurrent, AnEmbeddingProjectedThroughItsTableGivesTheSameOutputsAndGradients) {
+  const int64_t batch = 4, steps = 6, vocabulary = 5, width = 3, hidden = 2;
+  std::vector<int64_t> ids(batch * steps);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 7 % vocabulary);
+  const Tensor tokens = Tensor::from_vector(ids, {batch, steps}, cpu());
+  for (auto [cell, gates] : {std::pair{Cell::rnn_tanh, 1}, {Cell::lstm, 4}, {Cell::gru, 3}})
+    for (int64_t padding : {-1, 2}) {
+      SCOPED_TRACE(fmt::format("cell {} padding {}", static_cast<int>(cell), padding));
+      const int64_t g = gates * hidden;
+      auto leaf = [](size_t count, uint64_t seed, Shape shape) {
+        return Var(Tensor::from_vector(random_values(count, seed), shape, cpu()), true);
+      };
+      const Tensor weights = Tensor::from_vector(random_values(batch * steps * hidden, 9), {batch, steps, hidden}, cpu());
+      std::vector<std::vector<double>> results[2];  // per path: the output, then each leaf's gradient
+      for (bool through_table : {false, true}) {
+        Var table = leaf(vocabulary * width, 1, {vocabulary, width});
+        fn::RecurrentWeights w{leaf(g * width, 2, {g, width}), leaf(g * hidden, 3, {g, hidden}), leaf(g, 4, {g}),
+                               leaf(g, 5, {g})};
+        const fn::EmbeddedTokens embedded{tokens, table, padding};
+        Var y = fn::recurrent_layer(fn::embedding(tokens, table, padding), w, cell, false, nullptr,
+                                    through_table ? &embedded : nullptr);
+        kestrel::backward(fn::sum(fn::mul(y, Var(weights))));
+        auto& result = results[through_table];
+        result.push_back(y.value().to_doubles());
+        for (const Var& v : {table, w.weight_ih, w.weight_hh, w.bias_ih, w.bias_hh})
+          result.push_back(v.grad().to_doubles());
+      }
+      for (size_t k = 0; k < results[0].size(); ++k) {
+        ASSERT_EQ(results[0][k].size(), results[1][k].size());
+        for (size_t i = 0; i < results[0][k].size(); ++i) EXPECT_NEAR(results[1][k][i], results[0][k][i], 1e-12) << k;
+      }
+      if (padding >= 0)
+        for (int64_t d = 0; d < width; ++d) EXPECT_EQ(results[1][1][size_t(padding * width + d)], 0.0);
+    }
+}
+
 // Two stacked bidirectional LSTM layers: torch's names and shapes, and an output of both directions.
 TEST(Recurrent, AStackedBidirectionalLstmHasTorchsParameters) {
   kestrel::ModelSpec spec = kestrel::ModelSpec::parse(R"({"input": {"shape": [6], "dtype": "i64"}, "layers": [

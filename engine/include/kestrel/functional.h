@@ -57,6 +57,17 @@ Var layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized,
 // tokens: (N, ...) i64 ids in [0, V), weight: (V, D) -> (N, ..., D), the rows of weight (torch.nn.Embedding).
 // The row padding_idx (when >= 0) receives no gradient.
 Var embedding(const Tensor& tokens, const Var& weight, int64_t padding_idx = -1);
+// What an embedding's output is made of: the rows of `table` (V, D) that `tokens` (N, ...) pick, the row
+// padding_idx (when >= 0) without gradient. A layer projecting such an output may project the table.
+struct EmbeddedTokens {
+  Tensor tokens;
+  Var table;
+  int64_t padding_idx = -1;
+};
+// linear(embedding(tokens, table, padding_idx), weight, bias) computed as the rows of the projected table
+// (V, G): (N, ...) -> (N, ..., G) with V rows through the products instead of one per token, forward and
+// backward. Worth it when V is well below the number of tokens (a character model's batch).
+Var projected_embedding(const EmbeddedTokens& embedded, const Var& weight, const Var& bias);
 
 Var relu(const Var& x);
 Var gelu(const Var& x);
@@ -108,8 +119,10 @@ struct RecurrentState {
 // x: (N, T, F) -> (N, T, H), one layer in one direction (`reverse` reads the sequence backwards and
 // writes each output at its own position, as torch's reverse direction). With `state`, the steps start
 // from it and leave the final state in it.
+// `embedded`, when given, says what x is (an embedding's output), so the input projection may go
+// through the table (projected_embedding) where that takes fewer products.
 Var recurrent_layer(const Var& x, const RecurrentWeights& weights, RecurrentCell cell, bool reverse,
-                    RecurrentState* state = nullptr);
+                    RecurrentState* state = nullptr, const EmbeddedTokens* embedded = nullptr);
 
 // Scaled dot-product attention: softmax(q k^T / sqrt(D) + mask) v, composed from batched GEMMs and a
 // softmax, with dropout on the weights in training. q: (B, Tq, D), k and v: (B, Tk, D) -> (B, Tq, D).

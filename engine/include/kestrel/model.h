@@ -5,11 +5,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kestrel/autograd.h"
 #include "kestrel/tensor.h"
+
+namespace kestrel::fn {
+struct EmbeddedTokens;  // kestrel/functional.h
+}  // namespace kestrel::fn
 
 namespace kestrel {
 
@@ -154,9 +159,11 @@ class Model {
   std::vector<std::string> layer_labels_;        // per layer: "file: /layers/3 (linear)", for anomaly reports
 
   Var run_layers(const Var& input, bool training, uint64_t seed, uint64_t& rng_offset, DecodeState* state);
-  // Layer `index` on its inputs, updating `buffers` (its running statistics) in training.
+  // Layer `index` on its inputs, updating `buffers` (its running statistics) in training. `embedded`: what
+  // its first input is made of when an embedding made it; `made`: the same of its own output.
   Var run_layer(int index, const std::vector<Var>& inputs, bool training, uint64_t seed, uint64_t& rng_offset,
-                std::vector<Tensor*> buffers, DecodeState* state);
+                std::vector<Tensor*> buffers, DecodeState* state, const fn::EmbeddedTokens* embedded = nullptr,
+                std::optional<fn::EmbeddedTokens>* made = nullptr);
   // outputs: those of the layers before the segment (input: the model's).
   Var run_segment(const CheckpointSegment& segment, const Var& input, const std::vector<Var>& outputs, uint64_t seed,
                   uint64_t& rng_offset);

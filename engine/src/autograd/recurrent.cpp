@@ -164,7 +164,25 @@ int gate_count(RecurrentCell cell) {
   }
 }
 
-Var recurrent_layer(const Var& x_in, const RecurrentWeights& w, RecurrentCell cell, bool reverse, RecurrentState* state) {
+namespace {
+
+// Every step's input projection (N, T, G*H): one GEMM over the N*T rows, or, when x is an embedding of
+// at most a quarter as many rows as tokens, one over the table's rows (the embedding's gather and
+// scatter then move the (N, T, G*H) rows, which costs less than the products it saves).
+Var input_projection(const Var& x, const Var& weight_ih, const Var& bias, const EmbeddedTokens* embedded) {
+  const Tensor& input = x.value();  // (N, T, F)
+  const int64_t batch = input.size(0), steps = input.size(1), features = input.size(2);
+  if (embedded && embedded->tokens.shape() == Shape{batch, steps} && embedded->table.value().size(0) * 4 <= batch * steps &&
+      embedded->table.value().dtype() == input.dtype())
+    return widened(projected_embedding(*embedded, weight_ih, bias));
+  return reshape(widened(linear(reshape(x, {batch * steps, features}), weight_ih, bias)),
+                 {batch, steps, weight_ih.value().size(0)});
+}
+
+}  // namespace
+
+Var recurrent_layer(const Var& x_in, const RecurrentWeights& w, RecurrentCell cell, bool reverse, RecurrentState* state,
+                    const EmbeddedTokens* embedded) {
   // Under autocast only the products run in 16 bits: the cell's gate math and its state stay f32.
   const Var x = widened(x_in);
   const Tensor& input = x.value();  // (N, T, F)
@@ -179,8 +197,7 @@ Var recurrent_layer(const Var& x_in, const RecurrentWeights& w, RecurrentCell ce
   // (one bias gradient for both); GRU's reset gate scales it, so it stays in the steps.
   const bool joined_biases = cell != RecurrentCell::gru && w.bias_hh.defined();
   const Var bias = !joined_biases ? w.bias_ih : w.bias_ih.defined() ? add(w.bias_ih, w.bias_hh) : w.bias_hh;
-  // Every step's input projection in one GEMM: (N*T, F) -> (N, T, G*H), then a view per step.
-  Var projected = reshape(widened(linear(reshape(x, {batch * steps, ih[1]}), w.weight_ih, bias)), {batch, steps, ih[0]});
+  Var projected = input_projection(x, w.weight_ih, bias, embedded);  // (N, T, G*H), a view per step
   auto initial = [&](const Tensor& carried) {  // torch's default initial state is zeros
     return carried.defined() ? carried : Tensor::zeros({batch, hidden}, input.dtype(), input.device());
   };

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -89,6 +90,10 @@ struct LayerContext {
   // at first), to be replaced by what it carries on; nullptr in an ordinary forward pass.
   std::vector<Tensor>* carried = nullptr;
   int64_t position = 0;  // decoding: positions seen before this call (where positional encodings start)
+  // The first input is an embedding's output, made of these rows (a layer may read them instead)...
+  const fn::EmbeddedTokens* embedded_input = nullptr;
+  // ...which an embedding layer's forward says here of its own output.
+  std::optional<fn::EmbeddedTokens> embedded_output;
 };
 
 class Layer {

@@ -219,6 +219,7 @@ class Embedding : public Layer {
     return {weight};
   }
   Var forward(const std::vector<Var>& in, LayerContext& c) const override {
+    c.embedded_output = fn::EmbeddedTokens{in[0].value(), c.params[0], padding_};
     return fn::embedding(in[0].value(), c.params[0], padding_);
   }
   std::string to_onnx(onnx::Graph& g, const onnx::LayerIO& io) const override {

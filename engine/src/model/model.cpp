@@ -103,6 +103,7 @@ Var Model::run_layers(const Var& input, bool training, uint64_t seed, uint64_t& 
   // Checkpointing saves memory for backward only: evaluation and decoding keep nothing anyway.
   const bool checkpointing = training && !state && grad_enabled();
   auto segment = spec_.checkpoint_segments().begin();
+  std::vector<std::optional<fn::EmbeddedTokens>> embedded(layers.size());  // per layer: its output's rows
   for (int i = 0; i < static_cast<int>(layers.size()); ++i) {
     while (segment != spec_.checkpoint_segments().end() && segment->last < i) ++segment;
     if (checkpointing && segment != spec_.checkpoint_segments().end() && segment->first == i) {
@@ -115,7 +116,9 @@ Var Model::run_layers(const Var& input, bool training, uint64_t seed, uint64_t& 
     for (int index : layers[i].inputs) in.push_back(index < 0 ? input : outputs[index]);
     std::vector<Tensor*> buffers;
     for (int k : layer_buffers_[i]) buffers.push_back(&buffers_[k].second);
-    outputs[i] = run_layer(i, in, training, seed, rng_offset, buffers, state);
+    const int first = layers[i].inputs.empty() ? -1 : layers[i].inputs[0];
+    const fn::EmbeddedTokens* rows = first >= 0 && embedded[first] ? &*embedded[first] : nullptr;
+    outputs[i] = run_layer(i, in, training, seed, rng_offset, buffers, state, rows, &embedded[i]);
     if (layer_observer_) layer_observer_(i);
   }
   // Under autocast the last layer may be a product with a 16-bit result, left so: the losses and softmax
@@ -124,13 +127,16 @@ Var Model::run_layers(const Var& input, bool training, uint64_t seed, uint64_t& 
 }
 
 Var Model::run_layer(int index, const std::vector<Var>& inputs, bool training, uint64_t seed, uint64_t& rng_offset,
-                     std::vector<Tensor*> buffers, DecodeState* state) {
+                     std::vector<Tensor*> buffers, DecodeState* state, const fn::EmbeddedTokens* embedded,
+                     std::optional<fn::EmbeddedTokens>* made) {
   std::vector<Var> params;
   for (int k : layer_params_[index]) params.push_back(parameters_[k].var);
   LayerContext context{training, seed, rng_offset, params, std::move(buffers), state ? &state->carried[index] : nullptr,
-                       state ? state->positions : 0};
+                       state ? state->positions : 0, embedded, std::nullopt};
   LayerScope scope(layer_labels_[index].c_str());
-  return spec_.layer(index).forward(inputs, context);
+  Var output = spec_.layer(index).forward(inputs, context);
+  if (made) *made = std::move(context.embedded_output);
+  return output;
 }
 
 // The segment's inputs are what its layers read from before it. Its second run (in backward) starts

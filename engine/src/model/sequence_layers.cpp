@@ -73,7 +73,7 @@ class Recurrent : public Layer {
         fn::RecurrentWeights w{c.params[first], c.params[first + 1], bias_ ? c.params[first + 2] : Var(),
                                bias_ ? c.params[first + 3] : Var()};
         if (!c.carried) {
-          outputs.push_back(fn::recurrent_layer(x, w, cell_, d == 1));
+          outputs.push_back(fn::recurrent_layer(x, w, cell_, d == 1, nullptr, l == 0 ? c.embedded_input : nullptr));
           continue;
         }
         // Decoding step by step (one direction): each layer's h and c go on from the previous call.
