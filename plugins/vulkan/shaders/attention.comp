@@ -18,7 +18,8 @@
 // Bindings (one slot per role across the passes): forward 1 out, 2 q, 3 k, 4 v, 5 lse, 6 mask, 7 counter
 // base. STATS 1 dout, 2 q, 3 k, 4 out, 5 lse, 6 mask, 8 stats (3 floats a query row). Passes 1-3: 1 dout,
 // 2 q, 3 k, 4 v, 5 stats, 6 mask, 7 counter base, 8 the result.
-// Parameters: ints[n - 1] the element offset of binding n's tensor; ints[8] the rows this pass walks,
+// Parameters: ints[n - 1] the element offset of binding n's tensor, tensors[n - 1] the rows of bindings
+// 1-4 (row_at), ints[15] the binding - 1 whose rows the result's match; ints[8] the rows this pass walks,
 // ints[9] Tq, ints[10] Tk, ints[11] D (at most MAX_DEPTH), ints[12] causal (query i sees keys
 // [0, i + Tk - Tq]), ints[13] key padding, ints[14] batch entries per mask row; floats[0] scale,
 // floats[1] 1 / keep; uints[0..1] seed, [2..3] offset, [4] the keep threshold ceil(keep * 2^24).
@@ -104,8 +105,26 @@ layout(std430, set = 0, binding = 6) readonly buffer Mask { STORE_T data[]; } ma
 layout(std430, set = 0, binding = 7) readonly buffer Base { uint data[]; } base_buf;
 #endif
 
-// Where element d of row `row` of binding n's (rows, D) tensor is.
-uint at(int binding, uint row, uint depth, uint d) { return uint(PINT(binding - 1)) + row * depth + d; }
+// Where row `row` of binding n's (B*T, D) rows starts (its D elements follow one another). The rows
+// are described in tensors[n - 1] (the result's by the operand's it shares strides with, ints[15]):
+// heads in shape[1], T in shape[2], the sample, head and row strides in strides[0..2]; a contiguous
+// (B,T,D) tensor has one head. So ABI 1.13's (N,H,T,D) views are read where they lie.
+int rows_of(int binding) {
+#ifdef RESULT_AT
+  return binding == RESULT_AT ? PINT(15) : binding - 1;
+#else
+  return binding - 1;
+#endif
+}
+uint row_at(int binding, uint row) {
+  const int t = rows_of(binding);
+  const uint steps = SHAPE(t, 2), heads = SHAPE(t, 1);
+  const uint b = row / steps, n = b / heads;
+  return uint(PINT(binding - 1)) + n * STRIDE(t, 0) + (b - n * heads) * STRIDE(t, 1) + (row - b * steps) * STRIDE(t, 2);
+}
+// How far apart one batch entry's consecutive rows of binding n are: the loops over a row's keys or
+// queries step by it from the entry's first row instead of dividing per row.
+uint row_step(int binding) { return STRIDE(rows_of(binding), 2); }
 
 // The padding bias of key j of batch entry b (0 without a mask).
 float key_bias(uint b, uint j, uint keys) {
@@ -144,7 +163,8 @@ void main() {
     const uint b = row / queries, i = row - b * queries;
     const uint seen = causal ? i + keys - queries + 1u : keys;
     float qi[MAX_DEPTH];
-    for (uint d = 0u; d < depth; ++d) qi[d] = LOAD(q_buf.data[at(Q_AT, row, depth, d)]);
+    const uint q_at = row_at(Q_AT, row);
+    for (uint d = 0u; d < depth; ++d) qi[d] = LOAD(q_buf.data[q_at + d]);
 #endif
 #if defined(FORWARD) || defined(STATS)
     // The row's softmax as (top, sum): forward always, STATS where padding needs it recomputed.
@@ -156,10 +176,14 @@ void main() {
 #else
     const bool softmax = PINT(13) != 0;
 #endif
+    const uint k_first = row_at(K_AT, b * keys), k_step = row_step(K_AT);
+#ifdef FORWARD
+    const uint v_first = row_at(V_AT, b * keys), v_step = row_step(V_AT);
+#endif
     for (uint j = 0u; softmax && j < seen; ++j) {
-      const uint key_row = b * keys + j;
+      const uint k_at = k_first + j * k_step;
       float s = 0.0;
-      for (uint d = 0u; d < depth; ++d) s += qi[d] * LOAD(k_buf.data[at(K_AT, key_row, depth, d)]);
+      for (uint d = 0u; d < depth; ++d) s += qi[d] * LOAD(k_buf.data[k_at + d]);
       s = s * scale + key_bias(b, j, keys);
       const float next = max(top, s);
       const float shrink = exp(top - next);  // 0 at the first key, where top is -inf
@@ -167,12 +191,14 @@ void main() {
       sum = sum * shrink + w;
 #ifdef FORWARD
       const float kept = w * FACTOR(row, j);
-      for (uint d = 0u; d < depth; ++d) acc[d] = acc[d] * shrink + kept * LOAD(v_buf.data[at(V_AT, key_row, depth, d)]);
+      const uint v_at = v_first + j * v_step;
+      for (uint d = 0u; d < depth; ++d) acc[d] = acc[d] * shrink + kept * LOAD(v_buf.data[v_at + d]);
 #endif
       top = next;
     }
 #ifdef FORWARD
-    for (uint d = 0u; d < depth; ++d) out_buf.data[at(OUT_AT, row, depth, d)] = STORE(acc[d] / sum);
+    const uint out_at = row_at(OUT_AT, row);
+    for (uint d = 0u; d < depth; ++d) out_buf.data[out_at + d] = STORE(acc[d] / sum);
     lse_buf.data[uint(PINT(LSE_AT - 1)) + row] = top + log(sum);
 #else
     if (!softmax) {
@@ -180,8 +206,8 @@ void main() {
       sum = 1.0;
     }
     float delta = 0.0;  // dout . out = sum_j p_j dp_j
-    for (uint d = 0u; d < depth; ++d)
-      delta += LOAD(dout_buf.data[at(DOUT_AT, row, depth, d)]) * LOAD(out_buf.data[at(OUT_AT, row, depth, d)]);
+    const uint dout_at = row_at(DOUT_AT, row), out_at = row_at(OUT_AT, row);
+    for (uint d = 0u; d < depth; ++d) delta += LOAD(dout_buf.data[dout_at + d]) * LOAD(out_buf.data[out_at + d]);
     const uint stats = uint(PINT(STATS_AT - 1)) + 3u * row;
     stats_buf.data[stats] = delta;
     stats_buf.data[stats + 1u] = top;
@@ -189,57 +215,69 @@ void main() {
 #endif
 #elif PASS == 1
     float dout_i[MAX_DEPTH], acc[MAX_DEPTH];
+    const uint dout_at = row_at(DOUT_AT, row);
     for (uint d = 0u; d < depth; ++d) {
-      dout_i[d] = LOAD(dout_buf.data[at(DOUT_AT, row, depth, d)]);
+      dout_i[d] = LOAD(dout_buf.data[dout_at + d]);
       acc[d] = 0.0;
     }
     const uint stats = uint(PINT(STATS_AT - 1)) + 3u * row;
     const float delta = stats_buf.data[stats], top = stats_buf.data[stats + 1u], sum = stats_buf.data[stats + 2u];
+    const uint k_first = row_at(K_AT, b * keys), k_step = row_step(K_AT);
+    const uint v_first = row_at(V_AT, b * keys), v_step = row_step(V_AT);
     for (uint j = 0u; j < seen; ++j) {
-      const uint key_row = b * keys + j;
+      const uint k_at = k_first + j * k_step, v_at = v_first + j * v_step;
       float s = 0.0, dp = 0.0;
       for (uint d = 0u; d < depth; ++d) {
-        s += qi[d] * LOAD(k_buf.data[at(K_AT, key_row, depth, d)]);
-        dp += dout_i[d] * LOAD(v_buf.data[at(V_AT, key_row, depth, d)]);
+        s += qi[d] * LOAD(k_buf.data[k_at + d]);
+        dp += dout_i[d] * LOAD(v_buf.data[v_at + d]);
       }
       const float p = exp(s * scale + key_bias(b, j, keys) - top) / sum;
       const float ds = p * (dp * FACTOR(row, j) - delta);
-      for (uint d = 0u; d < depth; ++d) acc[d] += ds * LOAD(k_buf.data[at(K_AT, key_row, depth, d)]);
+      for (uint d = 0u; d < depth; ++d) acc[d] += ds * LOAD(k_buf.data[k_at + d]);
     }
-    for (uint d = 0u; d < depth; ++d) result_buf.data[at(RESULT_AT, row, depth, d)] = STORE(scale * acc[d]);
+    const uint result_at = row_at(RESULT_AT, row);
+    for (uint d = 0u; d < depth; ++d) result_buf.data[result_at + d] = STORE(scale * acc[d]);
 #else
     // A key row: b's key j is seen by queries [first, Tq).
     const uint b = row / keys, j = row - b * keys;
     const uint first = causal && j + queries > keys ? j + queries - keys : 0u;
     const float bias = key_bias(b, j, keys);
     float kj[MAX_DEPTH], vj[MAX_DEPTH], acc[MAX_DEPTH];
-    for (uint d = 0u; d < depth; ++d) {
-      kj[d] = LOAD(k_buf.data[at(K_AT, row, depth, d)]);
+    const uint k_at = row_at(K_AT, row);
 #if PASS == 2
-      vj[d] = LOAD(v_buf.data[at(V_AT, row, depth, d)]);
+    const uint v_at = row_at(V_AT, row);
+#endif
+    for (uint d = 0u; d < depth; ++d) {
+      kj[d] = LOAD(k_buf.data[k_at + d]);
+#if PASS == 2
+      vj[d] = LOAD(v_buf.data[v_at + d]);
 #endif
       acc[d] = 0.0;
     }
+    const uint q_first = row_at(Q_AT, b * queries), q_step = row_step(Q_AT);
+    const uint dout_first = row_at(DOUT_AT, b * queries), dout_step = row_step(DOUT_AT);
     for (uint i = first; i < queries; ++i) {
       const uint query_row = b * queries + i;
+      const uint q_at = q_first + i * q_step, dout_at = dout_first + i * dout_step;
       float s = 0.0;
-      for (uint d = 0u; d < depth; ++d) s += LOAD(q_buf.data[at(Q_AT, query_row, depth, d)]) * kj[d];
+      for (uint d = 0u; d < depth; ++d) s += LOAD(q_buf.data[q_at + d]) * kj[d];
       const uint stats = uint(PINT(STATS_AT - 1)) + 3u * query_row;
       const float p = exp(s * scale + bias - stats_buf.data[stats + 1u]) / stats_buf.data[stats + 2u];
 #if PASS == 2
       float dp = 0.0;
-      for (uint d = 0u; d < depth; ++d) dp += LOAD(dout_buf.data[at(DOUT_AT, query_row, depth, d)]) * vj[d];
+      for (uint d = 0u; d < depth; ++d) dp += LOAD(dout_buf.data[dout_at + d]) * vj[d];
       const float ds = p * (dp * FACTOR(query_row, j) - stats_buf.data[stats]);
-      for (uint d = 0u; d < depth; ++d) acc[d] += ds * LOAD(q_buf.data[at(Q_AT, query_row, depth, d)]);
+      for (uint d = 0u; d < depth; ++d) acc[d] += ds * LOAD(q_buf.data[q_at + d]);
 #else
       const float w = p * FACTOR(query_row, j);
-      for (uint d = 0u; d < depth; ++d) acc[d] += w * LOAD(dout_buf.data[at(DOUT_AT, query_row, depth, d)]);
+      for (uint d = 0u; d < depth; ++d) acc[d] += w * LOAD(dout_buf.data[dout_at + d]);
 #endif
     }
+    const uint result_at = row_at(RESULT_AT, row);
 #if PASS == 2
-    for (uint d = 0u; d < depth; ++d) result_buf.data[at(RESULT_AT, row, depth, d)] = STORE(scale * acc[d]);
+    for (uint d = 0u; d < depth; ++d) result_buf.data[result_at + d] = STORE(scale * acc[d]);
 #else
-    for (uint d = 0u; d < depth; ++d) result_buf.data[at(RESULT_AT, row, depth, d)] = STORE(acc[d]);
+    for (uint d = 0u; d < depth; ++d) result_buf.data[result_at + d] = STORE(acc[d]);
 #endif
 #endif
   }
