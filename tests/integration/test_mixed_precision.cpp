@@ -191,6 +191,24 @@ TEST(MixedPrecision, PaddedOutputFeaturesTrainAsUnpadded) {
   EXPECT_EQ(padded["test_accuracy"], plain["test_accuracy"]);
 }
 
+// Every recurrent model file takes mixed-precision steps: its embedding feeds a recurrent layer, whose
+// input projection goes through the table in f32 but not under autocast (its per-row gradient sums
+// would be 16-bit).
+TEST(MixedPrecision, RecurrentModelsOnEmbeddingsTrainInBf16AndF16) {
+  for (const std::string config : {"lstm_generator", "rnn_classifier"})
+    for (const std::string precision : {"bf16", "f16"}) {
+      SCOPED_TRACE(config + " " + precision);
+      const fs::path out = fs::temp_directory_path() / ("kestrel_recurrent_" + config + "_" + precision);
+      fs::remove_all(out);
+      const CliRun run = run_cli("train " + std::string(KESTREL_SOURCE_DIR) + "/models/" + config + ".train.json " +
+                                 "--backend cpu --precision " + precision +
+                                 " --max-steps 2 --test-subset 32 --no-progress --out " + out.string());
+      ASSERT_EQ(run.status, 0) << run.output;
+      std::ifstream in(out / "summary.json");
+      EXPECT_TRUE(std::isfinite(nlohmann::json::parse(in)["test_loss"].get<double>()));
+    }
+}
+
 std::vector<float> parameters(kestrel::Trainer& trainer) { return trainer.model().flat_parameters().to_vector<float>(); }
 
 TEST(MixedPrecision, F16SkipsAStepWhoseGradientsOverflowAndBacksOff) {

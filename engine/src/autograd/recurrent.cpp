@@ -168,12 +168,13 @@ namespace {
 
 // Every step's input projection (N, T, G*H): one GEMM over the N*T rows, or, when x is an embedding of
 // at most a quarter as many rows as tokens, one over the table's rows (the embedding's gather and
-// scatter then move the (N, T, G*H) rows, which costs less than the products it saves).
+// scatter then move the (N, T, G*H) rows, which costs less than the products it saves). Not under
+// autocast: the projected table would be 16-bit, and its gradient summed per row in 16 bits.
 Var input_projection(const Var& x, const Var& weight_ih, const Var& bias, const EmbeddedTokens* embedded) {
   const Tensor& input = x.value();  // (N, T, F)
   const int64_t batch = input.size(0), steps = input.size(1), features = input.size(2);
   if (embedded && embedded->tokens.shape() == Shape{batch, steps} && embedded->table.value().size(0) * 4 <= batch * steps &&
-      embedded->table.value().dtype() == input.dtype())
+      embedded->table.value().dtype() == input.dtype() && !autocasts(x))
     return widened(projected_embedding(*embedded, weight_ih, bias));
   return reshape(widened(linear(reshape(x, {batch * steps, features}), weight_ih, bias)),
                  {batch, steps, weight_ih.value().size(0)});
