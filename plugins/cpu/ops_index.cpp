@@ -3,6 +3,7 @@
 // Both walk the index a row of its last axis at a time: a row's first offsets come from its coordinates
 // once, and along the row every tensor advances by its last stride, with no division per element. An
 // embedding's index repeats each token id along a row (stride 0), so its rows are whole table rows.
+#include <algorithm>
 #include <string>
 
 #include "cpu_ops.hpp"
@@ -67,19 +68,28 @@ void row_op(S* y, int64_t y_stride, const S* x, int64_t x_stride, int64_t n) {
     for (int64_t j = 0; j < n; ++j) apply(y[j * y_stride], x[j * x_stride]);
 }
 
-// Rejects out-of-range indices before any write, so a bad label never corrupts memory.
+// Rejects out-of-range indices before any write, so a bad label never corrupts memory. A row of one
+// repeated value (stride 0) is checked once.
 template <class I>
 void check_indices(const IndexRows<I>& walk, const char* what) {
   const int64_t extent = walk.target.shape[walk.axis];
+  const int64_t distinct = walk.index.strides[walk.last] == 0 ? std::min<int64_t>(walk.length, 1) : walk.length;
   for (int64_t r = 0; r < walk.rows; ++r) {
     const auto s = walk.start(r);
-    for (int64_t j = 0; j < walk.length; ++j) {
+    for (int64_t j = 0; j < distinct; ++j) {
       const int64_t v = walk.value(s, j);
       if (v < 0 || v >= extent)
         fail(std::string(what) + ": index " + std::to_string(v) + " is out of range for an axis of size " +
              std::to_string(extent));
     }
   }
+}
+
+// Whether two coordinates of `t` may name one element: a zero stride on an axis longer than 1.
+bool overlaps(const kestrel_tensor& t) {
+  for (int d = 0; d < t.rank; ++d)
+    if (t.strides[d] == 0 && t.shape[d] > 1) return true;
+  return false;
 }
 
 template <class Fn>
@@ -159,7 +169,9 @@ void launch_scatter_add(const kestrel_op& op) {
             for (int64_t j = column_begin; j < column_end; ++j) y[walk.target_at(s, j, walk.value(s, j))] += x[walk.other_at(s, j)];
           }
         };
-        if (axis == walk.last)
+        if (overlaps(out))  // elements shared between coordinates (a broadcast view): one thread, in order
+          add_rows(0, walk.rows, 0, walk.length);
+        else if (axis == walk.last)
           parallel_chunks("kestrel::scatter_add", walk.rows, numel(src),
                           [&](int64_t begin, int64_t end) { add_rows(begin, end, 0, walk.length); });
         else

@@ -36,10 +36,13 @@ TensorDesc rows_of(const kestrel_tensor& t) {
   return desc;
 }
 
-bool same_strides(const kestrel_tensor& a, const kestrel_tensor& b) {
-  for (int d = 0; d < a.rank; ++d)
-    if (a.strides[d] != b.strides[d]) return false;
-  return true;
+// Whether a gradient's rows lie as its operand's do (the result binding reads the operand's description):
+// the same sample, head and row strides wherever the extent makes them matter (a size-1 axis's stride is
+// free: the engine's contiguous tensors and fresh gradients may differ there).
+bool same_rows(const kestrel_tensor& a, const kestrel_tensor& b) {
+  const kestrel::plugin_shapes::HeadRows ra = kestrel::plugin_shapes::head_rows(a), rb = kestrel::plugin_shapes::head_rows(b);
+  return (a.shape[0] <= 1 || ra.sample_stride == rb.sample_stride) && (ra.heads <= 1 || ra.head_stride == rb.head_stride) &&
+         (ra.rows <= 1 || ra.row_stride == rb.row_stride);
 }
 
 }  // namespace
@@ -51,10 +54,9 @@ bool supports_attention(const kestrel_op& op, uint32_t dtypes) {
   if (!kestrel::plugin_shapes::attention_fits(op)) return false;
   const bool backward = op.kind == KESTREL_OP_ATTENTION_BACKWARD;
   const kestrel_tensor &q = op.inputs[backward ? 1 : 0], &k = op.inputs[backward ? 2 : 1];
-  // The passes bind dout where forward's out was and each gradient where its operand's layout is
-  // described (params.tensors holds four), so those must share strides.
-  if (backward && (!same_strides(op.inputs[0], op.inputs[4]) || !same_strides(op.outputs[0], q) ||
-                   !same_strides(op.outputs[1], k) || !same_strides(op.outputs[2], op.inputs[3])))
+  // params.tensors describes four bindings (dout or out, q, k, v); each gradient is written through its
+  // operand's description, so it must lie as its operand does.
+  if (backward && (!same_rows(op.outputs[0], q) || !same_rows(op.outputs[1], k) || !same_rows(op.outputs[2], op.inputs[3])))
     return false;
   // One invocation walks one row: its keys (or queries) times a few passes over the depth. Where loops
   // share a budget, a bound on that walk (generous: four passes per element) must fit in it.
@@ -77,7 +79,7 @@ void launch_attention(kestrel_stream* stream, const kestrel_op& op) {
   const kestrel_tensor* mask = p.key_padding ? &op.inputs[op.num_inputs - 1 - (dropout ? 1 : 0)] : nullptr;
   // A dispatch of `shader` over `rows` rows with these tensors in their slots; the mask and the
   // counter base where there are. The (B,T,D) operands' rows are described in params.tensors[slot],
-  // the result's by the operand's whose layout it shares (its slot in ints[15]).
+  // the result's by the operand's it lies as (that slot in ints[15]; unused by passes with no result).
   using Bound = std::initializer_list<std::pair<Slot, const kestrel_tensor*>>;
   auto dispatch = [&](const std::string& shader, int64_t rows, Bound tensors, Slot result_like = kDout) {
     Dispatch d;

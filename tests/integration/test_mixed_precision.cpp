@@ -191,9 +191,9 @@ TEST(MixedPrecision, PaddedOutputFeaturesTrainAsUnpadded) {
   EXPECT_EQ(padded["test_accuracy"], plain["test_accuracy"]);
 }
 
-// Every recurrent model file takes mixed-precision steps: its embedding feeds a recurrent layer, whose
-// input projection goes through the table in f32 but not under autocast (its per-row gradient sums
-// would be 16-bit).
+// The recurrent model files take mixed-precision steps. Their embeddings feed recurrent layers, whose
+// input projections go through the table in f32 runs; under autocast they must not (the projected
+// table's per-row gradient sums would be 16-bit).
 TEST(MixedPrecision, RecurrentModelsOnEmbeddingsTrainInBf16AndF16) {
   for (const std::string config : {"lstm_generator", "rnn_classifier"})
     for (const std::string precision : {"bf16", "f16"}) {

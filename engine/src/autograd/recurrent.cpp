@@ -173,8 +173,9 @@ namespace {
 Var input_projection(const Var& x, const Var& weight_ih, const Var& bias, const EmbeddedTokens* embedded) {
   const Tensor& input = x.value();  // (N, T, F)
   const int64_t batch = input.size(0), steps = input.size(1), features = input.size(2);
-  if (embedded && embedded->tokens.shape() == Shape{batch, steps} && embedded->table.value().size(0) * 4 <= batch * steps &&
-      embedded->table.value().dtype() == input.dtype() && !autocasts(x))
+  const bool few_rows = embedded && embedded->table.value().size(0) * 4 <= batch * steps;  // V <= N*T / 4
+  if (few_rows && embedded->tokens.shape() == Shape{batch, steps} && embedded->table.value().dtype() == input.dtype() &&
+      !autocasts(x))
     return widened(projected_embedding(*embedded, weight_ih, bias));
   return reshape(widened(linear(reshape(x, {batch * steps, features}), weight_ih, bias)),
                  {batch, steps, weight_ih.value().size(0)});

@@ -109,7 +109,7 @@ layout(std430, set = 0, binding = 7) readonly buffer Base { uint data[]; } base_
 // are described in tensors[n - 1] (the result's by the operand's it shares strides with, ints[15]):
 // heads in shape[1], T in shape[2], the sample, head and row strides in strides[0..2]; a contiguous
 // (B,T,D) tensor has one head. So ABI 1.13's (N,H,T,D) views are read where they lie.
-int rows_of(int binding) {
+int description_of(int binding) {
 #ifdef RESULT_AT
   return binding == RESULT_AT ? PINT(15) : binding - 1;
 #else
@@ -117,14 +117,14 @@ int rows_of(int binding) {
 #endif
 }
 uint row_at(int binding, uint row) {
-  const int t = rows_of(binding);
-  const uint steps = SHAPE(t, 2), heads = SHAPE(t, 1);
+  const int t = description_of(binding);
+  const uint steps = max(SHAPE(t, 2), 1u), heads = SHAPE(t, 1);  // no rows (Tq = 0): nothing is read
   const uint b = row / steps, n = b / heads;
   return uint(PINT(binding - 1)) + n * STRIDE(t, 0) + (b - n * heads) * STRIDE(t, 1) + (row - b * steps) * STRIDE(t, 2);
 }
 // How far apart one batch entry's consecutive rows of binding n are: the loops over a row's keys or
 // queries step by it from the entry's first row instead of dividing per row.
-uint row_step(int binding) { return STRIDE(rows_of(binding), 2); }
+uint row_step(int binding) { return STRIDE(description_of(binding), 2); }
 
 // The padding bias of key j of batch entry b (0 without a mask).
 float key_bias(uint b, uint j, uint keys) {
