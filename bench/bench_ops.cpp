@@ -107,6 +107,20 @@ void elementwise(benchmark::State& state, kestrel::Device device, DType dtype, i
                                               benchmark::Counter::kIs1024);
 }
 
+// An f32 tensor cast to bf16, as autocast's edges do (CUDA: the packed kernels, or with
+// KESTREL_CUDA_GENERIC_ELEMENTWISE=1 the strided ones).
+void cast_to_bf16(benchmark::State& state, kestrel::Device device, int64_t n) {
+  Tensor a = random_tensor({n}, DType::f32, device, 5);
+  Tensor out = Tensor::empty({n}, DType::bf16, device);
+  kestrel::Engine::global().synchronize(device);
+  for (auto _ : state) {
+    kestrel::ops::copy_(out, a);
+    kestrel::Engine::global().synchronize(device);
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(n) * 6, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1024);
+}
+
 // The element-wise work beside a Transformer step's products, at gpt_char's shapes (batch 32, 4 heads,
 // 128 positions): GELU and its gradient over the feed-forward activations (4096 x 512), a dropout mask
 // and softmax over the attention weights (16384 rows of 128).
@@ -206,6 +220,15 @@ void register_device_benchmarks(const kestrel::Device& device) {
   benchmark::RegisterBenchmark(fmt::format("gemm_lstm_step/{}/f32/32x256x1024", d).c_str(), lstm_step_gemm, device)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
+  // 2^26 elements: the 8192-wide MLP's activations, past a GPU's cache.
+  for (int64_t n : {int64_t(1) << 16, int64_t(1) << 26}) {
+    benchmark::RegisterBenchmark(fmt::format("cast/{}/f32-bf16/{}", d, n).c_str(), cast_to_bf16, device, n)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(fmt::format("add/{}/bf16/{}", d, n).c_str(), elementwise, device, DType::bf16, n, true)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  }
   for (int64_t n : {1 << 16, 1 << 22}) {
     benchmark::RegisterBenchmark(fmt::format("add/{}/f32/{}", d, n).c_str(), elementwise, device, DType::f32, n, true)
         ->Unit(benchmark::kMicrosecond)

@@ -6,7 +6,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "cuda_kernels.cuh"
+#include "elementwise_packed.cuh"
+#include "kestrel/plugin_env.hpp"
 
 namespace kestrel_cuda {
 
@@ -116,6 +117,35 @@ __global__ void binary_kernel(Indexer<3> ix, const typename E::storage* a, const
   }
 }
 
+// The functions above on storage values, for the packed kernels (elementwise_packed.cuh).
+template <class From, class To>
+struct CastFn {
+  __device__ __forceinline__ typename To::storage operator()(typename From::storage v) const {
+    return To::store(static_cast<typename To::compute>(From::load(v)));
+  }
+};
+template <class E>
+struct UnaryStorageFn {
+  UnaryFn<typename E::compute> f;
+  __device__ __forceinline__ typename E::storage operator()(typename E::storage v) const { return E::store(f(E::load(v))); }
+};
+template <class E>
+struct BinaryStorageFn {
+  int fn;
+  __device__ __forceinline__ typename E::storage operator()(typename E::storage a, typename E::storage b) const {
+    return E::store(binary_apply<typename E::compute>(fn, E::load(a), E::load(b)));
+  }
+};
+
+// Whether the packed kernels may run over `ix` for operands at `bases` of element sizes `sizes`, packs
+// holding `per_pack` elements.
+template <int N>
+bool packed(const Indexer<N>& ix, const char* const (&bases)[N], const size_t (&sizes)[N], int per_pack) {
+  static const bool generic = kestrel::plugin_env::flag("KESTREL_CUDA_GENERIC_ELEMENTWISE");
+  int pack_bytes[N];
+  for (int k = 0; k < N; ++k) pack_bytes[k] = int(sizes[k]) * per_pack;
+  return !generic && packable(ix, bases, pack_bytes);
+}
 
 }  // namespace
 
@@ -156,7 +186,11 @@ void launch_fill(kestrel_stream& s, const kestrel_op& op) {
     }
     const int64_t* strides[1] = {out.strides};
     Indexer<1> ix = make_indexer<1>(out.rank, out.shape, strides);
-    fill_kernel<E><<<grid_for(n), kBlock, 0, s.cuda>>>(ix, reinterpret_cast<S*>(out.base), n, stored);
+    constexpr int per_pack = pack_elements<S>();
+    if (packed<1>(ix, {out.base}, {sizeof(S)}, per_pack))
+      fill_packed<S><<<grid_for(n / per_pack + 1), kBlock, 0, s.cuda>>>(reinterpret_cast<S*>(out.base), n, stored);
+    else
+      fill_kernel<E><<<grid_for(n), kBlock, 0, s.cuda>>>(ix, reinterpret_cast<S*>(out.base), n, stored);
   });
   check_launch("fill");
 }
@@ -172,9 +206,15 @@ void strided_copy(kestrel_stream& s, const TensorRef& in, const TensorRef& out) 
     dispatch(out.dtype, [&](auto to) {
       using From = decltype(from);
       using To = decltype(to);
-      copy_kernel<From, To><<<grid_for(n), kBlock, 0, s.cuda>>>(
-          ix, reinterpret_cast<const typename From::storage*>(in.base), reinterpret_cast<typename To::storage*>(out.base),
-          n);
+      using X = typename From::storage;
+      using Y = typename To::storage;
+      constexpr int per_pack = pack_elements<X, Y>();
+      if (packed<2>(ix, {in.base, out.base}, {sizeof(X), sizeof(Y)}, per_pack))
+        map_packed<<<grid_for(n / per_pack + 1), kBlock, 0, s.cuda>>>(reinterpret_cast<const X*>(in.base),
+                                                                      reinterpret_cast<Y*>(out.base), n, CastFn<From, To>{});
+      else
+        copy_kernel<From, To><<<grid_for(n), kBlock, 0, s.cuda>>>(ix, reinterpret_cast<const X*>(in.base),
+                                                                   reinterpret_cast<Y*>(out.base), n);
     });
   });
   check_launch("copy");
@@ -196,8 +236,13 @@ void launch_unary(kestrel_stream& s, const kestrel_op& op) {
     using C = typename E::compute;
     using S = typename E::storage;
     UnaryFn<C> f{int(p.fn), static_cast<C>(p.alpha), static_cast<C>(p.beta)};
-    unary_kernel<E><<<grid_for(n), kBlock, 0, s.cuda>>>(ix, reinterpret_cast<const S*>(in.base),
-                                                         reinterpret_cast<S*>(out.base), n, f);
+    constexpr int per_pack = pack_elements<S>();
+    if (packed<2>(ix, {in.base, out.base}, {sizeof(S), sizeof(S)}, per_pack))
+      map_packed<<<grid_for(n / per_pack + 1), kBlock, 0, s.cuda>>>(reinterpret_cast<const S*>(in.base),
+                                                                    reinterpret_cast<S*>(out.base), n, UnaryStorageFn<E>{f});
+    else
+      unary_kernel<E><<<grid_for(n), kBlock, 0, s.cuda>>>(ix, reinterpret_cast<const S*>(in.base),
+                                                           reinterpret_cast<S*>(out.base), n, f);
   });
   check_launch("unary");
 }
@@ -214,9 +259,15 @@ void launch_binary(kestrel_stream& s, const kestrel_op& op) {
   dispatch(out.dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
-    binary_kernel<E><<<grid_for(n), kBlock, 0, s.cuda>>>(ix, reinterpret_cast<const S*>(a.base),
-                                                          reinterpret_cast<const S*>(b.base),
-                                                          reinterpret_cast<S*>(out.base), n, fn);
+    constexpr int per_pack = pack_elements<S>();
+    if (packed<3>(ix, {a.base, b.base, out.base}, {sizeof(S), sizeof(S), sizeof(S)}, per_pack))
+      zip_packed<<<grid_for(n / per_pack + 1), kBlock, 0, s.cuda>>>(
+          reinterpret_cast<const S*>(a.base), reinterpret_cast<const S*>(b.base), reinterpret_cast<S*>(out.base), n,
+          BinaryStorageFn<E>{fn});
+    else
+      binary_kernel<E><<<grid_for(n), kBlock, 0, s.cuda>>>(ix, reinterpret_cast<const S*>(a.base),
+                                                            reinterpret_cast<const S*>(b.base),
+                                                            reinterpret_cast<S*>(out.base), n, fn);
   });
   check_launch("binary");
 }

@@ -138,6 +138,13 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
              done ;;
       # Issue 15: cuDNN's RNN API (each algorithm, graph-captured and eager) against Kestrel's LSTM/GRU layers
       # with the fused cells, forward and backward at lstm_generator's shape, f32 (bench/bench_cudnn_rnn.cpp).
+      # Issues 15/16: element-wise kernels over contiguous operands in 16-byte packs (elementwise_packed.cuh)
+      # against the strided ones: a cast and a bf16 sum past the cache both ways, then the MLP's bf16 step
+      # with the strided ones (the lt step times it with the packed ones, in the same lease).
+      packed) for generic in 0 1; do
+                KESTREL_CUDA_GENERIC_ELEMENTWISE=$generic build/bin/bench_ops --benchmark_filter='(cast|add)/cuda:0/(f32-)?bf16/67108864'
+              done
+              KESTREL_CUDA_GENERIC_ELEMENTWISE=1 build/bin/bench_mfu --benchmark_filter='mlp_8192/cuda:0/bf16/b8192/captured' ;;
       rnn) build/bin/bench_cudnn_rnn --benchmark_filter='cuda' --benchmark_min_time=0.2 ;;
       vulkan_quick)
               gl_libraries
