@@ -181,20 +181,23 @@ Problem problem_of(const kestrel_tensor& a, const kestrel_tensor& b, const kestr
   return p;
 }
 
-// pre and y: (rows, cols) with row stride ld (>= cols, padded rows for aligned GEMMs).
+// pre and y: (rows, cols) with row stride ld (>= cols, padded rows for aligned GEMMs); y may be pre
+// itself. Blocks step through rows (grid y) and columns (grid x), so no element's position takes a
+// division (64-bit ones per element kept this kernel at a fraction of the memory's bandwidth).
 template <class E>
 __global__ void linear_epilogue(typename E::storage* pre, typename E::storage* y, const typename E::storage* bias,
-                                int64_t bias_stride, int64_t cols, int64_t ld, int64_t total, int act) {
+                                int64_t bias_stride, int64_t rows, int64_t cols, int64_t ld, int act) {
   using C = typename E::compute;
-  KESTREL_GRID_STRIDE_LOOP(element, total) {
-    const int64_t i = element / cols * ld + element % cols;
-    C v = E::load(pre[i]);
-    if (bias) v += E::load(bias[(element % cols) * bias_stride]);
-    pre[i] = E::store(v);
-    if (act == KESTREL_ACTIVATION_RELU) v = v < C(0) ? C(0) : v;  // keeps NaN
-    else if (act == KESTREL_ACTIVATION_GELU) v = C(0.5) * v * (C(1) + erf(v * C(0.70710678118654752440)));
-    y[i] = E::store(v);
-  }
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t i = r * ld + c;
+      C v = E::load(pre[i]);
+      if (bias) v += E::load(bias[c * bias_stride]);
+      if (y != pre) pre[i] = E::store(v);
+      if (act == KESTREL_ACTIVATION_RELU) v = v < C(0) ? C(0) : v;  // keeps NaN
+      else if (act == KESTREL_ACTIVATION_GELU) v = C(0.5) * v * (C(1) + erf(v * C(0.70710678118654752440)));
+      y[i] = E::store(v);
+    }
 }
 
 }  // namespace
@@ -239,12 +242,14 @@ void launch_linear(kestrel_stream& s, const kestrel_op& op) {
   const bool add_bias = has_bias && !by_lt;
   const TensorRef bias = add_bias ? ref(op.inputs[2]) : TensorRef{};
   const int64_t bias_stride = add_bias ? op.inputs[2].strides[0] : 0;
+  const int64_t rows = total / cols;
+  const dim3 grid(grid_for(cols), unsigned(std::min<int64_t>(rows, 65535)));  // gridDim.y is at most 65535
   dispatch_float(y.dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
-    linear_epilogue<E><<<grid_for(total), kBlock, 0, s.cuda>>>(
-        reinterpret_cast<S*>(pre.base), reinterpret_cast<S*>(y.base),
-        add_bias ? reinterpret_cast<const S*>(bias.base) : nullptr, bias_stride, cols, ld, total, act);
+    linear_epilogue<E><<<grid, kBlock, 0, s.cuda>>>(reinterpret_cast<S*>(pre.base), reinterpret_cast<S*>(y.base),
+                                                    add_bias ? reinterpret_cast<const S*>(bias.base) : nullptr,
+                                                    bias_stride, rows, cols, ld, act);
   });
   check_launch("linear (bias and activation)");
 }
