@@ -182,18 +182,19 @@ Problem problem_of(const kestrel_tensor& a, const kestrel_tensor& b, const kestr
 }
 
 // pre and y: (rows, cols) with row stride ld (>= cols, padded rows for aligned GEMMs); y may be pre
-// itself. Blocks step through rows (grid y) and columns (grid x), so no element's position takes a
-// division (64-bit ones per element kept this kernel at a fraction of the memory's bandwidth).
+// itself. Threads step through rows (y) and columns (x) of a 2-D grid of 2-D blocks, so no element's
+// position takes a division (64-bit ones per element kept this kernel at a fraction of the memory's
+// bandwidth), and narrow outputs fill their blocks with several rows.
 template <class E>
 __global__ void linear_epilogue(typename E::storage* pre, typename E::storage* y, const typename E::storage* bias,
                                 int64_t bias_stride, int64_t rows, int64_t cols, int64_t ld, int act) {
   using C = typename E::compute;
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+  for (int64_t r = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += int64_t(gridDim.y) * blockDim.y)
     for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x) {
       const int64_t i = r * ld + c;
       C v = E::load(pre[i]);
       if (bias) v += E::load(bias[c * bias_stride]);
-      if (y != pre) pre[i] = E::store(v);
+      if (bias && y != pre) pre[i] = E::store(v);  // the pre-activation kept for backward, with its bias
       if (act == KESTREL_ACTIVATION_RELU) v = v < C(0) ? C(0) : v;  // keeps NaN
       else if (act == KESTREL_ACTIVATION_GELU) v = C(0.5) * v * (C(1) + erf(v * C(0.70710678118654752440)));
       y[i] = E::store(v);
@@ -242,12 +243,16 @@ void launch_linear(kestrel_stream& s, const kestrel_op& op) {
   const bool add_bias = has_bias && !by_lt;
   const TensorRef bias = add_bias ? ref(op.inputs[2]) : TensorRef{};
   const int64_t bias_stride = add_bias ? op.inputs[2].strides[0] : 0;
+  if (!add_bias && act == KESTREL_ACTIVATION_NONE && pre.base == y.base) return;  // y is the product already
   const int64_t rows = total / cols;
-  const dim3 grid(grid_for(cols), unsigned(std::min<int64_t>(rows, 65535)));  // gridDim.y is at most 65535
+  // Blocks of kBlock threads: a warp-rounded row's width (at most kBlock) by as many rows as fit.
+  const unsigned width = unsigned(std::min<int64_t>(kBlock, (cols + 31) / 32 * 32)), height = unsigned(kBlock) / width;
+  const dim3 block(width, height);
+  const dim3 grid(grid_for(cols, int(width)), unsigned(std::min<int64_t>((rows + height - 1) / height, 65535)));
   dispatch_float(y.dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
-    linear_epilogue<E><<<grid, kBlock, 0, s.cuda>>>(reinterpret_cast<S*>(pre.base), reinterpret_cast<S*>(y.base),
+    linear_epilogue<E><<<grid, block, 0, s.cuda>>>(reinterpret_cast<S*>(pre.base), reinterpret_cast<S*>(y.base),
                                                     add_bias ? reinterpret_cast<const S*>(bias.base) : nullptr,
                                                     bias_stride, rows, cols, ld, act);
   });

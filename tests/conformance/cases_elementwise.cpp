@@ -119,6 +119,7 @@ void copy_cases(Runner& r) {
                                             {{6, 7}, Layout::transposed},
                                             {{2, 3, 5}, Layout::transposed},
                                             {{600, 501}, Layout::transposed},
+                                            {{600, 501}, Layout::contiguous},
                                             {{0, 5}, Layout::contiguous}};
   for (DType from : all_dtypes)
     for (DType to : all_dtypes)
@@ -134,6 +135,21 @@ void copy_cases(Runner& r) {
           r.expect_close(out, want, tolerance_for(to));
         });
       }
+  // Contiguous views one element into their buffers: a backend that moves whole aligned blocks of
+  // elements must notice the misalignment (and the odd length's tail).
+  for (DType from : {DType::f32, DType::bf16, DType::u8})
+    for (DType to : {DType::f32, DType::bf16, DType::f64})
+      r.run(case_name({dtype_str(from) + "->" + dtype_str(to), "(1001)", "one element in"}),
+            r.required(from == DType::f32 && to == DType::f32, {from, to}), [&] {
+              auto values = r.values(1002, 0, 100, from);
+              Tensor in = r.upload({1002}, values, from).slice(0, 1, 1002);
+              Tensor out_buffer = Tensor::zeros({1002}, to, r.device());
+              Tensor out = out_buffer.slice(0, 1, 1002);
+              ops::copy_(out, in);
+              std::vector<double> want{0};  // the element before the view stays as it was
+              for (size_t i = 1; i < values.size(); ++i) want.push_back(round_to(to, values[i]));
+              r.expect_close(out_buffer, want, tolerance_for(to));
+            });
 }
 
 void unary_cases(Runner& r) {
@@ -210,6 +226,16 @@ void binary_cases(Runner& r) {
                 }
                 r.expect_close(out, want, tolerance_for(dtype, 2));
               });
+      // In place, the result over its first operand (out = a, as a gradient accumulates).
+      r.run(case_name({binary_fn_name(fn), dtype_str(dtype), "(600,501)", "in place"}), required, [&] {
+        const double lo = fn == KESTREL_BINARY_POW || dtype == DType::u8 ? 0.5 : -10, hi = dtype == DType::u8 ? 12 : 3;
+        auto a = r.values(600 * 501, lo, hi, dtype), b = r.values(600 * 501, 0.5, 2, dtype);
+        Tensor out = r.upload({600, 501}, a, dtype);
+        ops::binary_(fn, out, out, r.upload({600, 501}, b, dtype));
+        std::vector<double> want;
+        for (size_t i = 0; i < a.size(); ++i) want.push_back(round_to(dtype, binary_reference(fn, a[i], b[i])));
+        r.expect_close(out, want, tolerance_for(dtype, 2));
+      });
       if (!is_floating(dtype)) continue;
       r.run(case_name({binary_fn_name(fn), dtype_str(dtype), "nan-inf"}), r.required(dtype == DType::f32, {dtype}), [&] {
         std::vector<double> a = {nan_value, 1.0, inf_value, -inf_value, 2.0, nan_value};
