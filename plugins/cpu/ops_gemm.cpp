@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -90,6 +91,16 @@ constexpr int64_t kSmallProduct = int64_t(1) << 24;
 constexpr int64_t kSplitProduct = int64_t(1) << 20;
 constexpr int64_t kSplitColumns = 128;
 
+// A split product of at most kNarrowRows rows whose B is a transposed view (an LSTM step's h W_hh^T,
+// h a time step's rows of the whole sequence, far apart) multiplies a contiguous copy of A, in pieces of
+// kNarrowPiece columns: OpenBLAS 0.3.21's SkylakeX kernels took the step's (32, 256) x (256, 512) half
+// 1.24-1.38x faster in 32-column pieces of contiguous operands (1.27x with both cores busy), but slower
+// in pieces of the strided rows, which each piece packs again; 64 rows or an untransposed B were slower
+// or level (bench/results/2026-11-27-vm-cpu-lstm-step-pieces.md). Neither depends on the thread count,
+// so neither do the results.
+constexpr int64_t kNarrowRows = 32;
+constexpr int64_t kNarrowPiece = 32;
+
 void use_blas_threads_for(int64_t multiply_adds) {
   using SetThreads = void (*)(int);
   using GetThreads = int (*)();
@@ -115,10 +126,21 @@ void multiply(const BlasOperand<T>& a, const BlasOperand<T>& b, int64_t m, int64
   if (work >= kSmallProduct || work < kSplitProduct || n < kSplitColumns)
     return blas_gemm(a, b, m, n, k, alpha, beta, c, ldc);
   const int64_t half = (n / 2 + 15) / 16 * 16;
+  const bool narrow = m <= kNarrowRows && b.trans == 'T' && a.trans == 'N';
+  std::vector<T> a_rows;  // A's rows side by side (m, k), for a narrow product
+  std::optional<BlasOperand<T>> compact;
+  if (narrow) {
+    a_rows.resize(size_t(m * k));
+    for (int64_t i = 0; i < m; ++i) std::copy_n(a.data + i * a.ld, k, a_rows.data() + i * k);
+    compact.emplace(a_rows.data(), m, k, k, 1);
+  }
+  const BlasOperand<T>& left = compact ? *compact : a;
+  const int64_t piece_width = narrow ? kNarrowPiece : n;
   parallel_chunks("kestrel::gemm_halves", 2, work, [&](int64_t begin, int64_t end) {
     for (int64_t piece = begin; piece < end; ++piece) {
-      const int64_t first = piece == 0 ? 0 : half, width = piece == 0 ? half : n - half;
-      blas_gemm(a, b, m, width, k, alpha, beta, c + first, ldc, first);
+      const int64_t first = piece == 0 ? 0 : half, last = piece == 0 ? half : n;
+      for (int64_t column = first; column < last; column += piece_width)
+        blas_gemm(left, b, m, std::min(piece_width, last - column), k, alpha, beta, c + column, ldc, column);
     }
   });
 }
