@@ -5,6 +5,8 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <string>
 #include <tuple>
 #include <vector>
@@ -70,11 +72,11 @@ void lstm_step_gemm(benchmark::State& state, kestrel::Device device) {
                                                  benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
-// Its baseline: the same product straight into the BLAS library on one of its threads, as the plugin ran
-// it before the halves.
-void lstm_step_gemm_openblas_one_thread(benchmark::State& state) {
-  std::vector<float> h(size_t(kStepBatch) * kStepHidden, 0.5f), w(size_t(kStepGates) * kStepHidden, 0.25f),
-      c(size_t(kStepBatch) * kStepGates);
+// h (m, k) @ W^T, W (n, k), straight into the BLAS library on one of its threads: whole, or in pieces of
+// `piece` columns as the CPU plugin runs a narrow product (ops_gemm.cpp; 2026-11-27-vm-cpu-lstm-step-pieces.md).
+// At (32, 1024, 256), whole, it is the baseline of the LSTM step's product, as the plugin ran it before the halves.
+void narrow_product_openblas_one_thread(benchmark::State& state, int m, int n, int k, int piece) {
+  std::vector<float> h(size_t(m) * k, 0.5f), w(size_t(n) * k, 0.25f), c(size_t(m) * n);
   const kestrel_bench::SgemmFn sgemm = kestrel_bench::direct_sgemm();
   // One OpenBLAS thread while it runs; the count the plugin expects afterwards.
   auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
@@ -82,13 +84,14 @@ void lstm_step_gemm_openblas_one_thread(benchmark::State& state) {
   const int threads = get_threads ? get_threads() : 1;
   if (set_threads) set_threads(1);
   for (auto _ : state) {
-    sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kStepBatch, kStepGates, kStepHidden, 1.0f, h.data(), kStepHidden,
-          w.data(), kStepHidden, 0.0f, c.data(), kStepGates);
+    for (int column = 0; column < n; column += piece)
+      sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, std::min(piece, n - column), k, 1.0f, h.data(), k,
+            w.data() + size_t(column) * k, k, 0.0f, c.data() + column, n);
     benchmark::DoNotOptimize(c.data());
   }
   if (set_threads) set_threads(threads);
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kStepBatch * kStepHidden * kStepGates,
-                                                 benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
 }
 
 void elementwise(benchmark::State& state, kestrel::Device device, DType dtype, int64_t n, bool binary) {
@@ -271,9 +274,17 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("gemm/openblas-direct/f32", gemm_openblas)->Arg(n)->Unit(benchmark::kMicrosecond)->UseRealTime();
   kestrel::Engine& engine = kestrel::Engine::global();
   benchmark::RegisterBenchmark("gemm_lstm_step/openblas-direct-1-thread/f32/32x256x1024",
-                               lstm_step_gemm_openblas_one_thread)
+                               narrow_product_openblas_one_thread, kStepBatch, kStepGates, kStepHidden, kStepGates)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
+  // Half an LSTM step's gates (as each of the plugin's two threads computes them), whole and in 32 columns.
+  for (auto [m, k] : {std::pair{4, 1024}, {8, 1024}, {16, 256}, {32, 256}, {32, 512}, {64, 256}, {128, 256}})
+    for (int piece : {512, 32})
+      benchmark::RegisterBenchmark(fmt::format("narrow_product/openblas-direct-1-thread/f32/{}x512x{}/pieces{}", m, k,
+                                               piece).c_str(),
+                                   narrow_product_openblas_one_thread, m, 512, k, piece)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
   for (const auto& plugin : engine.plugins())
     if (plugin.loaded)
       for (const auto& info : plugin.devices)
