@@ -212,6 +212,10 @@ inline bool scatter_add_fits(const kestrel_op& op) {
          index_fits(op, op.outputs[0], op.inputs[1], op.inputs[0]);
 }
 
+// The dtype of per-row statistics beside float data of dtype d (log-sum-exp, mean, rstd, cross-entropy's
+// losses and scales beside 16-bit logits): f64 for f64, else f32.
+inline kestrel_dtype statistics_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_F64 ? KESTREL_DTYPE_F64 : KESTREL_DTYPE_F32; }
+
 // ---- softmax and softmax-cross-entropy over the last axis ----
 
 inline bool softmax_fits(const kestrel_op& op) {
@@ -227,8 +231,6 @@ inline bool logits_and_labels(const kestrel_tensor& logits, const kestrel_tensor
          labels.shape[0] == logits.shape[0] && logits.shape[1] >= 1;
 }
 inline bool is_16bit_float(kestrel_dtype d) { return d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16; }
-// The dtype rows' losses and scales have beside logits of `d` (1.12): f32 for 16-bit logits.
-inline kestrel_dtype row_statistic_dtype(kestrel_dtype d) { return is_16bit_float(d) ? KESTREL_DTYPE_F32 : d; }
 }  // namespace detail
 
 // SOFTMAX_CROSS_ENTROPY: in0 logits (N,C) float, in1 labels (N) i32/i64 -> out0 loss (N) [, out1 dlogits
@@ -249,7 +251,7 @@ inline bool softmax_cross_entropy_backward_fits(const kestrel_op& op) {
   if (!arity(op, 3, 1)) return false;
   const kestrel_tensor &logits = op.inputs[0], &scales = op.inputs[2], &grad = op.outputs[0];
   return detail::logits_and_labels(logits, op.inputs[1]) && scales.rank == 1 && scales.shape[0] == logits.shape[0] &&
-         scales.dtype == detail::row_statistic_dtype(logits.dtype) && same_shape(grad, logits) &&
+         scales.dtype == statistics_dtype(logits.dtype) && same_shape(grad, logits) &&
          grad.dtype == logits.dtype;
 }
 // Its layout as the plugins take it: logits, labels and dlogits contiguous, the scales too or one broadcast.
@@ -342,8 +344,6 @@ inline bool optimizer_fits(const kestrel_op& op) {
 
 // ---- attention and layer norm (1.7) ----
 
-// The dtype of the statistics forward leaves for backward (log-sum-exp, mean, rstd): f64 for f64, else f32.
-inline kestrel_dtype statistics_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_F64 ? KESTREL_DTYPE_F64 : KESTREL_DTYPE_F32; }
 
 
 // Where ATTENTION's (B,T,D) operands keep their rows: contiguous rank 3, or (1.13) a rank-4 (N,H,T,D)

@@ -9,6 +9,7 @@
 
 #include "autocast.h"
 #include "kestrel/functional.h"
+#include "tensor_math.h"
 
 namespace kestrel::fn {
 
@@ -152,8 +153,6 @@ FusedSetup fused_setup(const AttentionOptions& o, int64_t depth, DType dtype, co
   return f;
 }
 
-DType statistics_of(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }  // plugin.h's rule
-
 // The fused op on q (B, Tq, D), k and v (B, Tk, D), or nothing when the device lacks it (forward or
 // backward) or the options need the composed path (an explicit mask). Dropout on the weights goes into
 // the op (plugin ABI 1.8) with the composed path's seed and offset, so both drop the same weights, and
@@ -166,7 +165,7 @@ std::optional<Var> fused_attention(const Var& q, const Var& k, const Var& v, con
                v_in = v.value().to(dtype).contiguous();
   const Device& device = q_in.device();
   Tensor out = Tensor::empty(q_in.shape(), dtype, device);                                       // (B, Tq, D)
-  Tensor log_sum_exp = Tensor::empty({q_in.size(0), q_in.size(1)}, statistics_of(dtype), device);  // (B, Tq)
+  Tensor log_sum_exp = Tensor::empty({q_in.size(0), q_in.size(1)}, math::statistics_dtype(dtype), device);  // (B, Tq)
   const FusedSetup setup = fused_setup(o, q_in.size(2), dtype, device);
   if (!setup.launch_forward(q_in, k_in, v_in, out, log_sum_exp)) return std::nullopt;
   return make_var(out, {q, k, v}, "attention",
@@ -194,7 +193,7 @@ std::optional<Var> packed_self_attention(const Var& qkv, int64_t heads, const At
   const int64_t n = packed.size(0), steps = packed.size(1), width = packed.size(2) / 3;
   Tensor out = Tensor::empty({n, steps, width}, dtype, device);                         // (N, T, E)
   const Tensor out_heads = packed_heads(out, 0, heads, 1);                               // (N, heads, T, D)
-  Tensor log_sum_exp = Tensor::empty({n * heads, steps}, statistics_of(dtype), device);  // (B, T)
+  Tensor log_sum_exp = Tensor::empty({n * heads, steps}, math::statistics_dtype(dtype), device);  // (B, T)
   const FusedSetup setup = fused_setup(o, width / heads, dtype, device);
   auto part = [heads](const Tensor& t, int64_t i) { return packed_heads(t, i, heads); };  // (N, heads, T, D)
   if (!setup.launch_forward(part(packed, 0), part(packed, 1), part(packed, 2), out_heads, log_sum_exp))

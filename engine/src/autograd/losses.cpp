@@ -85,7 +85,7 @@ std::optional<Var> fused_cross_entropy(const Var& logits, const Tensor& flat_lab
   const Tensor& given = logits.value();
   const int64_t rows = flat_labels.size(0);
   const Tensor x = given.contiguous().view({rows, given.shape().back()});  // (rows, C)
-  const DType statistic = x.dtype() == DType::f16 || x.dtype() == DType::bf16 ? DType::f32 : x.dtype();
+  const DType statistic = math::statistics_dtype(x.dtype());
   const Device& device = x.device();
   Tensor losses = Tensor::empty({rows}, statistic, device);  // (rows); also stands in for backward's scales
   const kestrel_op forward = ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr, {x, flat_labels}, {losses});

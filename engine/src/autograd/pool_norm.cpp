@@ -83,7 +83,7 @@ std::optional<Var> fused_layer_norm(const Var& x, const Var& weight, const Var& 
   const Tensor w = weight.defined() ? weight.value().contiguous().view({cols}) : Tensor();  // (C)
   const Tensor b = bias.defined() ? bias.value().contiguous().view({cols}) : Tensor();      // (C)
   Tensor y = Tensor::empty({rows, cols}, input.dtype(), input.device());
-  const DType statistics = input.dtype() == DType::f64 ? DType::f64 : DType::f32;  // plugin.h's rule
+  const DType statistics = math::statistics_dtype(input.dtype());
   Tensor mean = Tensor::empty({rows}, statistics, input.device()), rstd = Tensor::empty({rows}, statistics, input.device());
   const kestrel_layer_norm_params params{abi_size<kestrel_layer_norm_params>, eps};
   kestrel_op forward = ops::make_op(KESTREL_OP_LAYER_NORM, &params, {x2}, {y, mean, rstd});

@@ -17,6 +17,9 @@ inline Tensor sum(const Tensor& x, std::vector<int> dims, bool keepdim) {
 inline Tensor mean(const Tensor& x, std::vector<int> dims, bool keepdim) {
   return ops::reduce(KESTREL_REDUCE_MEAN, x, std::move(dims), keepdim);
 }
+// The dtype of per-row statistics the fused ops keep beside float data of `dtype` (plugin_shapes'
+// statistics_dtype: log-sum-exp, mean and rstd, cross-entropy's losses and scales): f64 for f64, else f32.
+inline DType statistics_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
 // A scalar tensor holding `value`, on x's device and in its dtype.
 inline Tensor scalar_like(const Tensor& x, double value) { return Tensor::full({}, value, x.dtype(), x.device()); }
 
