@@ -127,9 +127,9 @@ void multiply(const BlasOperand<T>& a, const BlasOperand<T>& b, int64_t m, int64
     return blas_gemm(a, b, m, n, k, alpha, beta, c, ldc);
   const int64_t half = (n / 2 + 15) / 16 * 16;
   const bool narrow = m <= kNarrowRows && b.trans == 'T' && a.trans == 'N';
-  std::vector<T> a_rows;  // A's rows side by side (m, k), for a narrow product
-  std::optional<BlasOperand<T>> compact;
-  if (narrow) {
+  std::optional<BlasOperand<T>> compact;  // A's rows side by side (m, k), for a narrow product
+  if (narrow && a.ld != k) {
+    thread_local std::vector<T> a_rows;  // kept: a recurrent layer multiplies once per time step
     a_rows.resize(size_t(m * k));
     for (int64_t i = 0; i < m; ++i) std::copy_n(a.data + i * a.ld, k, a_rows.data() + i * k);
     compact.emplace(a_rows.data(), m, k, k, 1);
