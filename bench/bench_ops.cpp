@@ -147,11 +147,31 @@ void sequence_op(benchmark::State& state, kestrel::Device device, const std::str
                                                     benchmark::Counter::kIs1000);
 }
 
-void reduce_sum(benchmark::State& state, kestrel::Device device, DType dtype, int64_t rows, int64_t cols) {
+// An embedding's gradient: (rows, cols) gradient rows added into a (vocabulary, cols) table at each row's
+// token, the index a stride-0 view of the ids as the engine makes it (lstm_generator's fold: 4096 tokens,
+// 1024 gates, 128 characters).
+void embedding_grad(benchmark::State& state, kestrel::Device device, int64_t rows, int64_t cols, int64_t vocabulary) {
+  std::vector<int64_t> ids(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) ids[size_t(r)] = (r * 7919) % vocabulary;
+  const Tensor index = Tensor::from_vector(ids, {rows, 1}, device).expand({rows, cols});  // (rows, cols)
+  const Tensor src = random_tensor({rows, cols}, DType::f32, device, 11);                 // (rows, cols)
+  Tensor table = Tensor::zeros({vocabulary, cols}, DType::f32, device);                    // (vocabulary, cols)
+  kestrel::Engine::global().synchronize(device);
+  for (auto _ : state) {
+    kestrel::ops::scatter_add_(table, 0, index, src);
+    kestrel::Engine::global().synchronize(device);
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(rows) * cols * 4, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1024);
+}
+
+// Sums over `axis` of a (rows, cols) matrix: 1 for each row's sum, 0 for the column sums a linear layer's
+// bias gradient is.
+void reduce_sum(benchmark::State& state, kestrel::Device device, DType dtype, int64_t rows, int64_t cols, int axis) {
   Tensor a = random_tensor({rows, cols}, dtype, device, 5);
   kestrel::Engine::global().synchronize(device);  // the inputs' generation is not timed
   for (auto _ : state) {
-    Tensor s = kestrel::ops::reduce(KESTREL_REDUCE_SUM, a, {1});
+    Tensor s = kestrel::ops::reduce(KESTREL_REDUCE_SUM, a, {axis});
     kestrel::Engine::global().synchronize(device);
   }
   state.counters["GB/s"] = benchmark::Counter(double(rows) * cols * kestrel::dtype_size(dtype),
@@ -247,7 +267,15 @@ void register_device_benchmarks(const kestrel::Device& device) {
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   benchmark::RegisterBenchmark(fmt::format("sum_rows/{}/f32/4096x1024", d).c_str(), reduce_sum, device, DType::f32,
-                               4096, 1024)
+                               4096, 1024, 1)
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark(fmt::format("embedding_grad/{}/f32/4096x1024/into128", d).c_str(), embedding_grad, device,
+                               4096, 1024, 128)
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark(fmt::format("sum_columns/{}/f32/4096x1024", d).c_str(), reduce_sum, device, DType::f32,
+                               4096, 1024, 0)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
   for (const auto& [name, fns] : {std::pair<const char*, std::vector<kestrel_reduce_fn>>{"max_abs", {KESTREL_REDUCE_MAX_ABS}},

@@ -3,10 +3,12 @@
 // update on one core while OpenBLAS uses all of them for the GEMMs. Large loops are therefore spread over
 // OpenMP's threads: Kokkos's own when Kokkos was built with OpenMP, and the same threads OpenBLAS's OpenMP
 // build runs the GEMMs on. A loop gets threads only when it is large enough to pay for waking them; small
-// loops (an LSTM step's are many) run on the calling thread. Column sums (bias gradients of linear layers)
-// stay on one thread: they were slower spread.
-// Every piece writes its own outputs and computes them as the serial loop would, so results do not
-// depend on the thread count.
+// loops (an LSTM step's are many) run on the calling thread. Threads should read whole rows in order: on
+// the 2-core VM, two threads that each walked every row a block of columns at a time (column sums, an
+// embedding's gradient) took 1.5-3x longer than one thread reading the rows in order (bench_ops
+// sum_columns and embedding_grad).
+// Every piece writes its own outputs, and pieces are cut where the thread count does not decide (the
+// serial loop's order, or fixed blocks combined in order), so results do not depend on the thread count.
 #pragma once
 #include <algorithm>
 #include <cstdint>

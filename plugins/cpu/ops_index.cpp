@@ -5,6 +5,7 @@
 // embedding's index repeats each token id along a row (stride 0), so its rows are whole table rows.
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "cpu_ops.hpp"
 
@@ -169,9 +170,21 @@ void launch_scatter_add(const kestrel_op& op) {
             for (int64_t j = column_begin; j < column_end; ++j) y[walk.target_at(s, j, walk.value(s, j))] += x[walk.other_at(s, j)];
           }
         };
-        if (overlaps(out))  // elements shared between coordinates (a broadcast view): one thread, in order
+        if (overlaps(out)) {  // elements shared between coordinates (a broadcast view): one thread, in order
           add_rows(0, walk.rows, 0, walk.length);
-        else if (axis == walk.last)
+        } else if (whole_rows) {
+          // An embedding's gradient: threads own ranges of index values, so each reads whole source rows
+          // in order and adds those whose value is its own. Split by columns instead, every thread
+          // walked all the rows a part at a time, and two threads took longer than one.
+          thread_local std::vector<int64_t> values;
+          values.resize(size_t(walk.rows));
+          for (int64_t r = 0; r < walk.rows; ++r) values[size_t(r)] = walk.value(walk.start(r), 0);
+          const int64_t* value = values.data();
+          parallel_chunks("kestrel::scatter_add", out.shape[axis], numel(src), [&](int64_t first, int64_t end) {
+            for (int64_t r = 0; r < walk.rows; ++r)
+              if (value[r] >= first && value[r] < end) add_rows(r, r + 1, 0, walk.length);
+          });
+        } else if (axis == walk.last)
           parallel_chunks("kestrel::scatter_add", walk.rows, numel(src),
                           [&](int64_t begin, int64_t end) { add_rows(begin, end, 0, walk.length); });
         else

@@ -120,6 +120,9 @@ void fold_run(const typename E::storage* x, int64_t count, typename E::storage* 
   *y = E::store(acc);
 }
 
+// Rows a column sum adds on one thread before its partial sums join the others', in order.
+constexpr int64_t kSumRows = 256;
+
 template <class E>
 void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_tensor& out) {
   using S = typename E::storage;
@@ -152,16 +155,26 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
   const bool sum = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN;
   if (sum && plan.reduced_rank == 1 && plan.kept_rank == 1 && plan.kept_in_strides[0] == 1) {
     // Column sums of a row-major matrix (bias gradients): walking the input row by row reads it in order
-    // and vectorises; each output still adds its inputs in the same order as the general loop below.
-    std::vector<Acc> acc(size_t(outputs), Acc(0));
-    Acc* a = acc.data();
+    // and vectorises. Long sums go by blocks of kSumRows rows, each block's sums on one thread and the
+    // blocks' added in order: threads read whole rows in order (threads walking blocks of columns down
+    // every row were slower than one thread, cpu_parallel.hpp), and the blocks do not depend on the
+    // thread count, so neither do the bits.
     const int64_t row_stride = plan.reduced_strides[0], out_stride = plan.kept_out_strides[0];
-    for (int64_t r = 0; r < count; ++r) {
-      const S* row = x + r * row_stride;
-      for (int64_t o = 0; o < outputs; ++o) a[o] += Acc(E::load(row[o]));
-    }
+    const int64_t blocks = (count + kSumRows - 1) / kSumRows;
+    std::vector<Acc> partial(size_t(blocks * outputs), Acc(0));  // (blocks, outputs)
+    Acc* sums = partial.data();
+    parallel_chunks("kestrel::column_sums", blocks, outputs * count, [=](int64_t begin, int64_t end) {
+      for (int64_t block = begin; block < end; ++block) {
+        Acc* a = sums + block * outputs;
+        for (int64_t r = block * kSumRows; r < std::min(count, (block + 1) * kSumRows); ++r) {
+          const S* row = x + r * row_stride;
+          for (int64_t o = 0; o < outputs; ++o) a[o] += Acc(E::load(row[o]));
+        }
+      }
+    });
     for (int64_t o = 0; o < outputs; ++o) {
-      Acc total = a[o];
+      Acc total = count ? sums[o] : Acc(0);
+      for (int64_t block = 1; block < blocks; ++block) total += sums[block * outputs + o];
       if (fn == KESTREL_REDUCE_MEAN) total = count ? total / Acc(count) : Acc(std::numeric_limits<double>::quiet_NaN());
       y[o * out_stride] = E::store(static_cast<C>(total));
     }
