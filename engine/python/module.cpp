@@ -199,7 +199,10 @@ PYBIND11_MODULE(_kestrel, m) {
       .def_readwrite("batch_size", &RunConfig::batch_size)
       .def_readwrite("max_steps", &RunConfig::max_steps)
       .def_readwrite("seed", &RunConfig::seed)
-      .def_readwrite("accumulate_steps", &RunConfig::accumulate_steps)
+      .def_property(
+          "accumulate_steps", [](const RunConfig& c) { return c.accumulate_steps; },
+          [](RunConfig& c, int64_t steps) { c.set_accumulate_steps(steps); },
+          "Micro-batches per optimizer step; setting it replaces \"accumulate_steps\": \"auto\"")
       .def_readwrite("out_dir", &RunConfig::out_dir)
       .def_readwrite("backends", &RunConfig::backends)
       .def_property(

@@ -21,7 +21,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   add_run_flags(g, run);
   g->add_option("--checkpoint", run.checkpoint, "checkpoint.json or a run folder (its vocabulary is checked)")->required();
   g->add_option("--prompt", prompt, "The text to continue")->required();
-  add_integer_flag(g, "--tokens", tokens, "How many tokens to generate (default 200)", 0, 1 << 24);
+  add_integer_flag(g, "--tokens", tokens, "How many tokens to generate (default 200)", 1, 1 << 24);
   add_number_flag(g, "--temperature", temperature, "Divides the scores before sampling (default 1; 0: greedy)", 0, 100);
   add_integer_flag(g, "--top-k", top_k, "Sample among the k most likely tokens only (default 0: all)", 0);
   add_integer_flag(g, "--seed", run.seed, "Sampling seed (default 0): the same seed gives the same text", 0);
@@ -43,9 +43,11 @@ void add_generate_command(CLI::App& app, Action& action) {
       options.top_k = top_k.value_or(0);
       options.seed = static_cast<uint64_t>(run.seed.value_or(0));
       options.cache = !no_cache;
-      trainer.vocabulary()->encode(std::string_view(prompt), "--prompt");  // refused before anything is printed
-      fmt::print("{}", prompt);
-      GenerateResult result = generate(trainer.model(), *trainer.vocabulary(), options, [](const std::string& text) {
+      // The prompt goes out with the first token, once generate() has checked everything.
+      bool started = false;
+      GenerateResult result = generate(trainer.model(), *trainer.vocabulary(), options, [&](const std::string& text) {
+        if (!started) fmt::print("{}", prompt);
+        started = true;
         fmt::print("{}", text);
         std::fflush(stdout);
       });

@@ -2,7 +2,6 @@
 #include "run_flags.h"
 
 #include <cstdlib>
-#include <sstream>
 
 #include "numeric_flags.h"
 
@@ -25,18 +24,10 @@ RunConfig resolve(const RunFlags& f) {
   std::string backends = f.backend;
   if (backends.empty())
     if (const char* env = std::getenv("KESTREL_BACKEND")) backends = env;
-  if (!backends.empty()) {
-    config.backends.clear();
-    std::stringstream list(backends);
-    std::string name;
-    while (std::getline(list, name, ','))
-      if (!name.empty()) config.backends.push_back(name);
-    // Naming a single backend means "this one": its absence is an error with the reason, not a fallback.
-    config.fallback = config.backends.size() == 1 ? "error" : "next";
-  }
+  if (!backends.empty()) config.set_backends(backends);
   if (f.epochs) config.epochs = *f.epochs;
   if (f.batch_size) config.batch_size = *f.batch_size;
-  if (f.accumulate_steps) config.accumulate_steps = *f.accumulate_steps;
+  if (f.accumulate_steps) config.set_accumulate_steps(*f.accumulate_steps);
   if (f.max_steps) config.max_steps = *f.max_steps;
   if (f.seed) config.seed = static_cast<uint64_t>(*f.seed);
   if (f.lr) config.optimizer.lr = *f.lr;
@@ -52,13 +43,7 @@ RunConfig resolve(const RunFlags& f) {
   if (f.detect_anomaly) config.detect_anomaly = true;
   if (!f.precision.empty()) config.precision = parse_dtype(f.precision);
   if (f.fit) config.fit_memory = true;
-  if (!f.devices.empty()) {
-    config.distributed.devices.clear();
-    std::stringstream list(f.devices);
-    std::string device;
-    while (std::getline(list, device, ','))
-      if (!device.empty()) config.distributed.devices.push_back(device);
-  }
+  if (!f.devices.empty()) config.set_devices(f.devices);
   return config;
 }
 

@@ -237,4 +237,52 @@ TEST(TrainingFaults, TestDataThatDoesNotFitTheModelIsRefusedAtLoadNamingItsFile)
   EXPECT_NE(error.find("huge.csv"), std::string::npos) << error;
 }
 
+// Found by review (2026-11-27): with drop_last and a batch larger than the data nothing trained, and the
+// previous run's checkpoint had been deleted first; the run is now refused before the folder is touched.
+TEST(TrainingFaults, ABatchThatDropLastWouldDropWholeIsRefusedBeforeTheRunFolderIsTouched) {
+  fs::path dir = fresh_dir("drop_last");
+  kestrel::Trainer(regression_config(dir, 1)).fit(quiet());
+  const fs::path state = dir / "checkpoint.json";
+  const std::string before = kestrel::io::read_file(state.string());
+  kestrel::RunConfig config = regression_config(dir, 1);
+  config.drop_last = true;
+  config.batch_size = 2048;  // the training set has 1024 samples
+  const std::string error = error_of([&] { kestrel::Trainer(config).fit(quiet()); });
+  EXPECT_NE(error.find("/drop_last: the training data has 1024 samples, fewer than /batch_size (2048)"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(kestrel::io::read_file(state.string()), before) << "the previous run's checkpoint changed";
+}
+
+// A checkpoint is loaded for evaluation only into the model file it was written for; its weights file
+// alone loads into a changed one whose tensors match (the way out the message names).
+TEST(TrainingFaults, WeightsOfAnotherModelFileAreRefusedUnlessTheWeightsFileIsNamed) {
+  fs::path dir = fresh_dir("model_file");
+  fs::create_directories(dir);
+  fs::copy_file(models + "linear_regression.json", dir / "model.json");
+  kestrel::RunConfig config = regression_config(dir / "run", 1);
+  config.model_path = (dir / "model.json").string();
+  kestrel::Trainer(config).fit(quiet());
+  std::ofstream(dir / "model.json", std::ios::app) << "\n";  // the same layers, another file
+  kestrel::Trainer changed(config);
+  const std::string error = error_of([&] { changed.load_weights((dir / "run").string()); });
+  EXPECT_NE(error.find("it was written for the model file"), std::string::npos) << error;
+  EXPECT_NE(error.find("name its weights file: "), std::string::npos) << error;
+  std::string weights;
+  for (const auto& entry : fs::directory_iterator(dir / "run" / "checkpoints")) weights = entry.path().string();
+  EXPECT_EQ(error_of([&] { changed.load_weights(weights); }), "(no error)");
+}
+
+TEST(TrainingFaults, FitCalledFromItsOwnProgressCallbackIsRefused) {
+  kestrel::Trainer trainer(regression_config(fresh_dir("nested_fit"), 1));
+  std::string inner;
+  kestrel::TrainOptions options = quiet();
+  options.on_step = [&](const kestrel::TrainProgress&) {
+    inner = error_of([&] { trainer.fit(quiet()); });
+    return false;  // stop after the first step
+  };
+  trainer.fit(options);
+  EXPECT_NE(inner.find("fit: this trainer is already training"), std::string::npos) << inner;
+}
+
 }  // namespace

@@ -206,6 +206,16 @@ TEST(TextTraining, ACheckpointOfAnotherVocabularyIsRefused) {
   } catch (const kestrel::InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("another vocabulary"), std::string::npos) << e.what();
   }
+  // Its weights file alone records the vocabulary too (found by review: it used to load silently).
+  std::string weights;
+  for (const auto& entry : fs::directory_iterator(dir / "run" / "checkpoints")) weights = entry.path().string();
+  kestrel::Trainer reader(other);
+  try {
+    reader.load_weights(weights);
+    FAIL() << "the weights file of another vocabulary was loaded";
+  } catch (const kestrel::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("another vocabulary"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TextTraining, DataThatDoesNotFitTheModelIsNamed) {

@@ -2,6 +2,7 @@
 // names the file, the JSON path and what belongs there (the same checked-JSON reader as model files).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 
 #include "kestrel/config.h"
@@ -39,7 +40,7 @@ TEST(RunConfig, KindsAndDefaults) {
 
 TEST(RunConfig, MistakesNameTheFileThePathAndWhatBelongsThere) {
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"model": "m.json", "data": {"workers": 0}})", "runs/c.train.json: /data/workers: expected an integer from 1 to 2147483647, got 0"},
+      {R"({"model": "m.json", "data": {"workers": 0}})", "runs/c.train.json: /data/workers: expected an integer from 1 to 256, got 0"},
       {R"({"model": "m.json", "seed": 18446744073709551615})", "/seed: expected an integer >= 0, got 18446744073709551615"},
       {R"({"model": "m.json", "optimizer": {"lr": "big"}})", "/optimizer/lr: expected a number in [0, 10], got \"big\""},
       {R"({"model": "m.json", "schedule": {"type": "linear"}})",
@@ -55,7 +56,7 @@ TEST(RunConfig, MistakesNameTheFileThePathAndWhatBelongsThere) {
       // Range-checked in the type they are stored in: 2^32 + 2 used to become 2.
       {R"({"model": "m.json", "checkpoint": {"keep": 4294967298}})",
        "/checkpoint/keep: expected an integer from 1 to 2147483647, got 4294967298"},
-      {R"({"model": "m.json", "data": {"workers": 2147483648}})", "/data/workers: expected an integer from 1 to 2147483647"},
+      {R"({"model": "m.json", "data": {"workers": 2147483647}})", "/data/workers: expected an integer from 1 to 256"},
       {R"({"model": "m.json", "nonfinite_loss": "skip"})", "/nonfinite_loss: expected one of stop, continue"},
       // nlohmann would keep the last of two keys silently.
       {R"({"model": "m.json", "optimizer": {"lr": 0.1, "type": "sgd", "lr": 1}})",
@@ -93,3 +94,49 @@ TEST(RunConfig, DeepNestingIsRefusedBeforeAnythingRecursesOverIt) {
 }
 
 }  // namespace
+
+// Flags and the C and Python APIs change a parsed config; the Trainer checks it again (RunConfig::check)
+// before it touches the run folder, so an override cannot get past what parsing refuses.
+TEST(RunConfig, OverridesAreCheckedAsTheFileIs) {
+  const RunConfig parsed = RunConfig::parse(R"({"model": "m.json", "batch_size": 8})", "runs/c.train.json");
+  auto error_after = [&](const std::function<void(RunConfig&)>& change) {
+    RunConfig c = parsed;
+    change(c);
+    try {
+      c.check();
+    } catch (const kestrel::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(error_after([](RunConfig& c) { c.epochs = 0; }).find("runs/c.train.json: /epochs: 0 is out of range"),
+            std::string::npos);
+  EXPECT_NE(error_after([](RunConfig& c) { c.max_steps = -5; }).find("/max_steps"), std::string::npos);
+  EXPECT_NE(error_after([](RunConfig& c) { c.optimizer.lr = 1e30; }).find("/optimizer/lr"), std::string::npos);
+  EXPECT_NE(error_after([](RunConfig& c) { c.data.train_subset = -5; }).find("/data/train_subset"), std::string::npos);
+  EXPECT_NE(error_after([](RunConfig& c) { c.data.workers = 1 << 30; }).find("/data/workers"), std::string::npos);
+  EXPECT_NE(error_after([](RunConfig& c) { c.set_accumulate_steps(3); }).find("/accumulate_steps: 3 micro-batches"),
+            std::string::npos);
+  EXPECT_NE(error_after([](RunConfig& c) {
+              c.distributed.deterministic = true;
+              c.set_accumulate_steps(2);
+            }).find("/distributed/deterministic"),
+            std::string::npos);
+  EXPECT_EQ(error_after([](RunConfig& c) { c.set_accumulate_steps(4); }), "(accepted)");
+
+  // An explicit number of micro-batches replaces "auto".
+  RunConfig fitted = RunConfig::parse(R"({"model": "m.json", "accumulate_steps": "auto"})", "c.json");
+  EXPECT_TRUE(fitted.fit_memory);
+  fitted.set_accumulate_steps(4);
+  EXPECT_FALSE(fitted.fit_memory);
+  EXPECT_EQ(fitted.accumulate_steps, 4);
+
+  // A backend list as --backend takes it: one name means that one or an error.
+  RunConfig c = parsed;
+  c.set_backends("vulkan,cpu");
+  EXPECT_EQ(c.backends, (std::vector<std::string>{"vulkan", "cpu"}));
+  EXPECT_EQ(c.fallback, "next");
+  c.set_backends("cuda:1");
+  EXPECT_EQ(c.backends, (std::vector<std::string>{"cuda:1"}));
+  EXPECT_EQ(c.fallback, "error");
+}

@@ -363,6 +363,11 @@ TEST(Transformer, GenerationSlidesPastMaxLen) {
   options.prompt = "abcdefghijklm";
   options.tokens = 30;
   EXPECT_EQ(kestrel::generate(model, vocabulary, options).text, first.text);
+  // Past the window too: without the cache the context slides where the cache's does (found by review:
+  // it kept the last 8 positions instead, and the texts parted there).
+  options.cache = false;
+  EXPECT_EQ(kestrel::generate(model, vocabulary, options).text, first.text);
+  options.cache = true;
   options.temperature = 0;
   options.tokens = 1;
   options.prompt = "fghijklm";  // what the window keeps of the long prompt: the same greedy continuation

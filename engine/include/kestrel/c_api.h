@@ -84,9 +84,11 @@ typedef struct kes_config kes_config;
 kes_status kes_config_load(const char* path, kes_config** config);
 kes_status kes_config_parse(const char* json, const char* base_dir, kes_config** config);
 /* Overrides, like the command line's flags. Integer keys: "epochs", "batch_size", "max_steps", "seed",
- * "accumulate_steps", "train_subset", "test_subset". Text keys: "out", "backend", "devices" (a
- * comma-separated list: the trainer then runs a rank per device of this process, and speaks through
- * rank 0). Number keys: "lr". */
+ * "accumulate_steps", "train_subset", "test_subset". Text keys: "out", "backend" (a backend or device,
+ * or a comma-separated preference list, as --backend), "devices" (a comma-separated list: the trainer
+ * then runs a rank per device of this process, and speaks through rank 0). Number keys: "lr". Rules
+ * between settings (the micro-batches dividing the batch, the deterministic mode's single micro-batch)
+ * are checked when a trainer is created from the config. */
 kes_status kes_config_set_int(kes_config* config, const char* key, int64_t value);
 kes_status kes_config_set_text(kes_config* config, const char* key, const char* value);
 kes_status kes_config_set_number(kes_config* config, const char* key, double value);
@@ -104,9 +106,10 @@ typedef struct kes_progress {
   double accuracy;      /* likewise; NaN for regression */
 } kes_progress;
 
-/* Called after every optimizer step on the training thread; return 0 to go on, anything else to stop:
- * the trainer then writes a checkpoint (so kes_trainer_fit with resume = 1 continues there) and returns
- * KES_OK with summary->cancelled = 1. */
+/* Called after every optimizer step on the training thread (with several devices, rank 0's thread, not
+ * the caller's); return 0 to go on, anything else to stop: the trainer then writes a checkpoint (so
+ * kes_trainer_fit with resume = 1 continues there) and returns KES_OK with summary->cancelled = 1. It may
+ * not call kes_trainer_fit (KES_INVALID_ARGUMENT), nor kes_trainer_evaluate with several devices. */
 typedef int (*kes_progress_fn)(const kes_progress* progress, void* user_data);
 
 typedef struct kes_summary {

@@ -46,6 +46,9 @@ struct DataConfig {
 
 // The largest learning rate a run config or --lr accepts (and min_lr): far above any useful one.
 inline constexpr double kMaxLearningRate = 10;
+// The most data loader threads a run may ask for ("data": {"workers"}): a few per core is plenty, and
+// thousands would take the machine's thread limit.
+inline constexpr int kMaxLoaderWorkers = 256;
 
 // What a training run does when its loss becomes NaN or infinite: stop (with an error naming the step,
 // exit status 3 from the CLI, the last checkpoint left as it was) or go on, saying so once.
@@ -125,6 +128,16 @@ struct RunConfig {
 
   // batch_size / accumulate_steps; a ConfigError naming both keys when it does not divide.
   int64_t micro_batch_size() const;
+  // The settings flags and the C and Python APIs may change after parsing, checked again as parsing
+  // checks them (ranges, and rules between keys): a ConfigError naming the JSON path. The Trainer calls
+  // it before it touches anything.
+  void check() const;
+  // Overrides as the command line's flags make them: a comma-separated backend preference ("cuda,cpu";
+  // one name alone means that backend or an error, no fallback), devices of this process ("cuda:0,cuda:1"),
+  // and a number of micro-batches, which replaces "accumulate_steps": "auto".
+  void set_backends(const std::string& comma_separated);
+  void set_devices(const std::string& comma_separated);
+  void set_accumulate_steps(int64_t steps);
 
   static RunConfig load(const std::string& path);
   static RunConfig parse(const std::string& text, const std::string& source);

@@ -15,12 +15,12 @@ namespace kestrel {
 
 struct GenerateOptions {
   std::string prompt;        // the text to continue (at least one token)
-  int64_t tokens = 200;      // how many to generate
+  int64_t tokens = 200;      // how many to generate (at least 1)
   double temperature = 1.0;  // scores are divided by it before the softmax; 0 picks the best (greedy)
-  int64_t top_k = 0;         // sample among the k best only (0: all)
+  int64_t top_k = 0;         // sample among the k best only (0: all; more than the vocabulary: all)
   uint64_t seed = 0;         // the same seed, prompt and weights give the same text on every machine
-  // false: run the whole text so far again for every token instead of carrying each layer's state (the
-  // same text, for measuring what the cache saves).
+  // false: run the whole context again for every token instead of carrying each layer's state (the same
+  // context, sliding at the same tokens, so the same text: for measuring what the cache saves).
   bool cache = true;
 };
 

@@ -101,7 +101,10 @@ class Trainer {
   // accumulation, and whether it fits (kestrel/memory_plan.h). Runs the model on two small batches;
   // leaves the weights and running statistics as they were.
   MemoryPlan plan_memory(int64_t batch_size = 0);
-  // Loads weights (a .safetensors file or a checkpoint.json) into the model.
+  // Loads weights into the model: from a run folder or its checkpoint.json, which must have been
+  // written for this model file and (text data) vocabulary; or from a weights file (.safetensors), whose
+  // tensors must match the model's names, shapes and dtypes and whose vocabulary, if it records one,
+  // this run's (a way to load weights into a changed model file).
   void load_weights(const std::string& path);
   std::vector<Prediction> predict(int64_t count, int64_t top_k = 3);
 
@@ -128,8 +131,12 @@ class Trainer {
   // Copies named tensors from a safetensors file into the model (and the optimizer when asked).
   // expected_sha256: the file's digest from checkpoint.json, or empty for a bare weights file.
   void load_tensors(const std::string& weights_path, const std::string& expected_sha256, bool with_optimizer);
-  // Throws unless the checkpoint's token ids mean what this run's data makes them mean.
-  void check_vocabulary(const std::string& state_path, const CheckpointState& saved) const;
+  // Throws unless the checkpoint was written for this run's model file, as it is now, and its token ids
+  // mean what this run's data makes them mean; `otherwise` ends the model's message (another way out).
+  void check_written_for_this_run(const std::string& state_path, const CheckpointState& saved,
+                                  const std::string& otherwise) const;
+  // Throws unless token ids fingerprinted `vocabulary_sha256` ("" without text data) are this run's.
+  void check_vocabulary(const std::string& path, const std::string& vocabulary_sha256) const;
 
   RunConfig config_;
   Engine& engine_;
@@ -139,6 +146,7 @@ class Trainer {
   std::optional<data::Vocabulary> vocabulary_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
+  bool fitting_ = false;  // fit() is running: a progress callback may not start another
   std::unique_ptr<ProcessGroup> group_;  // the data-parallel ranks; null for one process
   std::unique_ptr<OptimizerShards> shards_;  // with "shard_optimizer"; the optimizer holds this rank's part
 };
@@ -165,6 +173,7 @@ class MultiDeviceTrainer {
   std::vector<World> worlds_;
   double timeout_seconds_;  // the collectives' (distributed.timeout_seconds)
   std::vector<std::unique_ptr<Trainer>> ranks_;
+  bool fitting_ = false;  // fit() is running: its collectives may not be joined by another call
 };
 
 // Picks the device for a preference list ("cuda:1", "vulkan", "cpu") under a fallback policy ("next":

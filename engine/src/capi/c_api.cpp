@@ -1,7 +1,6 @@
 // The C API (kestrel/c_api.h): errors, devices, tensors and run configs. Training is in c_trainer.cpp.
 #include <fmt/format.h>
 
-#include <sstream>
 
 #include <algorithm>
 #include <cstring>
@@ -145,7 +144,7 @@ kes_status kes_config_set_int(kes_config* config, const char* key, int64_t value
     else if (k == "batch_size") c.batch_size = at_least(1);
     else if (k == "max_steps") c.max_steps = at_least(0);
     else if (k == "seed") c.seed = static_cast<uint64_t>(at_least(0));
-    else if (k == "accumulate_steps") c.accumulate_steps = at_least(1);
+    else if (k == "accumulate_steps") c.set_accumulate_steps(at_least(1));
     else if (k == "train_subset") c.data.train_subset = at_least(0);
     else if (k == "test_subset") c.data.test_subset = at_least(0);
     else
@@ -163,14 +162,10 @@ kes_status kes_config_set_text(kes_config* config, const char* key, const char* 
     const std::string k = key;
     if (k == "out") {
       config->value.out_dir = value;
-    } else if (k == "backend") {
-      config->value.backends = {value};
+    } else if (k == "backend") {  // "cuda,cpu": a preference list, as --backend
+      config->value.set_backends(value);
     } else if (k == "devices") {  // "cuda:0,cuda:1": a rank per device of this process
-      std::vector<std::string>& devices = config->value.distributed.devices;
-      devices.clear();
-      std::stringstream list(value);
-      for (std::string device; std::getline(list, device, ',');)
-        if (!device.empty()) devices.push_back(device);
+      config->value.set_devices(value);
     } else {
       throw InvalidArgument(fmt::format("kes_config_set_text: no text setting '{}' (out, backend, devices)", k));
     }

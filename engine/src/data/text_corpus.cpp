@@ -25,14 +25,20 @@ constexpr uint64_t kMaxCorpusFileBytes = uint64_t(1) << 30;
 std::vector<std::string> corpus_files(const TextOptions& options) {
   std::error_code error;
   const fs::file_status status = fs::status(options.path, error);
+  if (error && error != std::errc::no_such_file_or_directory)
+    throw InvalidArgument(fmt::format("text corpus '{}' cannot be read: {}; give a UTF-8 file or a folder of them",
+                                      options.path, error.message()));
   if (error || !fs::exists(status))
     throw InvalidArgument(fmt::format("text corpus '{}' does not exist; give a UTF-8 file or a folder of them (Debian's "
                                       "fortunes corpus: apt-get install fortunes)",
                                       options.path));
   if (!fs::is_directory(status)) return {options.path};
   std::vector<std::string> files;
-  for (const fs::directory_entry& entry : fs::directory_iterator(options.path)) {
-    if (entry.is_symlink() || !entry.is_regular_file()) continue;
+  fs::directory_iterator folder(options.path, error);
+  if (error)
+    throw InvalidArgument(fmt::format("text corpus folder '{}' cannot be listed: {}", options.path, error.message()));
+  for (const fs::directory_entry& entry : folder) {
+    if (entry.is_symlink(error) || !entry.is_regular_file(error)) continue;
     const std::string name = entry.path().filename().string();
     const bool excluded = std::any_of(options.exclude.begin(), options.exclude.end(),
                                       [&](const std::string& pattern) { return fnmatch(pattern.c_str(), name.c_str(), 0) == 0; });

@@ -48,7 +48,8 @@ GenerateResult generate(Model& model, const data::Vocabulary& vocabulary, const 
                         const std::function<void(const std::string&)>& on_text) {
   if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
     throw InvalidArgument(fmt::format("--temperature {}: give a finite number >= 0 (0: always the best token)", o.temperature));
-  if (o.tokens < 0 || o.top_k < 0) throw InvalidArgument("--tokens and --top-k must be >= 0");
+  if (o.tokens < 1) throw InvalidArgument(fmt::format("--tokens {}: give at least 1", o.tokens));
+  if (o.top_k < 0) throw InvalidArgument(fmt::format("--top-k {}: give a count >= 0 (0: every token)", o.top_k));
   const std::vector<int64_t> prompt = vocabulary.encode(std::string_view(o.prompt), "--prompt");
   if (prompt.empty()) throw InvalidArgument("--prompt: give at least one character to continue");
   const int64_t scored = model.spec().layers()[model.spec().output()].output_shape.back();
@@ -57,16 +58,19 @@ GenerateResult generate(Model& model, const data::Vocabulary& vocabulary, const 
                                       model.spec().source(), scored, vocabulary.size()));
 
   // A model with positional encodings sees at most max_positions() positions. Past them generation
-  // slides: the state restarts from the last half of that window, decoded again in one call.
+  // slides: the context restarts from the last half of that window, decoded again in one call. history[begin,
+  // end) is what the model sees, with the cache or without it, so both give the same text.
   const int64_t window = model.spec().max_positions();
   std::vector<int64_t> history = prompt;
-  if (window > 0 && int64_t(history.size()) > window) history.erase(history.begin(), history.end() - window);
+  size_t begin = window > 0 && int64_t(history.size()) > window ? history.size() - size_t(window) : 0;
   Model::DecodeState state;
   const Device& device = model.device();
-  auto decode = [&](const std::vector<int64_t>& ids) {
+  auto decode_from = [&](size_t first) {  // history[first, end) into a fresh state
+    state = Model::DecodeState();
+    const std::vector<int64_t> ids(history.begin() + std::ptrdiff_t(first), history.end());
     return model.decode(Tensor::from_vector(ids, {1, int64_t(ids.size())}, device), state);
   };
-  Tensor out = decode(history);
+  Tensor out = decode_from(begin);
   GenerateResult result;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < o.tokens; ++i) {
@@ -79,16 +83,12 @@ GenerateResult generate(Model& model, const data::Vocabulary& vocabulary, const 
     if (on_text) on_text(text);
     history.push_back(next);
     if (i + 1 == o.tokens) break;
-    if (!o.cache) {  // everything again, up to the model's window
-      state = Model::DecodeState();
-      const size_t keep = window > 0 ? std::min<size_t>(history.size(), static_cast<size_t>(window)) : history.size();
-      out = decode(std::vector<int64_t>(history.end() - keep, history.end()));
-    } else if (window > 0 && state.positions == window) {
-      state = Model::DecodeState();
-      out = decode(std::vector<int64_t>(history.end() - (window + 1) / 2, history.end()));
-    } else {
-      out = decode({next});
-    }
+    const bool slide = window > 0 && int64_t(history.size() - begin) > window;
+    if (slide) begin = history.size() - size_t(window + 1) / 2;
+    if (slide || !o.cache)  // everything in the window again
+      out = decode_from(begin);
+    else
+      out = model.decode(Tensor::from_vector(std::vector<int64_t>{next}, {1, 1}, device), state);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

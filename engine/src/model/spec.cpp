@@ -130,6 +130,8 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
     info.json_path = fmt::format("/{}/{}", list_key, i);
     if (graph && (!object.contains("name") || !object["name"].is_string()))
       throw ModelError(fmt::format("{}/name: nodes need a unique string name", where));
+    if (object.contains("name") && !object["name"].is_string())
+      throw ModelError(fmt::format("{}/name: a layer's name is a string, got {}", where, object["name"].dump()));
     info.name = object.contains("name") && object["name"].is_string() ? object["name"].get<std::string>() : std::to_string(i);
     if (by_name.count(info.name)) throw ModelError(fmt::format("{}/name: the name '{}' is used twice", where, info.name));
 

@@ -38,10 +38,15 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device) {
-  for (int64_t extent : shape)
+  int64_t size = int64_t(dtype_size(dtype));
+  for (int64_t extent : shape) {
     if (extent < 0) throw InvalidArgument("Tensor::empty: negative extent in shape " + shape_str(shape));
+    if (__builtin_mul_overflow(size, extent, &size))  // every later element count and offset would wrap
+      throw InvalidArgument("Tensor::empty: a " + std::string(dtype_name(dtype)) + " tensor of shape " + shape_str(shape) +
+                            " would hold more than 2^63 bytes");
+  }
   // Never allocate zero bytes: an empty tensor still has a (tiny) buffer, which keeps descriptors valid.
-  uint64_t bytes = std::max<uint64_t>(shape_numel(shape) * dtype_size(dtype), 1);
+  uint64_t bytes = std::max<uint64_t>(uint64_t(size), 1);
   return Tensor(std::make_shared<Storage>(device, bytes), shape, contiguous_strides(shape), 0, dtype);
 }
 

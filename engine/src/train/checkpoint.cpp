@@ -19,8 +19,15 @@ namespace fs = std::filesystem;
 namespace {
 constexpr const char* weights_format = "kestrel-weights-1";
 
+// A path that cannot be examined (a loop of links, a name too long) is taken as a file: reading it
+// then fails with a message naming it.
+bool is_folder(const std::string& path) {
+  std::error_code unreadable;
+  return fs::is_directory(path, unreadable);
+}
+
 std::string state_file(const std::string& path) {
-  return fs::is_directory(path) ? (fs::path(path) / "checkpoint.json").string() : path;
+  return is_folder(path) ? (fs::path(path) / "checkpoint.json").string() : path;
 }
 
 CheckpointState read_state(const std::string& state_path) {
@@ -52,11 +59,21 @@ std::string clear_previous_run(const std::string& out_dir) {
                      out_dir, removed_weights, removed_weights == 1 ? "" : "s");
 }
 
-void Trainer::check_vocabulary(const std::string& state_path, const CheckpointState& saved) const {
-  if (saved.vocabulary_sha256 != (vocabulary_ ? vocabulary_->fingerprint() : ""))
-    unusable_checkpoint(state_path, "it was trained on token ids of another vocabulary than this run's data gives (the "
-                                    "corpus, its files or the tokenizer changed); use it with the data it was trained "
-                                    "on, or train anew into another --out folder");
+void Trainer::check_vocabulary(const std::string& path, const std::string& vocabulary_sha256) const {
+  if (vocabulary_sha256 != (vocabulary_ ? vocabulary_->fingerprint() : ""))
+    unusable_checkpoint(path, "it was trained on token ids of another vocabulary than this run's data gives (the "
+                              "corpus, its files or the tokenizer changed); use it with the data it was trained on, or "
+                              "train anew into another --out folder");
+}
+
+void Trainer::check_written_for_this_run(const std::string& state_path, const CheckpointState& saved,
+                                         const std::string& otherwise) const {
+  if (saved.model_fingerprint != model_->spec().fingerprint())
+    unusable_checkpoint(state_path, fmt::format("it was written for the model file {} as it was then, and {} is "
+                                                "different now; use the model file it was trained with, or train anew "
+                                                "into another --out folder{}",
+                                                saved.model_source, model_->spec().source(), otherwise));
+  check_vocabulary(state_path, saved.vocabulary_sha256);
 }
 
 void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
@@ -75,9 +92,13 @@ void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
   for (auto& p : model_->parameters()) tensors.push_back(io::to_named(p.name, p.var.value()));
   for (auto& [buffer_name, tensor] : model_->buffers()) tensors.push_back(io::to_named(buffer_name, tensor));
   for (auto& [state_name, tensor] : optimizer_state) tensors.push_back(io::to_named(state_name, tensor));
-  std::string bytes = io::encode_safetensors(
-      tensors, {{"format", weights_format}, {"model", model_->spec().name()},
-                {"model_fingerprint", model_->spec().fingerprint()}, {"step", std::to_string(state.step)}});
+  std::map<std::string, std::string> metadata{{"format", weights_format},
+                                              {"model", model_->spec().name()},
+                                              {"model_fingerprint", model_->spec().fingerprint()},
+                                              {"step", std::to_string(state.step)}};
+  // What the token ids mean travels with the weights too: the file may be loaded on its own.
+  if (vocabulary_) metadata["vocabulary_sha256"] = vocabulary_->fingerprint();
+  std::string bytes = io::encode_safetensors(tensors, metadata);
   io::write_file_atomically(out + "/" + saved.weights, bytes);
 
   saved.weights_sha256 = io::sha256_hex(bytes);
@@ -105,6 +126,8 @@ void Trainer::load_tensors(const std::string& weights_path, const std::string& e
     unusable_checkpoint(weights_path,
                         "its contents do not match the SHA-256 recorded in checkpoint.json (a torn or altered file)");
   io::SafetensorsFile file = io::decode_safetensors(bytes, weights_path);
+  if (const auto vocabulary = file.metadata.find("vocabulary_sha256"); vocabulary != file.metadata.end())
+    check_vocabulary(weights_path, vocabulary->second);
   // part: with ZeRO-1 the optimizer holds this rank's [begin, end) of each whole state tensor saved.
   auto copy_into = [&](const std::string& name, Tensor target, bool part = false) {
     const io::NamedTensor* found = file.find(name);
@@ -127,16 +150,12 @@ void Trainer::load_tensors(const std::string& weights_path, const std::string& e
 
 TrainState Trainer::restore_checkpoint(const std::string& path, int64_t batches_per_epoch) {
   const std::string state_path = state_file(path);
-  if (!fs::exists(state_path))
+  std::error_code unreadable;
+  if (!fs::exists(state_path, unreadable) && !unreadable)
     throw InvalidArgument(fmt::format("{}: no checkpoint to resume from; train without --resume first", state_path));
   const CheckpointState saved = read_state(state_path);
   const TrainState& t = saved.train;
-  if (saved.model_fingerprint != model_->spec().fingerprint())
-    unusable_checkpoint(state_path, fmt::format("it was written for the model file {} as it was then, and {} is "
-                                                "different now; resume with the same model file, or train anew into "
-                                                "another --out folder",
-                                                saved.model_source, model_->spec().source()));
-  check_vocabulary(state_path, saved);
+  check_written_for_this_run(state_path, saved, "");
   if (saved.seed != config_.seed)
     unusable_checkpoint(state_path,
                         fmt::format("it was trained with seed {} but the config says {}", saved.seed, config_.seed));
@@ -167,10 +186,13 @@ TrainState Trainer::restore_checkpoint(const std::string& path, int64_t batches_
 }
 
 void Trainer::load_weights(const std::string& path) {
-  if (fs::path(path).extension() == ".json" || fs::is_directory(path)) {
+  if (fs::path(path).extension() == ".json" || is_folder(path)) {
     const std::string state_path = state_file(path);
     const CheckpointState saved = read_state(state_path);
-    check_vocabulary(state_path, saved);
+    check_written_for_this_run(state_path, saved,
+                               fmt::format(" (to load its weights into the changed model anyway, name its weights "
+                                           "file: {})",
+                                           weights_path(state_path, saved)));
     load_tensors(weights_path(state_path, saved), saved.weights_sha256, false);
     return;
   }

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "kestrel/config.h"
@@ -23,6 +24,65 @@ int64_t RunConfig::micro_batch_size() const {
                                   "accumulate_steps samples)",
                                   source, accumulate_steps, batch_size));
   return batch_size / accumulate_steps;
+}
+
+namespace {
+
+std::vector<std::string> comma_separated_items(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');)
+    if (!item.empty()) items.push_back(item);
+  return items;
+}
+
+}  // namespace
+
+void RunConfig::set_backends(const std::string& comma_separated) {
+  backends = comma_separated_items(comma_separated);
+  if (backends.empty()) backends = {"auto"};
+  fallback = backends.size() == 1 && backends.front() != "auto" ? "error" : "next";
+}
+
+void RunConfig::set_devices(const std::string& comma_separated) { distributed.devices = comma_separated_items(comma_separated); }
+
+void RunConfig::set_accumulate_steps(int64_t steps) {
+  accumulate_steps = steps;
+  fit_memory = false;
+}
+
+void RunConfig::check() const {
+  auto refuse = [&](const char* path, const std::string& value, const std::string& wanted) {
+    throw ConfigError(fmt::format("{}: {}: {} is out of range; give {} (in the run config, or the flag or setting that "
+                                  "overrides it)",
+                                  source, path, value, wanted));
+  };
+  auto at_least = [&](const char* path, int64_t value, int64_t least) {
+    if (value < least) refuse(path, std::to_string(value), fmt::format("an integer >= {}", least));
+  };
+  auto within = [&](const char* path, double value, double low, double high) {
+    if (!(value >= low && value <= high)) refuse(path, fmt::format("{}", value), fmt::format("a number in [{}, {}]", low, high));
+  };
+  at_least("/batch_size", batch_size, 1);
+  at_least("/epochs", epochs, 1);
+  at_least("/max_steps", max_steps, 0);
+  at_least("/eval/batch_size", eval_batch_size, 1);
+  at_least("/checkpoint/every_steps", checkpoint_every, 0);
+  at_least("/checkpoint/keep", keep_checkpoints, 1);
+  at_least("/data/train_subset", data.train_subset, 0);
+  at_least("/data/test_subset", data.test_subset, 0);
+  at_least("/data/workers", data.workers, 1);
+  if (data.workers > kMaxLoaderWorkers) refuse("/data/workers", std::to_string(data.workers), fmt::format("at most {}", kMaxLoaderWorkers));
+  within("/optimizer/lr", optimizer.lr, 0, kMaxLearningRate);
+  within("/distributed/bucket_cap_mb", distributed.bucket_cap_mb, 0.001, 1 << 16);
+  within("/distributed/timeout_seconds", distributed.timeout_seconds, 0.1, 86400);
+  if (backends.empty()) throw ConfigError(fmt::format("{}: /backend/preference: name at least one backend", source));
+  if (!fit_memory) at_least("/accumulate_steps", accumulate_steps, 1);
+  if (!fit_memory) micro_batch_size();
+  if (distributed.deterministic && (accumulate_steps != 1 || fit_memory))
+    throw ConfigError(fmt::format("{}: /distributed/deterministic: the batch is cut into /distributed/shards micro-shards "
+                                  "there; leave accumulate_steps at 1",
+                                  source));
 }
 
 RunConfig RunConfig::load(const std::string& path) {
@@ -61,7 +121,7 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   d.std = data.numbers("std", d.std);
   d.train_subset = data.integer("train_subset", d.train_subset, 0);
   d.test_subset = data.integer("test_subset", d.test_subset, 0);
-  d.workers = data.integer("workers", d.workers, 1);
+  d.workers = data.integer("workers", d.workers, 1, kMaxLoaderWorkers);
   d.train_samples = data.integer("train_samples", d.train_samples, 1);
   d.test_samples = data.integer("test_samples", d.test_samples, 0);
   d.classes = data.integer("classes", d.classes, 2);
@@ -139,7 +199,6 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
     c.fit_memory = true;  // the trainer picks the count from its memory plan
   else
     c.accumulate_steps = top.integer("accumulate_steps", c.accumulate_steps, 1);
-  c.micro_batch_size();
   c.activation_checkpointing = top.strings("activation_checkpointing", c.activation_checkpointing,
                                            "a non-empty array of layer names or types");
   c.epochs = top.integer("epochs", c.epochs, 1);
@@ -184,15 +243,12 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   c.distributed.devices = distributed.strings("devices", c.distributed.devices,
                                               "a non-empty array of devices, one per rank (\"cuda:0\", \"cuda:1\")");
   distributed.finish();
-  if (c.distributed.deterministic && c.accumulate_steps != 1)
-    throw ConfigError(fmt::format("{}: /distributed/deterministic: the batch is cut into /distributed/shards micro-shards "
-                                  "there; leave accumulate_steps at 1",
-                                  source));
 
   c.out_dir = top.string("out", c.out_dir);
   if (!c.out_dir.empty() && fs::path(c.out_dir).is_relative())  // like the model path: relative to this file
     c.out_dir = (fs::path(source).parent_path() / c.out_dir).lexically_normal().string();
   top.finish();
+  c.check();
   return c;
 }
 

@@ -59,6 +59,15 @@ std::vector<World> worlds_for(const RunConfig& config, Engine& engine) {
   return World::in_process(int(devices.size()));
 }
 
+// Refuses a call made from inside fit's progress callback: every rank would have to join its collectives,
+// and the other ranks are waiting in fit's.
+void refuse_while_fitting(bool fitting, const char* what) {
+  if (fitting)
+    throw InvalidArgument(fmt::format("{}: the devices are training (called from fit's progress callback); return "
+                                      "false from the callback to stop the run, then call it",
+                                      what));
+}
+
 }  // namespace
 
 MultiDeviceTrainer::MultiDeviceTrainer(RunConfig config, Engine& engine)
@@ -75,6 +84,12 @@ MultiDeviceTrainer::MultiDeviceTrainer(RunConfig config, Engine& engine)
 MultiDeviceTrainer::~MultiDeviceTrainer() = default;
 
 TrainSummary MultiDeviceTrainer::fit(const TrainOptions& options) {
+  refuse_while_fitting(fitting_, "fit");
+  fitting_ = true;
+  const struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done{fitting_};
   std::vector<TrainSummary> summaries(ranks_.size());
   on_every_rank(worlds_, [&](int r) {
     TrainOptions mine = options;
@@ -93,6 +108,7 @@ TrainSummary MultiDeviceTrainer::fit(const TrainOptions& options) {
 }
 
 EvalResult MultiDeviceTrainer::evaluate() {
+  refuse_while_fitting(fitting_, "evaluate");
   std::vector<EvalResult> results(ranks_.size());
   on_every_rank(worlds_, [&](int r) { results[size_t(r)] = ranks_[size_t(r)]->evaluate(); });
   return results.front();

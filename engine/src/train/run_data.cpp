@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <new>
 
 namespace kestrel {
 
@@ -61,6 +62,43 @@ void check_fits(const data::Dataset& split, const std::string& origin, const Run
   }
 }
 
+// The samples a synthetic dataset draws (train + test) and their shape, from the config: an error naming
+// the key where their product would overflow, rather than a wrapped size.
+int64_t synthetic_size(const RunConfig& config, int64_t train, int64_t test, const Shape& shape) {
+  int64_t values = 0, per_sample = 1;
+  if (__builtin_add_overflow(train, test, &values))
+    throw ConfigError(fmt::format("{}: /data/train_samples, /data/test_samples: {} + {} samples overflow a count; ask "
+                                  "for fewer",
+                                  config.source, train, test));
+  const int64_t samples = values;
+  for (int64_t dim : shape)
+    if (dim <= 0 || __builtin_mul_overflow(per_sample, dim, &per_sample))
+      throw ConfigError(fmt::format("{}: /data/input_shape: {} is not a shape of positive extents whose product fits in "
+                                    "64 bits",
+                                    config.source, shape_str(shape)));
+  if (__builtin_mul_overflow(samples, per_sample, &values))
+    throw ConfigError(fmt::format("{}: /data: {} samples of shape {} overflow a count; ask for fewer or smaller ones",
+                                  config.source, samples, shape_str(shape)));
+  return samples;
+}
+
+// Runs a synthetic dataset's generation: its own errors (classes out of range, too many draws) come back
+// naming the config, and a size the host cannot hold as an out-of-memory error saying what to lower.
+template <class Generate>
+void generating(const RunConfig& config, const Generate& generate) {
+  try {
+    generate();
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemory(fmt::format("{}: /data: the {} dataset does not fit in host memory; lower /data/train_samples, "
+                                  "/data/test_samples or the sample shape",
+                                  config.source, config.data.dataset));
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const InvalidArgument& e) {
+    throw ConfigError(fmt::format("{}: /data: {}", config.source, e.what()));
+  }
+}
+
 }  // namespace
 
 RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
@@ -72,8 +110,11 @@ RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
     out.test = both.test.subset(d.test_subset);
   } else if (d.dataset == "synthetic") {
     Shape shape = d.input_shape.empty() ? spec.input_shape() : d.input_shape;
-    out.train = data::synthetic_classification(d.train_samples, shape, d.classes, config.seed);
-    out.test = data::synthetic_classification(std::max<int64_t>(d.test_samples, 1), shape, d.classes, config.seed + 1);
+    synthetic_size(config, d.train_samples, std::max<int64_t>(d.test_samples, 1), shape);
+    generating(config, [&] {
+      out.train = data::synthetic_classification(d.train_samples, shape, d.classes, config.seed);
+      out.test = data::synthetic_classification(std::max<int64_t>(d.test_samples, 1), shape, d.classes, config.seed + 1);
+    });
   } else if (d.dataset == "synthetic-regression") {
     const Shape& in = spec.input_shape();
     const Shape& out_shape = spec.layers()[spec.output()].output_shape;
@@ -82,8 +123,9 @@ RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
       throw ConfigError(fmt::format("{}: /data: synthetic-regression needs a model with a 1-D input, got {}", config.source,
                                     shape_str(in)));
     // Train and test come from one draw (the same hidden A and b), split at train_samples.
-    data::Dataset all = data::synthetic_regression(d.train_samples + std::max<int64_t>(d.test_samples, 1), in[0],
-                                                   out_features, config.seed);
+    const int64_t samples = synthetic_size(config, d.train_samples, std::max<int64_t>(d.test_samples, 1), in);
+    data::Dataset all;
+    generating(config, [&] { all = data::synthetic_regression(samples, in[0], out_features, config.seed); });
     out.train = all.subset(d.train_samples);
     out.test = all;
     int64_t skip = d.train_samples, per_x = all.sample_numel(), per_y = all.target_numel();
@@ -113,8 +155,12 @@ RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
   if (!d.mean.empty() || !d.std.empty()) {
     std::vector<double> mean = d.mean.empty() ? std::vector<double>{0.0} : d.mean;
     std::vector<double> std = d.std.empty() ? std::vector<double>{1.0} : d.std;
-    data::normalize(out.train, mean, std);
-    data::normalize(out.test, mean, std);
+    try {
+      data::normalize(out.train, mean, std);
+      data::normalize(out.test, mean, std);
+    } catch (const InvalidArgument& e) {
+      throw ConfigError(fmt::format("{}: /data/mean, /data/std: {}", config.source, e.what()));
+    }
   }
   check_fits(out.train, origin(config, "train"), config, spec);
   check_fits(out.test, origin(config, "test"), config, spec);

@@ -110,7 +110,7 @@ Trainer::Trainer(RunConfig config, Engine& engine) : Trainer(std::move(config), 
 
 Trainer::Trainer(RunConfig config, Engine& engine, World& world, std::shared_ptr<SharedRunData> shared)
     : config_(std::move(config)), engine_(engine), world_(world) {
-  config_.micro_batch_size();  // flags may have changed either number since the file was read
+  config_.check();  // flags and API settings may have changed it since the file was read
   check_batch_split(world_, config_);
   ModelSpec spec = ModelSpec::load(config_.model_path);
   const std::vector<std::string> unmatched = spec.checkpoint_layers(config_.activation_checkpointing);
@@ -167,6 +167,19 @@ RunIdentity Trainer::identity() const {
 // A step per batch, a report after each (RunReport decides what to write), a checkpoint every
 // checkpoint_every steps and at each epoch's end, an evaluation per epoch.
 TrainSummary Trainer::fit(const TrainOptions& options) {
+  if (fitting_)
+    throw InvalidArgument("fit: this trainer is already training (fit was called again from its progress callback); "
+                          "return false from the callback to stop the run instead");
+  fitting_ = true;
+  const struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done{fitting_};
+  if (config_.drop_last && train_->size < config_.batch_size)
+    throw ConfigError(fmt::format("{}: /drop_last: the training data has {} samples, fewer than /batch_size ({}), so "
+                                  "every batch would be dropped and nothing trained; lower batch_size or set drop_last "
+                                  "to false",
+                                  config_.source, train_->size, config_.batch_size));
   const bool resuming = options.resume || !options.resume_from.empty();
   std::string fitted;
   if (config_.fit_memory) fitted = fit_to_memory();
@@ -206,7 +219,7 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
                                double(state_bytes) / (1 << 20), shards_->end() - shards_->begin(),
                                model_->flat_parameters().numel()));
   }
-  // The ids' meaning goes with the weights: generation and evaluation read it from the run folder.
+  // What the ids mean, beside the weights (whose files carry its fingerprint, which loading checks).
   if (vocabulary_ && root) io::write_file_atomically(config_.out_dir + "/vocabulary.json", vocabulary_->to_json());
   MetricsWindow metrics(device_, train_->is_classification() ? train_->target_numel() : 0, state.window, state.step,
                         group_.get());
