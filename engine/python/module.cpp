@@ -1,12 +1,14 @@
 // The `kestrel` Python module (pybind11) on the C++ API: devices and memory statistics, tensors to and from
 // numpy, run configs, and the trainer with a progress callback. Errors arrive as Python exceptions
 // carrying the engine's message (ValueError for bad input, MemoryError, RuntimeError otherwise).
+#include <fmt/format.h>
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kestrel/autograd.h"
 #include "kestrel/engine.h"
@@ -65,7 +67,17 @@ Tensor from_numpy(const py::array& array, const std::string& device) {
                         array.dtype().kind() == 'u';
   Shape shape(array.shape(), array.shape() + array.ndim());
   if (integral) {
+    if (array.dtype().kind() == 'u' && array.dtype().itemsize() == 8) {  // uint64 past 2^63 - 1 would wrap
+      auto values = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+      const uint64_t* v = values.data();
+      for (py::ssize_t i = 0; i < values.size(); ++i)
+        if (v[i] > uint64_t(std::numeric_limits<int64_t>::max()))
+          throw InvalidArgument(fmt::format("Tensor.from_numpy: element {} of the uint64 array is {}, beyond int64 "
+                                            "(tensors hold integers as int64)",
+                                            i, v[i]));
+    }
     auto contiguous = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+    if (!contiguous) throw InvalidArgument("Tensor.from_numpy: the integer array cannot be read as int64");
     return Tensor::from_host(contiguous.data(), shape, DType::i64, device_named(device));
   }
   auto contiguous = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(array);

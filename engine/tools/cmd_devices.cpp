@@ -106,7 +106,8 @@ void add_devices_command(CLI::App& app, Action& action) {
       if (json) {
         nlohmann::json plugins = nlohmann::json::array();
         for (const auto& plugin : engine.plugins()) plugins.push_back(to_json(plugin));
-        fmt::print("{}\n", nlohmann::json{{"plugins", plugins}}.dump(2));
+        // Paths from the environment may hold bytes that are not UTF-8: shown replaced, not refused.
+        fmt::print("{}\n", nlohmann::json{{"plugins", plugins}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       } else {
         print_table(engine);
       }

@@ -9,13 +9,16 @@ namespace kestrel::cli {
 
 void add_run_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("config", f.config, "Run config (JSON), e.g. models/fashion_mlp.train.json")->required();
-  add_integer_flag(cmd, "--train-subset", f.train_subset, "Use only the first N training samples (0: all)", 0);
-  add_integer_flag(cmd, "--test-subset", f.test_subset, "Use only the first N test samples (0: all)", 0);
+  add_integer_flag(cmd, "--train-subset", f.train_subset,
+                   "Use only the first N training samples (0: all); synthetic data makes N", 0);
+  add_integer_flag(cmd, "--test-subset", f.test_subset, "Use only the first N test samples (0: all); synthetic data makes N",
+                   0);
   cmd->add_option("--backend", f.backend,
                   "Backend or device, or a comma-separated preference list (cuda:0 | vulkan | cpu | cuda,cpu). "
                   "Overrides KESTREL_BACKEND and the config");
   cmd->add_option("--precision", f.precision,
-                  "Mixed precision: the products in bf16 with f32 master weights (f32: off). Overrides the config")
+                  "Mixed precision: the products in bf16 or f16 (f16 with loss scaling) with f32 master weights (f32: "
+                  "off). Overrides the config")
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(precision_names), std::end(precision_names))));
 }
 
@@ -35,7 +38,9 @@ RunConfig resolve(const RunFlags& f) {
   if (f.collective_timeout) config.distributed.timeout_seconds = *f.collective_timeout;
   // Subsets cut file datasets and size synthetic ones.
   if (f.train_subset) config.data.train_subset = *f.train_subset;
-  if (f.train_subset > 0) config.data.train_samples = *f.train_subset;
+  // Synthetic regression draws its test samples after the training ones: its training split is cut
+  // instead, since sizing it would move them.
+  if (f.train_subset > 0 && config.data.dataset != "synthetic-regression") config.data.train_samples = *f.train_subset;
   if (f.test_subset) config.data.test_subset = *f.test_subset;
   if (f.test_subset > 0) config.data.test_samples = *f.test_subset;
   if (!f.out.empty()) config.out_dir = f.out;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli_run.h"
+#include "kestrel/io.h"
 #include "kestrel/plugin.h"
 
 namespace {
@@ -71,12 +72,19 @@ TEST(CliOps, MatrixShowsSupportAndConformance) {
   EXPECT_NE(r.output.find("| fused adam_update | fused 3 | composed"), std::string::npos) << r.output;
 }
 
-// --markdown naming a folder is an error naming it (it used to exit 0 having written nothing).
-TEST(CliOps, MarkdownIntoAFolderIsAnError) {
+// --markdown naming a folder is an error naming it (it used to exit 0 having written nothing), before the
+// conformance run; so is an unknown backend, which used to overwrite the file with an empty matrix.
+TEST(CliOps, MarkdownIntoAFolderOrForAnUnknownBackendIsAnError) {
   const std::string folder = std::filesystem::temp_directory_path().string();
-  CliRun r = run("ops --backend no-such-backend --markdown " + folder);
+  CliRun r = run("ops --backend cpu --markdown " + folder);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(folder + ": a folder"), std::string::npos) << r.output;
+  const std::string file = folder + "/kestrel_ops_kept.md";
+  kestrel::io::write_file_atomically(file, "kept\n");
+  r = run("ops --backend no-such-backend --markdown " + file);
   EXPECT_NE(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find(folder), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no 'no-such-backend' backend plugin"), std::string::npos) << r.output;
+  EXPECT_EQ(kestrel::io::read_file(file), "kept\n");
 }
 
 }  // namespace

@@ -96,6 +96,22 @@ TEST(PlanCommand, SaysWhatFitsAndSuggestsMicroBatches) {
   const size_t suggestion = huge.output.find("batch 65536 as ");
   ASSERT_NE(suggestion, std::string::npos) << huge.output;
   EXPECT_GT(std::stoll(huge.output.substr(suggestion + 15)), 1) << huge.output;
+  // Found by review: 2^62 wrapped the plan's sizes (it said "fits" at 2.9 KiB) and a large prime batch
+  // ran its divisor search for years; now past 2^40 is refused and a prime of 2^40's size is quick.
+  CliRun wrapped = run_cli("plan " + (models / "linear_regression.train.json").string() +
+                           " --backend cpu --batch-size 4611686018427387904");
+  EXPECT_EQ(wrapped.status, 2) << wrapped.output;
+  EXPECT_NE(wrapped.output.find("/batch_size: 4611686018427387904 is out of range; give at most 1099511627776"),
+            std::string::npos)
+      << wrapped.output;
+  CliRun prime = run_cli("plan " + (models / "linear_regression.train.json").string() +
+                         " --backend cpu --batch-size 1099511627689");
+  EXPECT_EQ(prime.status, 0) << prime.output;
+  EXPECT_NE(prime.output.find("does not fit"), std::string::npos) << prime.output;
+  // Growth per sample needs two samples of each split (one gave a growth of 0, and "the whole batch fits").
+  CliRun one = run_cli("plan " + (models / "linear_regression.train.json").string() + " --backend cpu --train-subset 1");
+  EXPECT_EQ(one.status, 2) << one.output;
+  EXPECT_NE(one.output.find("give both at least 2"), std::string::npos) << one.output;
   CliRun bad = run_cli("plan " + (models / "fashion_mlp.train.json").string() + " --batch-size 64 --accumulate-steps 5");
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_NE(bad.output.find("/accumulate_steps: 5 micro-batches do not divide /batch_size (64)"), std::string::npos)

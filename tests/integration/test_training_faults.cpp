@@ -285,4 +285,14 @@ TEST(TrainingFaults, FitCalledFromItsOwnProgressCallbackIsRefused) {
   EXPECT_NE(inner.find("fit: this trainer is already training"), std::string::npos) << inner;
 }
 
+// An output folder that is a file is named with what to do (it was a raw filesystem error, exit 1).
+TEST(TrainingFaults, AnOutputFolderThatIsAFileIsNamed) {
+  const fs::path dir = fresh_dir("out_file");
+  fs::create_directories(dir);
+  std::ofstream(dir / "afile") << "x";
+  const std::string error = error_of([&] { kestrel::Trainer(regression_config(dir / "afile" / "run", 1)).fit(quiet()); });
+  EXPECT_NE(error.find("cannot make the run folder"), std::string::npos) << error;
+  EXPECT_NE(error.find("afile/run"), std::string::npos) << error;
+}
+
 }  // namespace

@@ -73,6 +73,9 @@ TEST(RunConfig, MistakesNameTheFileThePathAndWhatBelongsThere) {
       {R"({"model": "m.json", "data": {"dataset": "text", "path": "t", "task": "categories", "categories": ["a"]}})",
        "/data/categories: the categories task needs at least two file names"},
       {R"({"model": "m.json", "data": {"dataset": "text", "path": "t", "separator": ""}})", "/data/separator: give the text"},
+      {R"({"model": "m.json", "data": {"dataset": "text", "path": "t", "task": "categories", "categories": ["a", "b"],
+           "tokenizer": "byte"}})",
+       "/data/tokenizer: the categories task pads short documents with id 0"},
       {R"({"model": "m.json", "data": {"dataset": "text", "path": "t", "context": 0}})",
        "/data/context: expected an integer from 1 to 16777216"},
   };

@@ -39,6 +39,8 @@ const char* kes_version(void);
 
 /* ---- devices ---------------------------------------------------------------------------------- */
 
+/* Text fields here and in kes_summary are NUL-terminated and cut to fit when longer (the C++ API and
+ * `kestrel devices --json` have them whole). */
 typedef struct kes_device_info {
   char id[32];            /* what to pass where a device is named: "cpu:0", "cuda:1" */
   char name[128];         /* "NVIDIA H100 80GB HBM3" */

@@ -46,6 +46,9 @@ struct DataConfig {
 
 // The largest learning rate a run config or --lr accepts (and min_lr): far above any useful one.
 inline constexpr double kMaxLearningRate = 10;
+// The largest batch a run config or a flag accepts (2^40 samples): far above any that fits, and small
+// enough that sizes computed from it stay inside 64 bits.
+inline constexpr int64_t kMaxBatchSize = int64_t(1) << 40;
 // The most data loader threads a run may ask for ("data": {"workers"}): a few per core is plenty, and
 // thousands would take the machine's thread limit.
 inline constexpr int kMaxLoaderWorkers = 256;

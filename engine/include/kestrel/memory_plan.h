@@ -20,6 +20,8 @@ struct LayerMemory {
 // measured the same way at the evaluation batch size; the peak is the larger of the two.
 struct MemoryPlan {
   std::string device;
+  // micro_batch: the samples one device's forward and backward take at once (a data-parallel rank's
+  // share of the global micro-batch).
   int64_t batch_size = 0, micro_batch = 0, accumulate_steps = 1, eval_batch = 0;
   int64_t parameters = 0, gradients = 0, optimizer_state = 0;
   int64_t other_held = 0;           // allocated before the plan beyond the above (metrics, constants)
@@ -33,7 +35,8 @@ struct MemoryPlan {
   int64_t device_free = 0, device_total = 0;
   bool fits = false;
   int64_t largest_micro_batch = 0;  // the largest that fits (0: not even one sample)
-  // The fewest micro-batches per step that fit with micro-batches dividing batch_size (0: none does).
+  // The fewest micro-batches per step that fit with micro-batches dividing a device's share of
+  // batch_size (0: none does).
   int64_t suggested_accumulate_steps = 0;
   std::vector<LayerMemory> layers;
 

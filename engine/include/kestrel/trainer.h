@@ -65,7 +65,8 @@ struct TrainOptions {
   int64_t interrupt_after = 0;
   // Called after every optimizer step; returning false stops the run there: a checkpoint is written
   // (so resume continues from it), nothing is evaluated, and fit() returns with `cancelled` set. With
-  // data parallelism every rank's callback must answer alike (the checkpoint is a collective).
+  // data parallelism across processes every rank's callback is asked and the run stops when any says so
+  // (agreed through a collective each step); ranks of one process (MultiDeviceTrainer) ask rank 0's.
   std::function<bool(const TrainProgress&)> on_step;
 };
 
@@ -121,6 +122,9 @@ class Trainer {
 
  private:
   RunIdentity identity() const;
+  // Whether the run goes on after `step`, given this rank's callback's answer: with data parallelism
+  // across processes, not if any rank's says stop.
+  bool ranks_go_on(bool mine, int64_t step);
   // Sets accumulate_steps from the memory plan (RunConfig::fit_memory); returns what to tell the user.
   std::string fit_to_memory();
   EvalResult evaluate_on(const std::shared_ptr<const data::Dataset>& dataset);

@@ -77,7 +77,10 @@ void DataLoader::stop_and_release() {
   changed_.notify_all();
   for (auto& worker : workers_) worker.join();
   DeviceRuntime& runtime = device_.runtime();
-  runtime.synchronize();  // no copy may still read a buffer we free
+  // No copy may still read a buffer we free. This runs in the destructor too, maybe while an error of the
+  // device unwinds the stack: its failure must not throw again (std::terminate); the error on its way
+  // out already says what went wrong.
+  (void)runtime.api().stream_synchronize(runtime.stream());
   for (auto& slot : slots_) {
     if (slot->copied) runtime.api().event_destroy(slot->copied);
     if (slot->inputs) runtime.host_release(slot->inputs);

@@ -116,7 +116,11 @@ void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(out + "/checkpoints"))
     if (entry.path().extension() == ".safetensors") files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
+  // In step order: names are zero-padded to 9 digits, so past 10^9 steps a longer name is a later step.
+  std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
+    const std::string x = a.filename().string(), y = b.filename().string();
+    return x.size() != y.size() ? x.size() < y.size() : x < y;
+  });
   for (size_t i = 0; i + config_.keep_checkpoints < files.size(); ++i) fs::remove(files[i]);
 }
 

@@ -64,9 +64,12 @@ void RunConfig::check() const {
     if (!(value >= low && value <= high)) refuse(path, fmt::format("{}", value), fmt::format("a number in [{}, {}]", low, high));
   };
   at_least("/batch_size", batch_size, 1);
+  if (batch_size > kMaxBatchSize) refuse("/batch_size", std::to_string(batch_size), fmt::format("at most {}", kMaxBatchSize));
   at_least("/epochs", epochs, 1);
   at_least("/max_steps", max_steps, 0);
   at_least("/eval/batch_size", eval_batch_size, 1);
+  if (eval_batch_size > kMaxBatchSize)
+    refuse("/eval/batch_size", std::to_string(eval_batch_size), fmt::format("at most {}", kMaxBatchSize));
   at_least("/checkpoint/every_steps", checkpoint_every, 0);
   at_least("/checkpoint/keep", keep_checkpoints, 1);
   at_least("/data/train_subset", data.train_subset, 0);
@@ -146,6 +149,10 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   if (d.task == "categories" && d.categories.size() < 2)
     throw ConfigError(fmt::format("{}: /data/categories: the categories task needs at least two file names, one per "
                                   "class",
+                                  source));
+  if (d.task == "categories" && d.tokenizer == "byte")
+    throw ConfigError(fmt::format("{}: /data/tokenizer: the categories task pads short documents with id 0, which the "
+                                  "byte tokenizer gives to the NUL byte; use \"char\", whose id 0 is kept for padding",
                                   source));
   if (d.separator.empty() || d.separator.find('\n') != std::string::npos)
     throw ConfigError(fmt::format("{}: /data/separator: give the text of a separator line (not empty, one line)", source));

@@ -8,6 +8,7 @@
 #include "kestrel/loader.h"
 #include "kestrel/ops.h"
 #include "kestrel/trainer.h"
+#include "data_parallel.h"
 #include "scoring.h"
 
 namespace kestrel {
@@ -20,6 +21,9 @@ EvalResult Trainer::evaluate_on(const std::shared_ptr<const data::Dataset>& data
   NoGradGuard no_grad;
   fn::AutocastScope autocast(config_.precision);  // evaluated as trained
   const int rank = group_ ? group_->rank() : 0, ranks = group_ ? group_->size() : 1;
+  // Every rank scores its share with rank 0's running statistics (batch norm's), the ones its
+  // checkpoint saves: each rank's last training step moved its own.
+  if (group_) broadcast_buffers(*group_, *model_, "sharing rank 0's buffers before evaluating");
   data::DataLoader loader(dataset, {config_.eval_batch_size, false, false, 0, 1, 2, rank, ranks}, device_);
   loader.start_epoch(0);
   const bool classify = dataset->is_classification();

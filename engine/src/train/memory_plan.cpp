@@ -52,10 +52,33 @@ int64_t sample_bytes(const data::Batch& batch) {
          std::max<int64_t>(batch.size, 1);
 }
 
-// The line through (x1, y1) and (x2, y2) at x: what grows with the batch, and what does not.
+// The line through (x1, y1) and (x2, y2) at x: what grows with the batch, and what does not. Held in
+// [0, 2^56]: past that no device has the memory, and the few such terms summed below stay inside int64.
+constexpr int64_t kMostBytes = int64_t(1) << 56;
 int64_t extend(int64_t x1, int64_t y1, int64_t x2, int64_t y2, int64_t x) {
   const double slope = double(y2 - y1) / double(x2 - x1);
-  return std::max<int64_t>(0, static_cast<int64_t>(double(y1) + slope * double(x - x1) + 0.5));
+  return static_cast<int64_t>(std::clamp(double(y1) + slope * double(x - x1) + 0.5, 0.0, double(kMostBytes)));
+}
+
+// a * b bytes, at most kMostBytes (a, b >= 0).
+int64_t bytes_times(int64_t a, int64_t b) {
+  int64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) || product > kMostBytes ? kMostBytes : product;
+}
+
+// The fewest micro-batches k dividing `batch` with batch / k <= largest (0 if none): divisors come in
+// pairs (d, batch / d), so looking at d up to sqrt(batch) finds them all.
+int64_t fewest_micro_batches(int64_t batch, int64_t largest) {
+  int64_t best = 0;
+  auto consider = [&](int64_t k) {
+    if (batch / k <= largest && (best == 0 || k < best)) best = k;
+  };
+  for (int64_t d = 1; d <= batch / d; ++d)
+    if (batch % d == 0) {
+      consider(d);
+      consider(batch / d);
+    }
+  return best;
 }
 
 data::Batch first_batch(const std::shared_ptr<const data::Dataset>& dataset, int64_t samples, const Device& device) {
@@ -89,12 +112,22 @@ std::string mib(int64_t bytes) {
 }  // namespace
 
 MemoryPlan Trainer::plan_memory(int64_t batch_size) {
+  // Growth per sample is measured between batches of one size and twice it: each split needs two samples.
+  if (train_->size < 2 || test_->size < 2)
+    throw InvalidArgument(fmt::format("{}: the memory plan measures batches of 1 and 2 samples or more, but the "
+                                      "training data has {} and the test data {}; give both at least 2 "
+                                      "(--train-subset, --test-subset)",
+                                      config_.source, train_->size, test_->size));
+  if (batch_size > kMaxBatchSize)
+    throw InvalidArgument(fmt::format("--batch-size {}: give at most {} samples", batch_size, kMaxBatchSize));
   MemoryPlan plan;
   plan.device = device_.str();
   plan.batch_size = batch_size > 0 ? batch_size : config_.batch_size;
   RunConfig sized = config_;
   sized.batch_size = plan.batch_size;
-  plan.micro_batch = sized.micro_batch_size();
+  // With data parallelism each device holds its share: batch_size / ranks samples, in micro-batches.
+  const int64_t ranks = group_ ? group_->size() : 1;
+  plan.micro_batch = sized.micro_batch_size() / ranks;
   plan.accumulate_steps = config_.accumulate_steps;
   plan.eval_batch = std::min(config_.eval_batch_size, test_->size);
 
@@ -188,7 +221,8 @@ MemoryPlan Trainer::plan_memory(int64_t batch_size) {
   // the training batch aside) the next one only once that pass's activations are gone, since the loader
   // copies it in when asked for it. The last training batch stays while the model is evaluated.
   const bool captured = config_.capture && !config_.detect_anomaly && CapturedGraph::supported(device_);
-  const int64_t whole_batch = train_sample_bytes * plan.batch_size, eval_batch_bytes = eval_sample_bytes * plan.eval_batch;
+  const int64_t whole_batch = bytes_times(train_sample_bytes, plan.batch_size / ranks),
+                eval_batch_bytes = bytes_times(eval_sample_bytes, plan.eval_batch);
   const int64_t kept_copy = captured ? whole_batch : 0;
   const int64_t training = kept_copy + std::max(step_peak + whole_batch, 2 * whole_batch);
   const int64_t evaluating = kept_copy + whole_batch + std::max(plan.eval_peak + eval_batch_bytes, 2 * eval_batch_bytes);
@@ -205,11 +239,7 @@ MemoryPlan Trainer::plan_memory(int64_t batch_size) {
   // The largest micro-batch whose step fits beside everything that does not depend on it.
   const int64_t room = available - held - kept_copy - whole_batch - plan.step_fixed;
   plan.largest_micro_batch = plan.per_sample > 0 ? std::max<int64_t>(0, room / plan.per_sample) : plan.batch_size;
-  for (int64_t k = 1; k <= plan.batch_size; ++k)
-    if (plan.batch_size % k == 0 && plan.batch_size / k <= plan.largest_micro_batch) {
-      plan.suggested_accumulate_steps = k;
-      break;
-    }
+  plan.suggested_accumulate_steps = fewest_micro_batches(plan.batch_size / ranks, plan.largest_micro_batch);
   return plan;
 }
 

@@ -90,7 +90,8 @@ void generating(const RunConfig& config, const Generate& generate) {
     generate();
   } catch (const std::bad_alloc&) {
     throw OutOfMemory(fmt::format("{}: /data: the {} dataset does not fit in host memory; lower /data/train_samples, "
-                                  "/data/test_samples or the sample shape",
+                                  "/data/test_samples (or --train-subset, --test-subset, which size synthetic data) or "
+                                  "the sample shape",
                                   config.source, config.data.dataset));
   } catch (const ConfigError&) {
     throw;
@@ -112,8 +113,9 @@ RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
     Shape shape = d.input_shape.empty() ? spec.input_shape() : d.input_shape;
     synthetic_size(config, d.train_samples, std::max<int64_t>(d.test_samples, 1), shape);
     generating(config, [&] {
-      out.train = data::synthetic_classification(d.train_samples, shape, d.classes, config.seed);
-      out.test = data::synthetic_classification(std::max<int64_t>(d.test_samples, 1), shape, d.classes, config.seed + 1);
+      out.train = data::synthetic_classification(d.train_samples, shape, d.classes, config.seed).subset(d.train_subset);
+      out.test = data::synthetic_classification(std::max<int64_t>(d.test_samples, 1), shape, d.classes, config.seed + 1)
+                     .subset(d.test_subset);
     });
   } else if (d.dataset == "synthetic-regression") {
     const Shape& in = spec.input_shape();
@@ -126,7 +128,7 @@ RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
     const int64_t samples = synthetic_size(config, d.train_samples, std::max<int64_t>(d.test_samples, 1), in);
     data::Dataset all;
     generating(config, [&] { all = data::synthetic_regression(samples, in[0], out_features, config.seed); });
-    out.train = all.subset(d.train_samples);
+    out.train = all.subset(d.train_samples).subset(d.train_subset);
     out.test = all;
     int64_t skip = d.train_samples, per_x = all.sample_numel(), per_y = all.target_numel();
     out.test.size = all.size - skip;

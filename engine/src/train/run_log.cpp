@@ -34,11 +34,20 @@ double number_or_nan(const nlohmann::json& j, const char* key) {
   return it == j.end() || it->is_null() ? NAN : it->get<double>();
 }
 
+// A count, or 0 where the field is absent, not a number, or past int64 (a line edited by hand).
+int64_t count_or_zero(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return 0;
+  if (it->is_number_integer()) return it->get<int64_t>();
+  const double v = it->get<double>();
+  return v >= 0 && v < 9e18 ? int64_t(v) : 0;
+}
+
 MetricRecord record_from_json(const nlohmann::json& j) {
   MetricRecord r;
   r.kind = j.value("kind", "");
-  r.epoch = j.value("epoch", int64_t{0});
-  r.step = j.value("step", int64_t{0});
+  r.epoch = count_or_zero(j, "epoch");
+  r.step = count_or_zero(j, "step");
   r.loss = number_or_nan(j, "loss");
   r.accuracy = number_or_nan(j, "accuracy");
   r.lr = j.value("lr", 0.0);
@@ -66,7 +75,12 @@ std::optional<MetricRecord> parse_metric_line(const std::string& line, const std
 RunLog::RunLog(std::string out_dir, int64_t resume_step, bool quiet, int progress)
     : out_dir_(std::move(out_dir)), quiet_(quiet), bar_(progress < 0 ? isatty(fileno(stdout)) != 0 : progress == 1) {
   if (out_dir_.empty()) return;  // a data-parallel rank other than 0: rank 0 writes the run's files
-  std::filesystem::create_directories(out_dir_);
+  std::error_code error;
+  std::filesystem::create_directories(out_dir_, error);
+  if (error)
+    throw InvalidArgument(fmt::format("cannot make the run folder '{}' (\"out\" in the run config, or --out): {}; give "
+                                      "a folder that can be created and written",
+                                      out_dir_, error.message()));
   std::string path = out_dir_ + "/metrics.jsonl";
   // The lines kept are kept verbatim: re-encoding them could change how their numbers are written.
   std::string kept;

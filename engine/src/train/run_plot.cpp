@@ -167,10 +167,14 @@ RunCurves read_run_curves(const std::string& run_dir) {
   const std::string summary_path = run_dir + "/summary.json";
   if (fs::is_regular_file(summary_path)) {
     nlohmann::json s = nlohmann::json::parse(io::read_file(summary_path), nullptr, false);
+    // A summary edited by hand or cut short only loses its subtitle: fields of another type are left out.
     auto number = [&](const char* key) { return s.contains(key) && s[key].is_number() ? s[key].get<double>() : NAN; };
+    auto text = [&](const char* key) { return s.contains(key) && s[key].is_string() ? s[key].get<std::string>() : "?"; };
+    const double steps = number("steps");
     if (s.is_object())
-      subtitle = run_subtitle(s.value("model", "?"), s.value("device", "?"), s.value("device_name", "?"),
-                              s.value("steps", int64_t{0}), number("test_loss"), number("test_accuracy"));
+      subtitle = run_subtitle(text("model"), text("device"), text("device_name"),
+                              steps >= 0 && steps < 9e15 ? int64_t(steps) : int64_t{0}, number("test_loss"),
+                              number("test_accuracy"));
   }
   return run_curves(std::move(name), std::move(subtitle), records);
 }

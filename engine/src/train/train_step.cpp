@@ -17,6 +17,9 @@ namespace {
 // Dropout draws from its own key, so its masks never repeat the initial weights' random stream; each
 // data-parallel rank from a key of its own, so that the ranks' masks differ (rank 0's is a single
 // process's).
+// Philox blocks a deterministic step may draw: each step's dropout counters start at step x this.
+constexpr uint64_t kDeterministicStepDraws = uint64_t(1) << 32;
+
 uint64_t dropout_seed(uint64_t seed, int rank) { return (seed ^ 0x9e3779b97f4a7c15ULL) + uint64_t(rank) * 0xd1b54a32d192ed03ULL; }
 }  // namespace
 
@@ -152,7 +155,10 @@ void TrainStep::deterministic_body(const Tensor& inputs, const Tensor& targets, 
   const int64_t shards = config_.distributed.shards, world = group_ ? group_->size() : 1;
   const int64_t rank = group_ ? group_->rank() : 0, mine = shards / world;
   const int64_t first_row = global_samples * rank / world;
-  const uint64_t base = rng_offset;
+  // The step's counter base comes from the step alone. Carried over from the last step it would depend on
+  // the ranks' shards: at a short last batch their largest shards differ (1 sample on one rank, 2 on
+  // another), and so would every later step's masks.
+  const uint64_t base = uint64_t(step_ - 1) * kDeterministicStepDraws;
   for (int64_t j = 0; j < mine; ++j) {
     const int64_t s = rank * mine + j;
     const int64_t begin = global_samples * s / shards - first_row, end = global_samples * (s + 1) / shards - first_row;
@@ -161,7 +167,10 @@ void TrainStep::deterministic_body(const Tensor& inputs, const Tensor& targets, 
       const Tensor x = inputs.slice(0, begin, end), y = targets.slice(0, begin, end);
       uint64_t offset = base;
       Var out = model_.forward(x, true, dropout_seed(config_.seed, 0) + uint64_t(s) * 0x9e3779b97f4a7c15ULL, offset);
-      rng_offset = std::max(rng_offset, offset);
+      if (offset - base > kDeterministicStepDraws)
+        throw Error(fmt::format("deterministic mode: a shard of step {} drew {} Philox blocks for dropout, more than the "
+                                "2^32 each step may; use more /distributed/shards (smaller shards) or less dropout",
+                                step_, offset - base));
       Var loss = batch_loss(config_.loss, out, y);
       const double fraction = double(end - begin) / double(global_samples);
       const Tensor share = Tensor::full({}, fraction, loss.value().dtype(), loss.value().device());
@@ -171,6 +180,7 @@ void TrainStep::deterministic_body(const Tensor& inputs, const Tensor& targets, 
     model_.settle_gradients();  // a shard without samples (a short last batch) has a zero gradient
     shard_grads_.select(0, j).copy_from(model_.flat_gradients());
   }
+  rng_offset = base + kDeterministicStepDraws;
   if (group_) {
     group_->all_gather(shard_grads_.view({-1}), all_shard_grads_.view({-1}), "every shard's gradient");
     group_->wait(fmt::format("step {}: gathering every shard's gradient from {} ranks", step_, world));

@@ -125,9 +125,16 @@ Trainer::Trainer(RunConfig config, Engine& engine, World& world, std::shared_ptr
   test_ = std::shared_ptr<const data::Dataset>(data, &data->test);
   vocabulary_ = data->vocabulary;
   // Ranks of one process take the devices the config names, one each; processes, theirs by local rank.
-  device_ = world_.rendezvous() ? engine_.device(config_.distributed.devices.at(size_t(world_.rank())))
-                                : rank_device(engine_, select_device(engine_, config_.backends, config_.fallback),
-                                              world_, config_);
+  try {
+    device_ = world_.rendezvous() ? engine_.device(config_.distributed.devices.at(size_t(world_.rank())))
+                                  : rank_device(engine_, select_device(engine_, config_.backends, config_.fallback),
+                                                world_, config_);
+  } catch (const BackendUnavailable& e) {  // say where the choice came from
+    throw BackendUnavailable(fmt::format("{}: {}: {}", config_.source,
+                                         world_.rendezvous() ? "/distributed/devices (or --devices)"
+                                                             : "/backend/preference (or --backend, KESTREL_BACKEND)",
+                                         e.what()));
+  }
   model_ = std::make_unique<Model>(std::move(spec), device_, config_.seed);
   check_precision(config_, device_);
   if (world_.distributed()) {
@@ -153,6 +160,7 @@ std::string Trainer::fit_to_memory() {
                                   "the memory plan:\n{}",
                                   config_.source, plan.batch_size, plan.device, plan.largest_micro_batch, plan.report()));
   config_.accumulate_steps = plan.suggested_accumulate_steps;
+  check_batch_split(world_, config_);  // the micro-batches divide each rank's share
   return fmt::format("kestrel: fitted to memory: the step of {} samples fits on {} (largest micro-batch {}), so "
                      "accumulate_steps is {}",
                      config_.micro_batch_size(), plan.device, plan.largest_micro_batch, config_.accumulate_steps);
@@ -166,6 +174,17 @@ RunIdentity Trainer::identity() const {
 
 // A step per batch, a report after each (RunReport decides what to write), a checkpoint every
 // checkpoint_every steps and at each epoch's end, an evaluation per epoch.
+// Processes under a launcher ask their own callbacks: the run stops at a step when any rank's says so,
+// agreed through a collective (the checkpoint that follows is one). Ranks of one process agree in
+// MultiDeviceTrainer, which asks rank 0's callback for all of them.
+bool Trainer::ranks_go_on(bool mine, int64_t step) {
+  if (!group_ || world_.rendezvous()) return mine;
+  Tensor stops = Tensor::full({}, mine ? 0.0 : 1.0, DType::f32, device_);
+  group_->all_reduce_sum(stops, "the ranks' word on stopping");
+  group_->wait(fmt::format("step {}: the ranks' word on stopping", step));
+  return stops.to_doubles()[0] == 0;
+}
+
 TrainSummary Trainer::fit(const TrainOptions& options) {
   if (fitting_)
     throw InvalidArgument("fit: this trainer is already training (fit was called again from its progress callback); "
@@ -255,8 +274,9 @@ TrainSummary Trainer::fit(const TrainOptions& options) {
       if (checkpoint_due) save_checkpoint(state, metrics);
       if (options.interrupt_after && state.step >= options.interrupt_after)
         return interrupted(device_, state, config_.out_dir);
-      if (options.on_step && !options.on_step({state.step, plan.total_steps, state.epoch, report.last_loss(),
-                                               report.last_accuracy()})) {
+      if (options.on_step && !ranks_go_on(options.on_step({state.step, plan.total_steps, state.epoch,
+                                                            report.last_loss(), report.last_accuracy()}),
+                                          state.step)) {
         step.read_loss_scale();
         if (!checkpoint_due) save_checkpoint(state, metrics);
         TrainSummary summary = report.finish(state, {NAN, NAN, 0}, step.replayed(), world_.size(),
