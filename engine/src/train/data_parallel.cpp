@@ -86,12 +86,16 @@ void check_same_run(World& world, const RunConfig& config, Model& model, int64_t
   std::string settings = fmt::format(
       "model file {} (SHA-256 {})\nbatch_size {}\naccumulate_steps {}\nseed {}\nepochs {}\nmax_steps {}\n"
       "optimizer {} lr {} betas {} {} eps {} weight_decay {} momentum {}\ntraining samples {}\nlog_every {}\n"
-      "checkpoint every_steps {}\ndistributed bucket_cap_mb {} timeout_seconds {} deterministic {} shards {} shard_optimizer {}\nout {}\n",
+      "checkpoint every_steps {}\ndistributed bucket_cap_mb {} timeout_seconds {} deterministic {} shards {} shard_optimizer {}\nout {}\n"
+      "drop_last {}\nprecision {}\nloss_scale {} {} {} {}\nschedule {} step_size {} gamma {} warmup_steps {} min_lr {}\n",
       model.spec().source(), model.spec().fingerprint(), config.batch_size, config.accumulate_steps, config.seed,
       config.epochs, config.max_steps, optimizer_kind_names[int(o.type)], o.lr, o.beta1, o.beta2, o.eps,
       o.weight_decay, o.momentum, train_samples, config.log_every, config.checkpoint_every,
       config.distributed.bucket_cap_mb, config.distributed.timeout_seconds, config.distributed.deterministic,
-      config.distributed.shards, config.distributed.shard_optimizer, config.out_dir);
+      config.distributed.shards, config.distributed.shard_optimizer, config.out_dir, config.drop_last,
+      dtype_name(config.precision), config.loss_scale.init_scale, config.loss_scale.growth_factor,
+      config.loss_scale.backoff_factor, config.loss_scale.growth_interval, schedule_kind_names[int(config.schedule.type)],
+      config.schedule.step_size, config.schedule.gamma, config.schedule.warmup_steps, config.schedule.min_lr);
   if (std::string differs = first_difference(world.all_gather(settings)); !differs.empty())
     throw ConfigError(fmt::format("{}: the ranks run different configurations: {}; start every rank with the same run "
                                   "config, flags and data",

@@ -66,7 +66,15 @@ int64_t MetricsWindow::first_nonfinite_step() const {
   if (std::isfinite(read(loss_sum_))) return 0;
   // Within the window whatever the device counted (a backend failing conformance's finite-test could
   // count every step as finite).
-  const auto finite = static_cast<int64_t>(finite_steps_.to_doubles()[0]);
+  // With data parallelism the first rank whose loss was non-finite names the step: every rank's count.
+  std::vector<double> counts = finite_steps_.to_doubles();
+  if (group_) {
+    Tensor all = Tensor::empty({group_->size()}, finite_steps_.dtype(), finite_steps_.device());
+    group_->all_gather(finite_steps_.view({1}), all, "the ranks' finite steps");
+    group_->wait("gathering where each rank's loss stopped being finite");
+    counts = all.to_doubles();
+  }
+  const auto finite = static_cast<int64_t>(*std::min_element(counts.begin(), counts.end()));
   return window_start_ + std::clamp<int64_t>(finite + 1, 1, std::max<int64_t>(steps_, 1));
 }
 
