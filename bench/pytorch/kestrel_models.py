@@ -231,8 +231,8 @@ class _Transformer(nn.Transformer):
 def _make_sequence_layer(item, in_shape):
     kind = item["type"]
     if kind == "embedding":
-        padding = item.get("padding_idx", -1)
-        return nn.Embedding(item["num_embeddings"], item["embedding_dim"], padding_idx=None if padding < 0 else padding)
+        # padding_idx as Kestrel reads it, which is torch's rule: absent for none, negative from the end.
+        return nn.Embedding(item["num_embeddings"], item["embedding_dim"], padding_idx=item.get("padding_idx"))
     if kind in ("rnn", "lstm", "gru"):
         cls = _output_only({"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}[kind])
         extra = {"nonlinearity": item.get("nonlinearity", "tanh")} if kind == "rnn" else {}

@@ -148,15 +148,21 @@ kestrel_status graph_launch(kestrel_graph* graph, kestrel_stream* stream) {
   });
 }
 
-void graph_destroy(kestrel_graph* graph) {
+void graph_destroy(kestrel_graph* graph) noexcept {
   if (!graph) return;
   Context& context = *graph->context;
   {
     std::lock_guard<std::mutex> lock(context.mutex);
     for (auto& [bytes, blocks] : graph->pool)
-      for (void* block : blocks) context.free_blocks[bytes].push_back(block);
+      for (void* block : blocks) {
+        try {  // back to the shared cache; with no host memory left for its list, to the system
+          context.free_blocks[bytes].push_back(block);
+          context.cached += bytes;
+        } catch (const std::bad_alloc&) {
+          std::free(block);
+        }
+      }
     context.held_by_graphs -= graph->pool_bytes;
-    context.cached += graph->pool_bytes;
   }
   delete graph;
 }

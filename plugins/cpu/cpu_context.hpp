@@ -72,6 +72,6 @@ void wait_for_collectives(kestrel_stream* stream);
 kestrel_status capture_begin(kestrel_stream* stream);
 kestrel_status capture_end(kestrel_stream* stream, kestrel_graph** graph);
 kestrel_status graph_launch(kestrel_graph* graph, kestrel_stream* stream);
-void graph_destroy(kestrel_graph* graph);
+void graph_destroy(kestrel_graph* graph) noexcept;
 
 }  // namespace kestrel_cpu

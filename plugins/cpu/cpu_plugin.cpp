@@ -197,6 +197,8 @@ kestrel_status stream_synchronize(kestrel_stream* stream) {
 
 kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_buffer** buffer) {
   return Boundary::guarded([&] {
+    if (bytes > (uint64_t(1) << 62))  // rounding up would wrap
+      fail("out of host memory allocating " + std::to_string(bytes) + " bytes", KESTREL_STATUS_OUT_OF_MEMORY);
     const uint64_t rounded = rounded_size(bytes);
     std::lock_guard<std::mutex> lock(context->mutex);
     const bool capturing = capture_owns_this_thread(*context);
@@ -228,7 +230,7 @@ kestrel_status buffer_alloc(kestrel_context* context, uint64_t bytes, kestrel_bu
 // The CPU's buffers are host memory: the engine may hand them out in place (numpy views, DLPack).
 void* buffer_host_address(kestrel_buffer* buffer) { return buffer->data; }
 
-void buffer_free(kestrel_buffer* buffer) {
+void buffer_free(kestrel_buffer* buffer) noexcept {
   if (!buffer) return;
   kestrel_context* context = static_cast<kestrel_context*>(buffer->context);
   const uint64_t rounded = rounded_size(buffer->bytes);
@@ -236,11 +238,15 @@ void buffer_free(kestrel_buffer* buffer) {
     std::lock_guard<std::mutex> lock(context->mutex);
     context->allocated -= rounded;
     context->count -= 1;
-    if (capture_owns_this_thread(*context)) {
-      give_to_capture(*context, buffer, rounded);
-    } else {
-      context->cached += rounded;
-      context->free_blocks[rounded].push_back(buffer->data);
+    try {  // kept for reuse; with no host memory left for the lists that keep it, given back
+      if (capture_owns_this_thread(*context)) {
+        give_to_capture(*context, buffer, rounded);
+      } else {
+        context->free_blocks[rounded].push_back(buffer->data);
+        context->cached += rounded;
+      }
+    } catch (const std::bad_alloc&) {
+      std::free(buffer->data);
     }
   }
   delete buffer;

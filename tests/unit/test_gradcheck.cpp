@@ -249,6 +249,16 @@ TEST_P(Gradcheck, Losses) {
     const double on_kept = fn::cross_entropy(Var(Tensor::from_vector(kept, {4, 4}, cpu())), kept_labels).value().to_doubles()[0];
     EXPECT_NEAR(with_ignore, on_kept, 1e-12);
   }
+  {
+    // Every position ignored: the loss is 0 / 0 (NaN, as torch's) but the gradient is zero, not NaN
+    // (found by review: an all-padding micro-batch poisoned the whole step's gradients).
+    Var logits(random_f64({2, 3, 4}, 36, -3, 3), true);
+    Tensor all_ignored = Tensor::full({2, 3}, 3.0, DType::i64, cpu());
+    Var loss = fn::cross_entropy(logits, all_ignored, 3);
+    EXPECT_TRUE(std::isnan(loss.value().to_doubles()[0]));
+    kestrel::backward(loss, Tensor::full({}, 1.0, loss.value().dtype(), cpu()));
+    for (double g : logits.grad().to_doubles()) EXPECT_EQ(g, 0.0);
+  }
   Tensor target = random_f64({4, 2}, 31);
   gradcheck([&](auto& v) { return fn::mse_loss(v[0], target); }, {random_f64({4, 2}, 32)});
 }
@@ -326,6 +336,14 @@ TEST(Autograd, ASequenceModelEmbedsNormalisesAndProjectsEachPosition) {
     offset += n;
   }
   EXPECT_EQ(offset, grads.size());
+
+  // padding_idx counted from the end, as torch.nn.Embedding takes it: -1 is the last row (found by
+  // review: -1 meant "none" here, so a model written for torch lost its padding row).
+  kestrel::Model from_end(kestrel::ModelSpec::parse(R"({"input": {"shape": [4], "dtype": "i64"}, "layers": [
+      {"type": "embedding", "num_embeddings": 300, "embedding_dim": 8, "padding_idx": -1}]})", "inline"),
+                          cpu(), 7);
+  const auto last_rows = from_end.parameters()[0].var.value().to_doubles();
+  for (int d = 0; d < 8; ++d) EXPECT_EQ(last_rows[299 * 8 + d], 0.0) << "row 299 is the padding row";
 }
 
 // A model states what its input holds; a tensor of another dtype is refused with both named.

@@ -1,6 +1,7 @@
 // The Engine: finds backend plugins, loads the ones that can run here, and hands out devices.
 #pragma once
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,7 @@ class Engine {
   std::vector<PluginInfo> plugins_;
   std::vector<std::shared_ptr<LoadedPlugin>> loaded_;
   std::map<std::string, std::shared_ptr<DeviceRuntime>> runtimes_;  // by "backend:index"
+  std::mutex runtimes_mutex_;  // threads (a program's, MultiDeviceTrainer's ranks) open devices at once
 };
 
 }  // namespace kestrel

@@ -39,6 +39,9 @@ kestrel_status guarded(std::string& last_error, const char* plugin, Body&& body)
   } catch (const std::exception& e) {
     last_error = std::string("internal error in the ") + plugin + " plugin: " + e.what();
     return KESTREL_STATUS_INTERNAL;
+  } catch (...) {  // nothing may cross the C boundary
+    last_error = std::string("internal error in the ") + plugin + " plugin: an exception of unknown type";
+    return KESTREL_STATUS_INTERNAL;
   }
 }
 

@@ -67,7 +67,10 @@ struct RowWeights {
     labels = math::mul(flat_labels, keep);
     weight = keep.to(dtype);
     count = math::sum(weight, {}, false);  // scalar, on the device
-    share = math::div(weight, count).view({rows, 1});
+    // Every target ignored: the mean is 0 / 0 (NaN, as torch's), but no row takes a share of the gradient
+    // (torch's backward writes zeros there): weight / max(count, 1) is 0 for every row then.
+    const Tensor at_least_one = ops::binary(KESTREL_BINARY_MAX, count, math::scalar_like(count, 1.0));
+    share = math::div(weight, at_least_one).view({rows, 1});
   }
   Tensor mean(const Tensor& losses) const {  // losses (rows) -> ()
     if (!weight.defined()) return math::mean(losses, {}, false);

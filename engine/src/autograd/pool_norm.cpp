@@ -34,6 +34,12 @@ Var batch_norm2d(const Var& x_in, const Var& weight, const Var& bias, Tensor& ru
   Tensor mean, var;  // (1, C, 1, 1)
   if (training) {
     const double count = static_cast<double>(input.numel() / channels);
+    // As torch refuses it: with one value per channel the normalised value is 0 whatever the input, which
+    // then gets no gradient (a batch of 1 after global pooling, e.g. an epoch's last batch).
+    if (count == 1)
+      throw InvalidArgument(fmt::format("batch_norm2d: training needs more than one value per channel, got input {}; "
+                                        "use a larger batch (or drop_last to skip a last batch of 1)",
+                                        input.describe()));
     mean = math::mean(input, stats_dims, true);
     var = math::mean(math::unary(KESTREL_UNARY_SQUARE, math::sub(input, mean)), stats_dims, true);  // biased
     // running = (1 - momentum) * running + momentum * batch, with the unbiased variance as torch keeps

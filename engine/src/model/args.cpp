@@ -74,6 +74,9 @@ std::string Args::choice(const std::string& key) const { return value(key, ArgSp
 ArgSpec integer(std::string name, double min, nlohmann::json fallback, double max) {
   return {std::move(name), ArgSpec::Kind::integer, fallback.is_null(), min, max, false, std::move(fallback), {}};
 }
+ArgSpec optional_integer(std::string name, double min, double max) {
+  return {std::move(name), ArgSpec::Kind::integer, false, min, max, false, nullptr, {}};
+}
 ArgSpec pair(std::string name, double min, nlohmann::json fallback) {
   return {std::move(name), ArgSpec::Kind::pair, false, min, kIntMax, false, std::move(fallback), {}};
 }

@@ -37,7 +37,8 @@ struct ArgSpec {
 
 // ArgSpecs for the registry entries, one per kind.
 constexpr double kIntMax = 2147483647;  // window and size arguments narrow to int32 in the ops
-ArgSpec integer(std::string name, double min, nlohmann::json fallback, double max = kIntMax);
+ArgSpec integer(std::string name, double min, nlohmann::json fallback, double max = kIntMax);  // null: required
+ArgSpec optional_integer(std::string name, double min, double max);  // absent: the layer's own meaning (Args::has)
 ArgSpec pair(std::string name, double min, nlohmann::json fallback);
 ArgSpec required_pair(std::string name, double min);
 ArgSpec number(std::string name, double min, double max, double fallback, bool max_exclusive = false);

@@ -102,8 +102,9 @@ class Conv2d : public Layer {
     return windowed_shape("conv2d", in[0], out_, window_);
   }
   std::vector<ParamSpec> params(const std::vector<Shape>& in) const override {
-    int64_t fan_in = in[0][1] * window_.kernel_h * window_.kernel_w;
-    double bound = 1.0 / std::sqrt(double(fan_in));
+    // In double: the product may be past int64 here; the weight's size check refuses such a layer.
+    const double fan_in = double(in[0][1]) * double(window_.kernel_h) * double(window_.kernel_w);
+    double bound = 1.0 / std::sqrt(fan_in);
     std::vector<ParamSpec> p{{"weight", {out_, in[0][1], window_.kernel_h, window_.kernel_w}, bound}};
     if (bias_) p.push_back({"bias", {out_}, bound});
     return p;
@@ -200,10 +201,17 @@ class BatchNorm2d : public Layer {
 class Embedding : public Layer {
  public:
   bool causal() const override { return true; }  // per position
+  // padding_idx as torch takes it: a row in [-num_embeddings, num_embeddings), negative counted from the
+  // end; absent: none (-1 here).
   explicit Embedding(const Args& a)
-      : vocabulary_(a.integer("num_embeddings")), width_(a.integer("embedding_dim")), padding_(a.integer("padding_idx")) {
-    if (padding_ >= vocabulary_)
-      shape_error(fmt::format("embedding: padding_idx {} is not a row of its {} embeddings", padding_, vocabulary_));
+      : vocabulary_(a.integer("num_embeddings")), width_(a.integer("embedding_dim")), padding_(-1) {
+    if (!a.has("padding_idx")) return;
+    const int64_t row = a.integer("padding_idx");
+    if (row < -vocabulary_ || row >= vocabulary_)
+      shape_error(fmt::format("embedding: padding_idx {} is not a row of its {} embeddings (give one in [{}, {}), "
+                              "negative ones counted from the end, as torch.nn.Embedding takes it)",
+                              row, vocabulary_, -vocabulary_, vocabulary_));
+    padding_ = row < 0 ? row + vocabulary_ : row;
   }
   DType input_dtype() const override { return DType::i64; }
   int64_t token_limit() const override { return vocabulary_; }
@@ -360,7 +368,13 @@ class Add : public Layer {
  public:
   bool causal() const override { return true; }  // per position
   int arity() const override { return 2; }
+  // Both inputs carry the batch first: broadcasting aligns their last axes, so inputs of different ranks
+  // would pair one's batch axis with a per-sample axis of the other (each sample's sum reading the batch).
   Shape infer(const std::vector<Shape>& in) const override {
+    if (in[0].size() != in[1].size())
+      shape_error(fmt::format("add: inputs {} and {} have different ranks, so broadcasting would mix the batch with a "
+                              "per-sample axis; give both the same rank (a per-sample axis of 1 broadcasts)",
+                              batch_shape_str(in[0]), batch_shape_str(in[1])));
     try {
       return ops::broadcast_shapes(in[0], in[1]);
     } catch (const InvalidArgument&) {
@@ -410,9 +424,9 @@ const std::vector<LayerKind>& layer_kinds() {
       {"layernorm",
        {integer("normalized_shape", 1, nullptr), number("eps", 0, 1, 1e-5), boolean("elementwise_affine", true)},
        make_layer<LayerNorm>},
-      // padding_idx -1: none.
+      // padding_idx absent: none; negative: counted from the end (torch's rule).
       {"embedding", {integer("num_embeddings", 1, nullptr), integer("embedding_dim", 1, nullptr),
-                     integer("padding_idx", -1, -1)},
+                     optional_integer("padding_idx", -kIntMax, kIntMax)},
        make_layer<Embedding>},
       {"flatten",
        {integer("start_dim", -KESTREL_MAX_RANK, 1, KESTREL_MAX_RANK - 1),

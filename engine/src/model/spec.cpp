@@ -22,11 +22,11 @@ namespace {
 // shape a model declares or infers, and every parameter, is held to it, so layers may multiply sizes.
 constexpr int64_t kMaxElements = int64_t(1) << 40;
 
-// The elements of shape[from:], or nothing beyond kMaxElements.
+// The elements of shape[from:], or nothing for an extent below 1 or a count beyond kMaxElements.
 std::optional<int64_t> bounded_numel(const Shape& shape, size_t from) {
   int64_t n = 1;
   for (size_t d = from; d < shape.size(); ++d)
-    if (__builtin_mul_overflow(n, shape[d], &n) || n > kMaxElements) return std::nullopt;
+    if (shape[d] < 1 || __builtin_mul_overflow(n, shape[d], &n) || n > kMaxElements) return std::nullopt;
   return n;
 }
 
@@ -61,6 +61,9 @@ std::pair<Shape, DType> read_input(const nlohmann::json& doc, const std::string&
   if (!bounded_numel(out, 0))
     throw ModelError(fmt::format("{}: /input/shape: {} holds more than 2^40 elements per sample", source,
                                  shape.dump()));
+  if (out.size() + 1 > KESTREL_MAX_RANK)
+    throw ModelError(fmt::format("{}: /input/shape: {} has {} axes, {} with the batch's: tensors have at most {}", source,
+                                 shape.dump(), out.size(), out.size() + 1, KESTREL_MAX_RANK));
   return {out, dtype};
 }
 
@@ -196,13 +199,17 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
       throw ModelError(fmt::format("{}: {}", where, e.what()));
     }
     if (!bounded_numel(info.output_shape, 1))
-      throw ModelError(fmt::format("{}: {} gives {}: more than 2^40 elements per sample", where, info.type,
-                                   batch_shape_str(info.output_shape)));
+      throw ModelError(fmt::format("{}: {} gives {}: an empty axis, or more than 2^40 elements per sample", where,
+                                   info.type, batch_shape_str(info.output_shape)));
+    if (info.output_shape.size() > KESTREL_MAX_RANK)
+      throw ModelError(fmt::format("{}: {} gives {}, {} axes with the batch's: tensors have at most {}", where,
+                                   info.type, batch_shape_str(info.output_shape), info.output_shape.size(),
+                                   KESTREL_MAX_RANK));
     for (const auto& p : layer->params(in_shapes)) {
       const std::optional<int64_t> n = bounded_numel(p.shape, 0);
       if (!n)
-        throw ModelError(fmt::format("{}: {}'s {} would be {}: more than 2^40 elements", where, info.type, p.suffix,
-                                     shape_str(p.shape)));
+        throw ModelError(fmt::format("{}: {}'s {} would be {}: an empty axis, or more than 2^40 elements", where,
+                                     info.type, p.suffix, shape_str(p.shape)));
       info.parameters += *n;
     }
     by_name[info.name] = static_cast<int>(i);

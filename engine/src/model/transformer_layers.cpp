@@ -118,6 +118,13 @@ class PositionalEncoding : public Layer {
                               learned_ ? std::to_string(width_) : "features", batch_shape_str(in[0])));
     if (in[0][1] > max_len_)
       shape_error(fmt::format("{}: sequences of {} positions, but max_len is {}; raise max_len", type, in[0][1], max_len_));
+    // The sinusoids' (max_len, E) table is built whole, as a learned table of that size is a parameter:
+    // held to the same 2^40 elements (beyond, its size would overflow).
+    int64_t table = 0;
+    if (!learned_ && (__builtin_mul_overflow(max_len_, in[0][2], &table) || table > (int64_t(1) << 40)))
+      shape_error(fmt::format("{}: a table of max_len {} x {} features is more than 2^40 values; lower max_len to the "
+                              "longest sequence the model will see",
+                              type, max_len_, in[0][2]));
     return in[0];
   }
   bool causal() const override { return true; }

@@ -113,6 +113,7 @@ Device Engine::device(const std::string& spec) {
     throw BackendUnavailable(fmt::format("device '{}' does not exist: backend '{}' has {} device(s), indices 0..{}",
                                          spec, backend, count, count - 1));
   std::string key = fmt::format("{}:{}", backend, index);
+  std::lock_guard<std::mutex> lock(runtimes_mutex_);  // one runtime per device, however many threads ask
   auto& runtime = runtimes_[key];
   if (!runtime) runtime = std::make_shared<DeviceRuntime>(*plugin, index);
   return Device(runtime);

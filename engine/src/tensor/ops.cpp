@@ -23,12 +23,18 @@ struct OpBuilder {
     op.params = params;
   }
   OpBuilder& in(const Tensor& t) {
-    op.inputs[op.num_inputs++] = t.descriptor();
+    op.inputs[room(op.num_inputs, "inputs")++] = t.descriptor();
     return *this;
   }
   OpBuilder& out(const Tensor& t) {
-    op.outputs[op.num_outputs++] = t.descriptor();
+    op.outputs[room(op.num_outputs, "outputs")++] = t.descriptor();
     return *this;
+  }
+  // The count, while the descriptor has room for one more of its KESTREL_MAX_OP_TENSORS.
+  static int32_t& room(int32_t& count, const char* what) {
+    if (count >= KESTREL_MAX_OP_TENSORS)
+      throw InvalidArgument(fmt::format("an op takes at most {} {}", KESTREL_MAX_OP_TENSORS, what));
+    return count;
   }
 };
 

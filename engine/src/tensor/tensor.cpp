@@ -290,13 +290,20 @@ Tensor Tensor::expand(const Shape& shape) const {
 
 Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offset) const {
   if (shape.size() != strides.size()) throw InvalidArgument("as_strided: shape and strides differ in rank");
-  int64_t last = offset;
+  // The last element's offset, in checked arithmetic: a wrapped sum would pass the bounds test below.
+  const uint64_t elements = storage_->bytes() / dtype_size(dtype_);
+  bool empty = false, outside = offset < 0;
+  uint64_t last = uint64_t(std::max<int64_t>(offset, 0));
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0) last = offset - 1;  // empty: touches nothing
+    if (shape[i] < 0) throw InvalidArgument(fmt::format("as_strided: negative extent in {}", shape_str(shape)));
     if (strides[i] < 0) throw InvalidArgument("as_strided: negative strides are not supported");
-    if (shape[i] > 0 && last >= offset) last += (shape[i] - 1) * strides[i];
+    if (shape[i] == 0) empty = true;  // touches nothing
+    uint64_t reach = 0;
+    if (shape[i] > 0 && (__builtin_mul_overflow(uint64_t(shape[i] - 1), uint64_t(strides[i]), &reach) ||
+                         __builtin_add_overflow(last, reach, &last)))
+      outside = true;
   }
-  if (offset < 0 || (last >= offset && static_cast<uint64_t>(last + 1) * dtype_size(dtype_) > storage_->bytes()))
+  if (outside || (!empty && last >= elements))
     throw InvalidArgument(fmt::format("as_strided: view {} reaches past the end of its storage", shape_str(shape)));
   return Tensor(storage_, shape, strides, offset, dtype_);
 }
