@@ -155,6 +155,12 @@ TEST(CliModels, BadModelFilesGetPathQualifiedErrors) {
       {"padding_row.json", R"({"input": {"shape": [4], "dtype": "i64"}, "layers": [{"type": "embedding", "num_embeddings": 10,
          "embedding_dim": 3, "padding_idx": -11}]})",
        "/layers/0: embedding: padding_idx -11 is not a row of its 10 embeddings (give one in [-10, 10)"},
+      {"mask_source.json", R"({"input": {"shape": [6], "dtype": "i64"}, "nodes": [
+         {"name": "embed", "type": "embedding", "num_embeddings": 10, "embedding_dim": 1, "inputs": ["input"]},
+         {"name": "values", "type": "flatten", "inputs": ["embed"]},
+         {"name": "attend", "type": "multihead_attention", "embed_dim": 1, "num_heads": 1, "inputs": ["embed", "values"]}]})",
+       "/nodes/2/inputs/1: multihead_attention's input 1 is a key-padding mask: name a key_padding_mask layer of the "
+       "tokens, not 'values' (flatten)"},
       {"rank9.json", R"({"input": {"shape": [1, 1, 1, 1, 1, 1, 1, 2]}, "layers": [{"type": "relu"}]})",
        "/input/shape: [1,1,1,1,1,1,1,2] has 8 axes, 9 with the batch's: tensors have at most 8"},
       {"sinusoids.json", R"({"input": {"shape": [16, 1048576]}, "layers": [{"type": "positional_encoding",

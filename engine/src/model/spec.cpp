@@ -179,6 +179,16 @@ ModelSpec ModelSpec::parse(const std::string& text, const std::string& source) {
       throw ModelError(fmt::format("{}/inputs: {} takes {} input(s), got {}", where, info.type,
                                    least == most ? std::to_string(least) : fmt::format("{} to {}", least, most), given));
 
+    // A layer's optional inputs are key-padding masks (attention's): 0/1 values from a key_padding_mask
+    // layer of the tokens. Any other (N, T) node would scale its keys' scores by its values.
+    for (size_t k = size_t(layer->arity()); k < info.inputs.size(); ++k)
+      if (info.inputs[k] < 0 || spec.layers_[size_t(info.inputs[k])].type != "key_padding_mask")
+        throw ModelError(fmt::format("{}/inputs/{}: {}'s input {} is a key-padding mask: name a key_padding_mask layer "
+                                     "of the tokens, not {}",
+                                     where, k, info.type, k,
+                                     info.inputs[k] < 0 ? std::string("the model's input")
+                                                        : "'" + spec.layers_[size_t(info.inputs[k])].name + "' (" +
+                                                              spec.layers_[size_t(info.inputs[k])].type + ")"));
     for (size_t k = 0; k < info.inputs.size(); ++k)
       if (dtype_of(info.inputs[k]) != layer->input_dtype())
         throw ModelError(fmt::format("{}: {} reads {}, but its input {} holds {}; {}", where, info.type,

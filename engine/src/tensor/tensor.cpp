@@ -175,6 +175,16 @@ int Tensor::wrap_dim(int dim, int rank_for_wrap) const {
   return wrapped;
 }
 
+namespace {
+// Whether `shape` is one a tensor can have: no negative extent, an element count inside int64.
+bool holds_elements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t extent : shape)
+    if (extent < 0 || __builtin_mul_overflow(n, extent, &n)) return false;
+  return true;
+}
+}  // namespace
+
 Tensor Tensor::view(const Shape& shape) const {
   if (!is_contiguous())
     throw InvalidArgument(fmt::format("view{} of non-contiguous {}: call contiguous() or reshape()",
@@ -186,12 +196,12 @@ Tensor Tensor::view(const Shape& shape) const {
     if (resolved[i] == -1) {
       if (inferred >= 0) throw InvalidArgument("view: only one dimension may be -1");
       inferred = static_cast<int>(i);
-    } else {
-      known *= resolved[i];
+    } else if (resolved[i] < 0 || __builtin_mul_overflow(known, resolved[i], &known)) {
+      throw InvalidArgument(fmt::format("view: cannot view {} as {}", describe(), shape_str(shape)));
     }
   }
   if (inferred >= 0) resolved[inferred] = known == 0 ? 0 : numel() / known;
-  if (shape_numel(resolved) != numel())
+  if (!holds_elements(resolved) || shape_numel(resolved) != numel())
     throw InvalidArgument(fmt::format("view: cannot view {} ({} elements) as {}", describe(), numel(),
                                       shape_str(shape)));
   return Tensor(storage_, resolved, contiguous_strides(resolved), offset_, dtype_);
@@ -257,7 +267,7 @@ Tensor Tensor::unsqueeze(int dim) const {
 
 Tensor Tensor::unflatten(int dim, const Shape& sizes) const {
   const int d = wrap_dim(dim, rank());
-  if (sizes.empty() || shape_numel(sizes) != shape_[d])
+  if (sizes.empty() || !holds_elements(sizes) || shape_numel(sizes) != shape_[d])
     throw InvalidArgument(fmt::format("unflatten: dim {} of {} into {}", dim, describe(), shape_str(sizes)));
   Shape shape(shape_.begin(), shape_.begin() + d), strides(strides_.begin(), strides_.begin() + d);
   Shape inner(sizes.size());
@@ -274,6 +284,7 @@ Tensor Tensor::unflatten(int dim, const Shape& sizes) const {
 }
 
 Tensor Tensor::expand(const Shape& shape) const {
+  if (!holds_elements(shape)) throw InvalidArgument(fmt::format("expand: {} to {}", describe(), shape_str(shape)));
   if (shape.size() < shape_.size())
     throw InvalidArgument(fmt::format("expand: {} to fewer dims {}", describe(), shape_str(shape)));
   size_t lead = shape.size() - shape_.size();
