@@ -3,7 +3,10 @@
 // final parameters as raw f32 to OUT/params.rank<R>.f32, so test_data_parallel can compare them across
 // ranks and world sizes.
 //
-//   data_parallel_worker CONFIG OUT [--interrupt-after STEPS] [--resume]
+//   data_parallel_worker CONFIG OUT [--interrupt-after STEPS] [--resume] [--stop-on-rank R STEP]
+//
+// --stop-on-rank: rank R's progress callback asks to stop after STEP (the others' never do); each rank
+// then writes the steps it trained to OUT/steps.rank<R>.
 #include <fmt/format.h>
 
 #include <cstring>
@@ -15,7 +18,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fmt::print(stderr, "usage: data_parallel_worker CONFIG OUT [--interrupt-after STEPS] [--resume]\n");
+    fmt::print(stderr, "usage: data_parallel_worker CONFIG OUT [--interrupt-after STEPS] [--resume] [--stop-on-rank R STEP]\n");
     return 2;
   }
   try {
@@ -26,6 +29,13 @@ int main(int argc, char** argv) {
     for (int i = 3; i < argc; ++i) {
       if (std::strcmp(argv[i], "--resume") == 0) options.resume = true;
       if (std::strcmp(argv[i], "--interrupt-after") == 0 && i + 1 < argc) options.interrupt_after = std::stoll(argv[++i]);
+      if (std::strcmp(argv[i], "--stop-on-rank") == 0 && i + 2 < argc) {
+        const int stopping = std::stoi(argv[++i]);
+        const int64_t after = std::stoll(argv[++i]);
+        options.on_step = [stopping, after](const kestrel::TrainProgress& progress) {
+          return !(kestrel::World::get().rank() == stopping && progress.step >= after);
+        };
+      }
     }
     auto write_parameters = [&](kestrel::Trainer& trainer) {
       std::vector<float> values;
@@ -47,7 +57,9 @@ int main(int argc, char** argv) {
       return written ? 0 : 1;
     }
     kestrel::Trainer trainer(config);
-    trainer.fit(options);
+    const kestrel::TrainSummary summary = trainer.fit(options);
+    if (options.on_step)
+      std::ofstream(fmt::format("{}/steps.rank{}", config.out_dir, trainer.world().rank())) << summary.steps << "\n";
     return write_parameters(trainer) ? 0 : 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "data_parallel_worker: {}\n", e.what());

@@ -168,6 +168,22 @@ TEST(DataParallel, TwoDevicesOfOneProcessTrainAsTwoProcesses) {
   }
 }
 
+// A progress callback that stops the run on one rank only stops every rank at that step (found by review:
+// the stopping rank's checkpoint collective met the others' next step).
+TEST(DataParallel, AStopAskedByOneRanksCallbackStopsEveryRank) {
+  RunFiles run = make_run("callback_stop");
+  fs::create_directories(run.out);
+  CliRun result = run_worker(2, run, run.out, "--stop-on-rank 1 5");
+  ASSERT_EQ(result.status, 0) << result.output;
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream steps(run.out + "/steps.rank" + std::to_string(r));
+    int64_t trained = 0;
+    steps >> trained;
+    EXPECT_EQ(trained, 5) << "rank " << r;
+  }
+  EXPECT_EQ(read_parameters(run.out, 0), read_parameters(run.out, 1));
+}
+
 TEST(DataParallel, DeterministicModeIsBitIdenticalToOneProcessAtEveryWorldSize) {
   // Dropout in the model: each shard draws its own masks, wherever it runs.
   RunFiles run = make_run("deterministic", R"(, "distributed": {"deterministic": true, "shards": 12})");
