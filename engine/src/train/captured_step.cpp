@@ -20,7 +20,9 @@ void CapturedStep::refresh_inputs(const data::Batch& batch, uint64_t rng_offset)
 bool CapturedStep::run(const data::Batch& batch, uint64_t& rng_offset) {
   if (!disabled_.empty()) return false;
   if (graph_.valid()) {
-    if (batch.inputs.shape() != inputs_.shape() || batch.targets.shape() != targets_.shape()) return false;
+    if (batch.inputs.shape() != inputs_.shape() || batch.targets.shape() != targets_.shape() ||
+        batch.inputs.dtype() != inputs_.dtype() || batch.targets.dtype() != targets_.dtype())
+      return false;
     refresh_inputs(batch, rng_offset);
     graph_.replay();
     rng_offset += draws_;

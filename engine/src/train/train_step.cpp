@@ -98,7 +98,9 @@ Tensor TrainStep::backward_seed(const Var& loss, double share) const {
 
 void TrainStep::forward_backward(const data::Batch& batch, uint64_t& rng_offset) {
   if (config_.distributed.deterministic) return deterministic_body(batch.inputs, batch.targets, batch.global_size, rng_offset);
-  if (captured_ && captured_->run(batch, rng_offset)) {
+  // Only full batches are captured and replayed: captured from an epoch's short last batch (the second
+  // step after a resume near an epoch's end), the graph would leave every full batch after it eager.
+  if (captured_ && batch.size == config_.batch_size && captured_->run(batch, rng_offset)) {
     if (replayed_++ == 0)
       note_(fmt::format("kestrel: training step captured on {}; replaying it for every full batch",
                         model_.device().str()));
