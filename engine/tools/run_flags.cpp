@@ -10,7 +10,7 @@ namespace kestrel::cli {
 void add_run_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("config", f.config, "Run config (JSON), e.g. models/fashion_mlp.train.json")->required();
   add_integer_flag(cmd, "--train-subset", f.train_subset,
-                   "Use only the first N training samples (0: all); synthetic data makes N", 0);
+                   "Use only the first N training samples (0: all); synthetic classification data makes N", 0);
   add_integer_flag(cmd, "--test-subset", f.test_subset, "Use only the first N test samples (0: all); synthetic data makes N",
                    0);
   cmd->add_option("--backend", f.backend,

@@ -1,7 +1,6 @@
 // The C API (kestrel/c_api.h): errors, devices, tensors and run configs. Training is in c_trainer.cpp.
 #include <fmt/format.h>
 
-
 #include <algorithm>
 #include <cstring>
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <vector>
@@ -120,6 +121,14 @@ nlohmann::json parse_json(std::string_view text, const std::string& source) {
   }
   if (duplicates.found()) throw InvalidArgument(fmt::format("{}: {}", source, *duplicates.found()));
   return parsed;
+}
+
+int64_t count_or_zero(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return 0;
+  if (it->is_number_integer()) return std::max<int64_t>(it->get<int64_t>(), 0);
+  const double v = it->get<double>();
+  return v >= 0 && v < 9e18 ? int64_t(v) : 0;
 }
 
 }  // namespace kestrel::io

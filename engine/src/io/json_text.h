@@ -20,4 +20,8 @@ std::string text_position(std::string_view text, size_t byte);
 // "<source>: <json path>: the key 'k' appears twice in one object".
 nlohmann::json parse_json(std::string_view text, const std::string& source);
 
+// `key` of object `j` as a count, or 0 where it is absent, not a number, negative or past int64 (a file
+// edited by hand): for fields read to show, not to trust.
+int64_t count_or_zero(const nlohmann::json& j, const char* key);
+
 }  // namespace kestrel::io

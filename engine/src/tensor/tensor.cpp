@@ -201,7 +201,7 @@ Tensor Tensor::view(const Shape& shape) const {
     }
   }
   if (inferred >= 0) resolved[inferred] = known == 0 ? 0 : numel() / known;
-  if (!holds_elements(resolved) || shape_numel(resolved) != numel())
+  if (shape_numel(resolved) != numel())
     throw InvalidArgument(fmt::format("view: cannot view {} ({} elements) as {}", describe(), numel(),
                                       shape_str(shape)));
   return Tensor(storage_, resolved, contiguous_strides(resolved), offset_, dtype_);

@@ -111,9 +111,10 @@ void check_same_run(World& world, const RunConfig& config, Model& model, int64_t
 
 void broadcast_model(ProcessGroup& group, Model& model) {
   group.broadcast(model.flat_parameters(), 0, "rank 0's parameters");
-  for (auto& [name, buffer] : model.buffers()) group.broadcast(buffer, 0, "rank 0's " + name);
-  // Whether or not the model has buffers: the first step must not read parameters still being written.
-  group.wait("sharing rank 0's parameters");
+  broadcast_buffers(group, model, "sharing rank 0's parameters");
+  // broadcast_buffers waits only when there are buffers; the first step must not read parameters still
+  // being written either way.
+  if (model.buffers().empty()) group.wait("sharing rank 0's parameters");
 }
 
 void broadcast_buffers(ProcessGroup& group, Model& model, const std::string& context) {

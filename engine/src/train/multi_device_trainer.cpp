@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "../distributed/local_rendezvous.h"
+#include "busy_guard.h"
 #include "run_data.h"
 #include "kestrel/trainer.h"
 
@@ -59,13 +60,12 @@ std::vector<World> worlds_for(const RunConfig& config, Engine& engine) {
   return World::in_process(int(devices.size()));
 }
 
-// Refuses a call made from inside fit's progress callback: every rank would have to join its collectives,
-// and the other ranks are waiting in fit's.
-void refuse_while_fitting(bool fitting, const char* what) {
-  if (fitting)
-    throw InvalidArgument(fmt::format("{}: the devices are training (called from fit's progress callback); return "
-                                      "false from the callback to stop the run, then call it",
-                                      what));
+// Why a call made from inside fit's progress callback is refused: every rank would have to join its
+// collectives, and the other ranks are waiting in fit's.
+std::string refusal_while_fitting(const char* what) {
+  return fmt::format("{}: the devices are training (called from fit's progress callback); return false from the "
+                     "callback to stop the run, then call it",
+                     what);
 }
 
 }  // namespace
@@ -84,12 +84,7 @@ MultiDeviceTrainer::MultiDeviceTrainer(RunConfig config, Engine& engine)
 MultiDeviceTrainer::~MultiDeviceTrainer() = default;
 
 TrainSummary MultiDeviceTrainer::fit(const TrainOptions& options) {
-  refuse_while_fitting(fitting_, "fit");
-  fitting_ = true;
-  const struct Done {
-    bool& flag;
-    ~Done() { flag = false; }
-  } done{fitting_};
+  const BusyGuard fitting(fitting_, refusal_while_fitting("fit"));
   std::vector<TrainSummary> summaries(ranks_.size());
   on_every_rank(worlds_, [&](int r) {
     TrainOptions mine = options;
@@ -108,7 +103,7 @@ TrainSummary MultiDeviceTrainer::fit(const TrainOptions& options) {
 }
 
 EvalResult MultiDeviceTrainer::evaluate() {
-  refuse_while_fitting(fitting_, "evaluate");
+  if (fitting_) throw InvalidArgument(refusal_while_fitting("evaluate"));
   std::vector<EvalResult> results(ranks_.size());
   on_every_rank(worlds_, [&](int r) { results[size_t(r)] = ranks_[size_t(r)]->evaluate(); });
   return results.front();

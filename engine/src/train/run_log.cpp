@@ -34,20 +34,11 @@ double number_or_nan(const nlohmann::json& j, const char* key) {
   return it == j.end() || it->is_null() ? NAN : it->get<double>();
 }
 
-// A count, or 0 where the field is absent, not a number, or past int64 (a line edited by hand).
-int64_t count_or_zero(const nlohmann::json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return 0;
-  if (it->is_number_integer()) return it->get<int64_t>();
-  const double v = it->get<double>();
-  return v >= 0 && v < 9e18 ? int64_t(v) : 0;
-}
-
 MetricRecord record_from_json(const nlohmann::json& j) {
   MetricRecord r;
   r.kind = j.value("kind", "");
-  r.epoch = count_or_zero(j, "epoch");
-  r.step = count_or_zero(j, "step");
+  r.epoch = io::count_or_zero(j, "epoch");
+  r.step = io::count_or_zero(j, "step");
   r.loss = number_or_nan(j, "loss");
   r.accuracy = number_or_nan(j, "accuracy");
   r.lr = j.value("lr", 0.0);

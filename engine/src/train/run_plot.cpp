@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "../io/json_text.h"
 #include "kestrel/error.h"
 #include "kestrel/io.h"
 #include "kestrel/plot.h"
@@ -170,11 +171,9 @@ RunCurves read_run_curves(const std::string& run_dir) {
     // A summary edited by hand or cut short only loses its subtitle: fields of another type are left out.
     auto number = [&](const char* key) { return s.contains(key) && s[key].is_number() ? s[key].get<double>() : NAN; };
     auto text = [&](const char* key) { return s.contains(key) && s[key].is_string() ? s[key].get<std::string>() : "?"; };
-    const double steps = number("steps");
     if (s.is_object())
-      subtitle = run_subtitle(text("model"), text("device"), text("device_name"),
-                              steps >= 0 && steps < 9e15 ? int64_t(steps) : int64_t{0}, number("test_loss"),
-                              number("test_accuracy"));
+      subtitle = run_subtitle(text("model"), text("device"), text("device_name"), io::count_or_zero(s, "steps"),
+                              number("test_loss"), number("test_accuracy"));
   }
   return run_curves(std::move(name), std::move(subtitle), records);
 }

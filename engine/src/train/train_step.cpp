@@ -14,12 +14,12 @@
 namespace kestrel {
 
 namespace {
-// Dropout draws from its own key, so its masks never repeat the initial weights' random stream; each
-// data-parallel rank from a key of its own, so that the ranks' masks differ (rank 0's is a single
-// process's).
 // Philox blocks a deterministic step may draw: each step's dropout counters start at step x this.
 constexpr uint64_t kDeterministicStepDraws = uint64_t(1) << 32;
 
+// Dropout draws from its own key, so its masks never repeat the initial weights' random stream; each
+// data-parallel rank from a key of its own, so that the ranks' masks differ (rank 0's is a single
+// process's).
 uint64_t dropout_seed(uint64_t seed, int rank) { return (seed ^ 0x9e3779b97f4a7c15ULL) + uint64_t(rank) * 0xd1b54a32d192ed03ULL; }
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "kestrel/io.h"
 #include "kestrel/loader.h"
 #include "kestrel/ops.h"
+#include "busy_guard.h"
 #include "checkpoint_state.h"
 #include "data_parallel.h"
 #include "metrics_window.h"
@@ -172,8 +173,6 @@ RunIdentity Trainer::identity() const {
   return {spec.name(), spec.source(), device_.str(), info.name, info.runtime, spec.parameter_count()};
 }
 
-// A step per batch, a report after each (RunReport decides what to write), a checkpoint every
-// checkpoint_every steps and at each epoch's end, an evaluation per epoch.
 // Processes under a launcher ask their own callbacks: the run stops at a step when any rank's says so,
 // agreed through a collective (the checkpoint that follows is one). Ranks of one process agree in
 // MultiDeviceTrainer, which asks rank 0's callback for all of them.
@@ -185,15 +184,11 @@ bool Trainer::ranks_go_on(bool mine, int64_t step) {
   return stops.to_doubles()[0] == 0;
 }
 
+// A step per batch, a report after each (RunReport decides what to write), a checkpoint every
+// checkpoint_every steps and at each epoch's end, an evaluation per epoch.
 TrainSummary Trainer::fit(const TrainOptions& options) {
-  if (fitting_)
-    throw InvalidArgument("fit: this trainer is already training (fit was called again from its progress callback); "
-                          "return false from the callback to stop the run instead");
-  fitting_ = true;
-  const struct Done {
-    bool& flag;
-    ~Done() { flag = false; }
-  } done{fitting_};
+  const BusyGuard fitting(fitting_, "fit: this trainer is already training (fit was called again from its progress "
+                                   "callback); return false from the callback to stop the run instead");
   if (config_.drop_last && train_->size < config_.batch_size)
     throw ConfigError(fmt::format("{}: /drop_last: the training data has {} samples, fewer than /batch_size ({}), so "
                                   "every batch would be dropped and nothing trained; lower batch_size or set drop_last "
