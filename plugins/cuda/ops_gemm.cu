@@ -1,6 +1,6 @@
 // Matrix products through cuBLAS (cublasGemmStridedBatchedEx), plus the fused linear op (GEMM, then one
-// kernel for bias and activation). With KESTREL_CUDA_LT=1 both try cuBLASLt first (cublaslt_products.cpp):
-// rank-2 GEMMs, and LINEAR with the bias and ReLU in the product's epilogue.
+// kernel for bias and activation). Unless KESTREL_CUDA_DISABLE_LT=1, both try cuBLASLt first
+// (cublaslt_products.cpp): rank-2 GEMMs, and LINEAR with the bias in the product's epilogue.
 //
 // cuBLAS is column-major; a row-major C = A @ B is computed as the column-major C^T = B^T @ A^T, i.e. by
 // swapping the operands (and m with n). Each operand is classified from its strides: row-major (strides
@@ -229,12 +229,10 @@ void launch_linear(kestrel_stream& s, const kestrel_op& op) {
   const int act = params_of<kestrel_linear_params>(op, "linear").activation;
   const bool keep_pre = op.num_outputs == 2, has_bias = op.num_inputs == 3;
   const kestrel_tensor& pre_desc = keep_pre ? op.outputs[1] : op.outputs[0];
-  // cuBLASLt adds the bias in the product's epilogue, and the ReLU when the pre-activation is not asked
-  // for; what is left (GELU, or y beside the pre-activation) is the kernel's below, without the bias.
-  const bool relu_inside = act == KESTREL_ACTIVATION_RELU && !keep_pre;
-  const bool by_lt = lt_enabled() &&
-                     linear_by_lt(s, op.inputs[0], op.inputs[1], has_bias ? &op.inputs[2] : nullptr, pre_desc, relu_inside);
-  if (by_lt && (relu_inside || (act == KESTREL_ACTIVATION_NONE && !keep_pre))) return;
+  // cuBLASLt adds the bias in the product's epilogue; the activation (and y beside the pre-activation) is
+  // the kernel's below, without the bias.
+  const bool by_lt = lt_enabled() && linear_by_lt(s, op.inputs[0], op.inputs[1], has_bias ? &op.inputs[2] : nullptr, pre_desc);
+  if (by_lt && act == KESTREL_ACTIVATION_NONE && !keep_pre) return;
   if (!by_lt) run_gemm(s, problem_of(op.inputs[0], op.inputs[1], pre_desc), 1.0, 0.0);
   const int64_t total = numel(op.outputs[0]), cols = op.outputs[0].shape[1];
   const int64_t ld = op.outputs[0].shape[0] > 1 ? op.outputs[0].strides[0] : cols;

@@ -13,12 +13,8 @@ step() {
   timeout -k 10 "$limit" bash scripts/gpu/on_device.sh "$name" 2>&1 | tee -a "$log"
   echo "=== $name ended with ${PIPESTATUS[0]} ($(date +%T))" | tee -a "$log"
 }
-step 130 conformance   # ABI 1.11-1.13: MAX_ABS, 16-bit cross-entropy and its backward, attention on (N,H,T,D) views (cuDNN and own kernels); packed element-wise kernels; stride-0 gather/scatter
-step 60 lossscale      # issue 16: the one-read overflow check and the scaler's share of the MLP's f16 step
-step 90 lt             # issue 18: products through cuBLASLt (opt-in): conformance, then the MLPs and GPT-2 both ways
-step 30 packed         # issues 15/16: packed element-wise kernels against the strided ones (the MLP's bf16 step)
-step 40 rnn            # issue 15: cuDNN's RNN API against Kestrel's fused-cell layers, side by side
-step 15 deadline       # issue 17: a peer that never joins fails the first collective at the timeout
-step 55 profile        # issue 16: where the MLP's bf16 step goes now that products keep 16-bit results
-step 55 profile_gpt2   # issue 15: where GPT-2 small's bf16 step goes (11% MFU)
-step 75 vulkan_quick   # issue 18: Vulkan on NVIDIA against CUDA, the pool backward's gather (carry .gl/)
+step 130 conformance   # cuBLASLt now the default (bias in the epilogue, activations outside): every family
+step 80 lt             # issue 18: cuBLASLt against cuBLAS with the ReLU outside the epilogue (the MLPs), GPT-2 both ways
+step 90 mlp16          # issues 15/16: MLP and GPT-2 bf16 steps, PyTorch eager beside them in the same lease
+step 55 profile_gpt2   # issue 15: GPT-2's four ~2 ms strided copies (copy_kernel): which tensors, warm-up or replay
+step 180 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA (carry .gl/); it needs about 170 s

@@ -57,19 +57,17 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       precision) python3 bench/precision.py --backend cuda --precisions bf16 f16 --seeds 42 43 7 --only mlp &&
                  python3 bench/precision.py --backend cuda --precisions bf16 f16 --only convnet gpt \
                                             --convnet-epochs 10 --gpt-steps 2000 ;;
-      # Issue 16: the 8192-wide MLP's bf16 step with 16-bit activations between products, PyTorch eager beside it.
-      mlp16) build/bin/bench_mfu --benchmark_filter='mlp_8192/cuda:0/bf16/b8192/captured'
-             python3 bench/pytorch/mfu.py --only mlp_8192 --precisions bf16 --modes eager --timeout 40 ;;
-      # Issue 18: products through cuBLASLt (opt-in, KESTREL_CUDA_LT=1, not yet run on a GPU): LINEAR with the
-      # bias and ReLU in the product's epilogue, and the 2-D GEMMs by cuBLASLt's heuristic. The gemm and fused
-      # families with it, then the MLPs' steps without and with it (make it the default in
-      # cublaslt_products.cpp if they pass and it wins; the "relu keeps NaN" cases say whether ReLU may stay in
-      # the epilogue).
-      lt) for family in gemm fused; do KESTREL_CUDA_LT=1 build/bin/kestrel conformance --backend cuda --family $family | tail -3; done
-          for lt in 0 1; do
-            echo "KESTREL_CUDA_LT=$lt"
-            KESTREL_CUDA_LT=$lt build/bin/bench_mfu --benchmark_filter='(mlp_8192/cuda:0/bf16/b8192|gpt2_small/cuda:0/bf16/b8)/captured'
-            KESTREL_CUDA_LT=$lt build/bin/bench_train --benchmark_filter='^train_step/(fashion|seeds)_mlp/cuda' \
+      # Issues 15/16: the 8192-wide MLP's and GPT-2 small's captured bf16 steps, PyTorch eager beside them.
+      mlp16) build/bin/bench_mfu --benchmark_filter='(mlp_8192/cuda:0/bf16/b8192|gpt2_small/cuda:0/bf16/b8)/captured'
+             python3 bench/pytorch/mfu.py --only mlp_8192 gpt2_small --precisions bf16 --modes eager --timeout 60 ;;
+      # Issue 18: products through cuBLASLt (the default since 2026-11-27's H200 run; KESTREL_CUDA_DISABLE_LT=1
+      # is cuBLAS's cublasGemmStridedBatchedEx): LINEAR with the bias in the product's epilogue and the 2-D GEMMs
+      # by cuBLASLt's heuristic. The gemm and fused families, then the MLPs' and GPT-2's steps both ways.
+      lt) for family in gemm fused; do build/bin/kestrel conformance --backend cuda --family $family | tail -3; done
+          for disabled in 1 0; do
+            echo "KESTREL_CUDA_DISABLE_LT=$disabled"
+            KESTREL_CUDA_DISABLE_LT=$disabled build/bin/bench_mfu --benchmark_filter='(mlp_8192/cuda:0/bf16/b8192|gpt2_small/cuda:0/bf16/b8)/captured'
+            KESTREL_CUDA_DISABLE_LT=$disabled build/bin/bench_train --benchmark_filter='^train_step/(fashion|seeds)_mlp/cuda' \
               --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
           done ;;
       # Issue 16: f16 loss scaling's cost with ABI 1.11's one-read overflow check (REDUCE MAX_ABS): the check
@@ -85,14 +83,17 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       # Where a step's time goes: each kernel of a few captured steps timed by Nsight Compute, summed by name
       # (bench/kernel_profile.py). PROFILE picks the bench_mfu benchmark.
       profile) ncu --metrics gpu__time_duration.sum --csv --clock-control none --cache-control none --launch-skip "${SKIP:-300}" --launch-count "${COUNT:-400}" \
-                   build/bin/bench_mfu --benchmark_filter="${PROFILE:-mlp_8192/cuda:0/bf16}" --benchmark_min_time="${STEPS:-1}x" \
+                   build/bin/bench_mfu --benchmark_filter="${PROFILE:-mlp_8192/cuda:0/bf16}" --benchmark_min_time="${MIN_TIME:-0.01}" \
                    > /tmp/ncu.csv && python3 bench/kernel_profile.py /tmp/ncu.csv ;;
       # Issue 15: the same for GPT-2 small's captured bf16 step (11% MFU against 40%): about one step's
       # kernels after the warm-up and capture.
       # GPT-2's step is some 600-1000 kernels (never counted): after the model's set-up, the eager warm-up step
       # and part of the first replay are skipped, and about two replayed steps of the five are timed.
-      profile_gpt2) PROFILE='gpt2_small/cuda:0/bf16/b8/captured' SKIP="${SKIP:-1300}" COUNT="${COUNT:-1300}" STEPS=2 \
-                      bash scripts/gpu/on_device.sh profile ;;
+      # Twice, the second window 1300 launches later: copies that leave it belonged to the warm-up or capture.
+      profile_gpt2) for skip in ${SKIP:-1300 2600}; do
+                      PROFILE='gpt2_small/cuda:0/bf16/b8/captured' SKIP=$skip COUNT="${COUNT:-1300}" \
+                        bash scripts/gpu/on_device.sh profile
+                    done ;;
       # Issue 14: the crash at exit with the CUDA and the Vulkan plugin both loaded on NVIDIA's driver, under
       # cuda-gdb (the image has no gdb) for its stack.
       exitcrash) gl_libraries
@@ -119,7 +120,7 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
                done
                ncu --metrics gpu__time_duration.sum --csv --launch-skip 400 --launch-count 300 build/bin/bench_train \
-                 --benchmark_filter='^train_step/fashion_convnet/cuda:0/b512' --benchmark_min_time=1x > /tmp/ncu.csv &&
+                 --benchmark_filter='^train_step/fashion_convnet/cuda:0/b512' --benchmark_min_time=0.01 > /tmp/ncu.csv &&
                  python3 bench/kernel_profile.py /tmp/ncu.csv --top 22
                timeout "${TORCH_TIMEOUT:-110}" python3 bench/pytorch/workloads.py --device cuda --steps 30 --compile \
                  --only convnet --modes eager compile-reduce-overhead ;;
