@@ -112,19 +112,24 @@ void launch_softmax(const kestrel_op& op) {
 
 // SOFTMAX_CROSS_ENTROPY: in0 logits (N, C), in1 labels (N) -> out0 loss (N) [, out1 dlogits (N, C) =
 // softmax - onehot]. SOFTMAX_CROSS_ENTROPY_BACKWARD: in0 logits, in1 labels, in2 scales (N) -> out0 dlogits
-// (N, C) = (softmax - onehot) * scale.
+// (N, C) = (softmax - onehot) * scale. Logits (and backward's dlogits) in rows a stride apart; the
+// two-output forward all contiguous.
 bool supports_softmax_cross_entropy(const kestrel_op& op) {
+  namespace shapes = kestrel::plugin_shapes;
   if (op.kind == KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD)
-    return kestrel::plugin_shapes::softmax_cross_entropy_backward_fits(op) &&
-           kestrel::plugin_shapes::softmax_cross_entropy_backward_dense(op);
-  return kestrel::plugin_shapes::softmax_cross_entropy_fits(op) && all_contiguous(op);
+    return shapes::softmax_cross_entropy_backward_fits(op) && shapes::softmax_cross_entropy_in_rows(op);
+  return shapes::softmax_cross_entropy_fits(op) && (all_contiguous(op) || shapes::softmax_cross_entropy_in_rows(op));
 }
 
 namespace {
 
+// A (R, C) matrix's row stride: C when it has one row (any stride then reads the same elements).
+int64_t row_stride(const kestrel_tensor& t) { return t.shape[0] > 1 ? t.strides[0] : t.shape[1]; }
+
 void launch_cross_entropy_backward(const kestrel_op& op) {
   const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &scales = op.inputs[2];
   const int64_t rows = logits.shape[0], cols = logits.shape[1], scale_stride = scales.strides[0];
+  const int64_t x_stride = row_stride(logits), grad_stride = row_stride(op.outputs[0]);
   dispatch_float(logits.dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
@@ -133,8 +138,8 @@ void launch_cross_entropy_backward(const kestrel_op& op) {
     using A = Acc<E>;
     const A* scale = data_of<A>(scales);  // f64 beside f64 logits, else f32: A
     parallel_for_split("kestrel::softmax_cross_entropy_backward", rows, rows * cols, [=, &labels](int64_t r) {
-      cross_entropy_grad_row<E>(x + r * cols, cols, label_at(labels, r), scale[r * scale_stride], grad + r * cols,
-                                row_scratch<A>(cols));
+      cross_entropy_grad_row<E>(x + r * x_stride, cols, label_at(labels, r), scale[r * scale_stride],
+                                grad + r * grad_stride, row_scratch<A>(cols));
     });
   });
 }
@@ -154,6 +159,7 @@ void launch_softmax_cross_entropy(const kestrel_op& op) {
            " is outside the " + std::to_string(cols) + " classes");
   }
   const int64_t* label = labels.data();
+  const int64_t x_stride = row_stride(logits);  // the two-output form's are contiguous: cols
   dispatch_float(logits.dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;
@@ -163,7 +169,7 @@ void launch_softmax_cross_entropy(const kestrel_op& op) {
       using L = decltype(loss_elem);
       typename L::storage* loss = mutable_data_of<typename L::storage>(op.outputs[0]);
       parallel_for_split("kestrel::softmax_cross_entropy", rows, rows * cols, [=](int64_t r) {
-        cross_entropy_row<E, L>(x + r * cols, cols, label[r], loss + r, grad ? grad + r * cols : nullptr,
+        cross_entropy_row<E, L>(x + r * x_stride, cols, label[r], loss + r, grad ? grad + r * cols : nullptr,
                                 row_scratch(cols));
       });
     };

@@ -56,15 +56,17 @@ __global__ void softmax_kernel(const typename E::storage* x, typename E::storage
   }
 }
 
-// LossE: the loss's element type, the logits' (E) or F32 beside 16-bit logits (plugin ABI 1.12).
+// LossE: the loss's element type, the logits' (E) or F32 beside 16-bit logits (plugin ABI 1.12). x's rows
+// are x_stride apart (the logits may be a slice of a padded product's rows); grad, when asked, is contiguous.
 template <class E, class LossE, class L>
-__global__ void cross_entropy_kernel(const typename E::storage* x, const L* labels, typename LossE::storage* loss,
-                                     typename E::storage* grad, int64_t rows, int64_t cols, DeviceErrorSlot* error) {
+__global__ void cross_entropy_kernel(const typename E::storage* x, int64_t x_stride, const L* labels,
+                                     typename LossE::storage* loss, typename E::storage* grad, int64_t rows,
+                                     int64_t cols, DeviceErrorSlot* error) {
   using A = RowAcc<E>;
   using C = typename E::compute;
   using LossC = typename LossE::compute;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const typename E::storage* xr = x + r * cols;
+    const typename E::storage* xr = x + r * x_stride;
     const long long label = static_cast<long long>(labels[r]);
     const bool valid = label >= 0 && label < cols;
     if (!valid && threadIdx.x == 0) report_error(error, DEVICE_ERROR_LABEL, label, cols);
@@ -80,20 +82,20 @@ __global__ void cross_entropy_kernel(const typename E::storage* x, const L* labe
 
 // The logits' gradient from the logits, (softmax - onehot) * the row's scale, rounded once. scales: f32, or
 // f64 beside f64 logits; scale_stride 0 gives every row the first. A label outside [0, cols) subtracts
-// nothing: forward has reported it.
+// nothing: forward has reported it. x's rows are x_stride apart, grad's grad_stride.
 template <class E, class L, class Scale>
-__global__ void cross_entropy_backward_kernel(const typename E::storage* x, const L* labels, const Scale* scales,
-                                              int64_t scale_stride, typename E::storage* grad, int64_t rows,
-                                              int64_t cols) {
+__global__ void cross_entropy_backward_kernel(const typename E::storage* x, int64_t x_stride, const L* labels,
+                                              const Scale* scales, int64_t scale_stride, typename E::storage* grad,
+                                              int64_t grad_stride, int64_t rows, int64_t cols) {
   using A = RowAcc<E>;
   using C = typename E::compute;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const typename E::storage* xr = x + r * cols;
+    const typename E::storage* xr = x + r * x_stride;
     const long long label = static_cast<long long>(labels[r]);
     const A scale = A(scales[r * scale_stride]);
     const RowStats<E> row = row_stats<E>(xr, cols);
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      grad[r * cols + j] =
+      grad[r * grad_stride + j] =
           E::store(C((exp(A(E::load(xr[j])) - row.top) / row.sum - (j == label ? A(1) : A(0))) * scale));
   }
 }
@@ -192,13 +194,16 @@ void launch_softmax(kestrel_stream& s, const kestrel_op& op) {
 // softmax - onehot]. SOFTMAX_CROSS_ENTROPY_BACKWARD: in0 logits, in1 labels, in2 scales (N) -> out0
 // dlogits (N, C) = (softmax - onehot) * scale.
 bool supports_softmax_cross_entropy(const kestrel_op& op) {
+  namespace shapes = kestrel::plugin_shapes;
   if (op.kind == KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD)
-    return kestrel::plugin_shapes::softmax_cross_entropy_backward_fits(op) &&
-           kestrel::plugin_shapes::softmax_cross_entropy_backward_dense(op);
-  return kestrel::plugin_shapes::softmax_cross_entropy_fits(op) && all_contiguous(op);
+    return shapes::softmax_cross_entropy_backward_fits(op) && shapes::softmax_cross_entropy_in_rows(op);
+  return shapes::softmax_cross_entropy_fits(op) && (all_contiguous(op) || shapes::softmax_cross_entropy_in_rows(op));
 }
 
 namespace {
+
+// A (R, C) matrix's row stride: C when it has one row (any stride then reads the same elements).
+int64_t row_stride(const kestrel_tensor& t) { return t.shape[0] > 1 ? t.strides[0] : t.shape[1]; }
 
 void launch_cross_entropy_backward(kestrel_stream& s, const kestrel_op& op) {
   const TensorRef logits = ref(op.inputs[0]), labels = ref(op.inputs[1]), scales = ref(op.inputs[2]),
@@ -212,8 +217,9 @@ void launch_cross_entropy_backward(kestrel_stream& s, const kestrel_op& op) {
     dispatch_index(labels.dtype, [&](auto label_type) {
       using L = decltype(label_type);
       cross_entropy_backward_kernel<E, L, Scale><<<row_grid(rows), row_block(cols), 0, s.cuda>>>(
-          reinterpret_cast<const S*>(logits.base), reinterpret_cast<const L*>(labels.base),
-          reinterpret_cast<const Scale*>(scales.base), scale_stride, reinterpret_cast<S*>(grad.base), rows, cols);
+          reinterpret_cast<const S*>(logits.base), row_stride(op.inputs[0]), reinterpret_cast<const L*>(labels.base),
+          reinterpret_cast<const Scale*>(scales.base), scale_stride, reinterpret_cast<S*>(grad.base),
+          row_stride(op.outputs[0]), rows, cols);
     });
   });
   check_launch("softmax_cross_entropy_backward");
@@ -235,7 +241,7 @@ void launch_softmax_cross_entropy(kestrel_stream& s, const kestrel_op& op) {
       using LossE = decltype(loss_elem);
       using L = decltype(label_type);
       cross_entropy_kernel<E, LossE, L><<<row_grid(rows), row_block(cols), 0, s.cuda>>>(
-          reinterpret_cast<const S*>(logits.base), reinterpret_cast<const L*>(labels.base),
+          reinterpret_cast<const S*>(logits.base), row_stride(op.inputs[0]), reinterpret_cast<const L*>(labels.base),
           reinterpret_cast<typename LossE::storage*>(loss.base), reinterpret_cast<S*>(grad), rows, cols,
           s.error_device);
     };

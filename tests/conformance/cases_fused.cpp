@@ -191,26 +191,51 @@ void fused_cases(Runner& r) {
                   reference(x, labels, n, want_loss, softmax);
                   r.expect_close(loss, want_loss, tolerance_for(DType::f32, c > 5 ? 64 : 4), "loss");
                 });
+        // Logits (and their gradient) a slice of wider rows: a linear layer's logits cut out of the padded
+        // width its product ran at, read (and written) in place by the plugins that take a row stride.
+        auto wide_rows = [&](const std::vector<double>& x, int64_t n, int64_t width) {  // (n, c) of (n, width)
+          std::vector<double> wide(size_t(n * width), 0.5);
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < c; ++j) wide[size_t(i * width + j)] = x[size_t(i * c + j)];
+          return r.upload({n, width}, wide, dtype).slice(1, 0, c);
+        };
+        r.run(case_name({"softmax_cross_entropy", dt, std::string(dtype_name(label_dtype)), classes,
+                         "rows a stride apart"}),
+              false, [&] {
+                const int64_t n = 6;
+                auto x = r.values(n * c, -4, 4, dtype);
+                auto labels = r.values(n, 0, c, DType::i64);
+                Tensor loss = Tensor::empty({n}, statistic, r.device());
+                launch(r.device(), KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr,
+                       {wide_rows(x, n, c + 3), r.upload({n}, labels, label_dtype)}, {loss});
+                std::vector<double> want_loss, softmax;
+                reference(x, labels, n, want_loss, softmax);
+                r.expect_close(loss, want_loss, tolerance_for(statistic, c > 5 ? 64 : 4), "loss");
+              });
         for (bool per_row : {false, true})
-          r.run(case_name({"softmax_cross_entropy_backward", dt, std::string(dtype_name(label_dtype)), classes,
-                           per_row ? "a scale per row" : "one scale"}),
-                false, [&] {
-                  const int64_t n = 6;
-                  auto x = r.values(n * c, -4, 4, dtype);
-                  auto labels = r.values(n, 0, c, DType::i64);
-                  auto scales = r.values(per_row ? n : 1, 0.25, 4, statistic);
-                  const Tensor scale_tensor = per_row ? r.upload({n}, scales, statistic)
-                                                      : r.upload({1}, scales, statistic).expand({n});
-                  Tensor grad = Tensor::empty({n, c}, dtype, r.device());
-                  launch(r.device(), KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr,
-                         {r.upload({n, c}, x, dtype), r.upload({n}, labels, label_dtype), scale_tensor}, {grad});
-                  std::vector<double> loss, want;
-                  reference(x, labels, n, loss, want);
-                  for (int64_t i = 0; i < n; ++i)
-                    for (int64_t j = 0; j < c; ++j)
-                      want[i * c + j] = (want[i * c + j] - (j == labels[i] ? 1.0 : 0.0)) * scales[per_row ? i : 0];
-                  r.expect_close(grad, want, tolerance_for(dtype, 8), "gradient");
-                });
+          for (bool strided : {false, true})
+            r.run(case_name({"softmax_cross_entropy_backward", dt, std::string(dtype_name(label_dtype)), classes,
+                             per_row ? "a scale per row" : "one scale"}) +
+                      (strided ? "/rows a stride apart" : ""),
+                  false, [&] {
+                    const int64_t n = 6;
+                    auto x = r.values(n * c, -4, 4, dtype);
+                    auto labels = r.values(n, 0, c, DType::i64);
+                    auto scales = r.values(per_row ? n : 1, 0.25, 4, statistic);
+                    const Tensor scale_tensor = per_row ? r.upload({n}, scales, statistic)
+                                                        : r.upload({1}, scales, statistic).expand({n});
+                    Tensor grad = strided ? Tensor::empty({n, c + 5}, dtype, r.device()).slice(1, 0, c)
+                                          : Tensor::empty({n, c}, dtype, r.device());
+                    const Tensor logits = strided ? wide_rows(x, n, c + 3) : r.upload({n, c}, x, dtype);
+                    launch(r.device(), KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr,
+                           {logits, r.upload({n}, labels, label_dtype), scale_tensor}, {grad});
+                    std::vector<double> loss, want;
+                    reference(x, labels, n, loss, want);
+                    for (int64_t i = 0; i < n; ++i)
+                      for (int64_t j = 0; j < c; ++j)
+                        want[i * c + j] = (want[i * c + j] - (j == labels[i] ? 1.0 : 0.0)) * scales[per_row ? i : 0];
+                    r.expect_close(grad, want, tolerance_for(dtype, 8), "gradient");
+                  });
       }
     // Three optimizer steps against torch.optim's update rules written out in double; the long vectors
     // (an odd length) reach a backend's blocked and multi-threaded paths.

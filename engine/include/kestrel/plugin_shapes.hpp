@@ -261,6 +261,22 @@ inline bool softmax_cross_entropy_backward_dense(const kestrel_op& op) {
          (scales.strides[0] == 0 || is_contiguous(scales));
 }
 
+// A matrix (R, C) whose rows are contiguous and do not overlap, one row stride apart (>= C): a slice of
+// wider rows, such as a layer's logits cut out of the padded width its product ran at.
+inline bool contiguous_rows(const kestrel_tensor& t) {
+  return t.rank == 2 && (t.shape[1] <= 1 || t.strides[1] == 1) && (t.shape[0] <= 1 || t.strides[0] >= t.shape[1]);
+}
+
+// Either cross-entropy op (forward with one output, or backward) with its logits, and backward's dlogits,
+// in contiguous rows; everything else as softmax_cross_entropy_backward_dense has it. The plugins that
+// read a row stride take logits left in a padded product's width without a copy.
+inline bool softmax_cross_entropy_in_rows(const kestrel_op& op) {
+  if (!contiguous_rows(op.inputs[0]) || !is_contiguous(op.inputs[1])) return false;
+  if (op.kind != KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD) return op.num_outputs == 1 && is_contiguous(op.outputs[0]);
+  const kestrel_tensor& scales = op.inputs[2];
+  return contiguous_rows(op.outputs[0]) && (scales.strides[0] == 0 || is_contiguous(scales));
+}
+
 // ---- reductions: out has in's rank, extent 1 on each reduced axis ----
 
 struct ReduceShape {

@@ -78,6 +78,20 @@ struct RowWeights {
   }
 };
 
+// logits (N, C) or (N, T, C) as (N [x T], C) without a copy, where their rows are contiguous and evenly
+// spaced; undefined otherwise.
+Tensor rows_in_place(const Tensor& logits) {
+  const Shape& shape = logits.shape();
+  const Shape& strides = logits.strides();
+  const int last = logits.rank() - 1;
+  if (strides[last] != 1 && shape[last] > 1) return Tensor();
+  if (logits.rank() == 2) return logits;
+  if (logits.rank() != 3) return Tensor();
+  const int64_t row = shape[1] > 1 ? strides[1] : strides[0];  // one position a sample: the samples' stride
+  if (shape[0] > 1 && shape[1] > 1 && strides[0] != row * shape[1]) return Tensor();
+  return logits.as_strided({shape[0] * shape[1], shape[2]}, {row, 1}, logits.offset());
+}
+
 // Cross-entropy through the fused ops of plugin ABI 1.12 where the device has them for these logits (16-bit
 // ones read as they are, their losses in f32): forward writes only the losses, and backward the logits'
 // gradient from the logits, already scaled by each row's share times dy. Nothing where the device lacks
@@ -85,16 +99,23 @@ struct RowWeights {
 std::optional<Var> fused_cross_entropy(const Var& logits, const Tensor& flat_labels,
                                        std::optional<int64_t> ignore_index, bool gradient) {
   if (!ops::fused_ops_enabled()) return std::nullopt;
-  const Tensor& given = logits.value();
   const int64_t rows = flat_labels.size(0);
-  const Tensor x = given.contiguous().view({rows, given.shape().back()});  // (rows, C)
-  const DType statistic = math::statistics_dtype(x.dtype());
-  const Device& device = x.device();
+  const Device& device = logits.value().device();
+  const DType statistic = math::statistics_dtype(logits.value().dtype());
   Tensor losses = Tensor::empty({rows}, statistic, device);  // (rows); also stands in for backward's scales
-  const kestrel_op forward = ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr, {x, flat_labels}, {losses});
-  const kestrel_op backward =
-      ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr, {x, flat_labels, losses}, {x});
-  if (!ops::supports(device, forward) || (gradient && !ops::supports(device, backward))) return std::nullopt;
+  auto supported = [&](const Tensor& x) {  // x: (rows, C)
+    const kestrel_op forward = ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr, {x, flat_labels}, {losses});
+    const kestrel_op backward =
+        ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr, {x, flat_labels, losses}, {x});
+    return ops::supports(device, forward) && (!gradient || ops::supports(device, backward));
+  };
+  // The logits' rows where they lie when the device reads rows a stride apart (a linear layer's logits
+  // cut out of its padded product, 823 MB for GPT-2 small's bf16 batch of 8 x 1024), else a contiguous copy.
+  Tensor x = rows_in_place(logits.value());  // (rows, C)
+  if (!x.defined() || !supported(x)) {
+    x = logits.value().contiguous().view({rows, logits.value().shape().back()});
+    if (!supported(x)) return std::nullopt;
+  }
   const RowWeights weights(flat_labels, ignore_index, statistic);
   ops::launch(device, ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr, {x, weights.labels}, {losses}));
   const Tensor loss = weights.mean(losses);
