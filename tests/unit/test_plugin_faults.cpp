@@ -40,6 +40,7 @@ TEST(PluginFaults, EachBrokenPluginIsSkippedWithItsReason) {
   expect_skipped(engine, "abi_mismatch", "built for plugin ABI 999.0");
   expect_skipped(engine, "widget", "no Widget accelerator found");
   expect_skipped(engine, "init_fails", "initialisation failed: driver handshake failed");
+  expect_skipped(engine, "probe_throws", "probe failed: it threw probe exploded (deliberately)");
   expect_skipped(engine, "incomplete", "lacks required entries: supports_op, launch");
   expect_skipped(engine, "old_minor", "built for plugin ABI 1.1");
   expect_skipped(engine, "short_table", "lacks required entries: supports_op, launch");
@@ -158,6 +159,31 @@ TEST(PluginFaults, ASecondPluginWithTheSameNameIsShadowed) {
   EXPECT_TRUE(engine.plugins()[0].loaded);
   EXPECT_FALSE(engine.plugins()[1].loaded);
   EXPECT_NE(engine.plugins()[1].reason.find("shadowed"), std::string::npos) << engine.plugins()[1].reason;
+  fs::remove_all(dir);
+}
+
+// A hard link is the same file under another name: one candidate, not a second instance of the library
+// (dlopen would return the first, whose state the shadowed instance's shutdown would then tear down).
+TEST(PluginFaults, AHardLinkToALoadedPluginIsNotLoadedAgain) {
+  namespace fs = std::filesystem;
+  kestrel::Engine probe_engine;
+  const kestrel::PluginInfo* cpu = find(probe_engine, "cpu");
+  ASSERT_NE(cpu, nullptr);
+  // Beside the plugin: a hard link cannot cross file systems.
+  const fs::path dir = fs::path(cpu->path).parent_path() / "kestrel_hardlink_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::create_hard_link(cpu->path, dir / "libkestrel_cpu_link.so");
+  kestrel::EngineOptions options;
+  options.plugin_path = {cpu->path, dir.string()};
+  options.use_environment = false;
+  options.use_default_locations = false;
+  {
+    kestrel::Engine engine(options);
+    ASSERT_EQ(engine.plugins().size(), 1u);
+    EXPECT_TRUE(engine.plugins()[0].loaded);
+    EXPECT_EQ(engine.device("cpu:0").backend(), "cpu");
+  }
   fs::remove_all(dir);
 }
 

@@ -13,6 +13,20 @@ namespace kestrel {
 
 namespace {
 constexpr int32_t kMaxDevicesPerPlugin = 1024;
+
+// One of the plugin's entries while it is being loaded. An exception thrown across the C ABI is a
+// plugin's bug; it becomes this plugin's refusal, with its message, rather than the end of the engine.
+template <class Entry>
+kestrel_status call_entry(Entry&& entry, std::string& thrown) {
+  try {
+    return entry();
+  } catch (const std::exception& e) {
+    thrown = e.what();
+  } catch (...) {
+    thrown = "an exception of unknown type";
+  }
+  return KESTREL_STATUS_INTERNAL;
+}
 }  // namespace
 
 LoadedPlugin::~LoadedPlugin() { shut_down(); }
@@ -85,19 +99,23 @@ LoadOutcome LoadedPlugin::load(const std::string& path) {
   std::string missing = missing_required_entries(api);
   if (!missing.empty()) return skip(fmt::format("plugin '{}' lacks required entries: {}", plugin->name_, missing));
 
+  std::string thrown;  // what an entry threw, where one did
+  auto failure = [&] {
+    return thrown.empty() ? plugin->last_error() : "it threw " + thrown + " (a plugin must return a status)";
+  };
   kestrel_probe_result probe{};
   set_abi_size(probe);
-  if (api.probe(&probe) != KESTREL_STATUS_OK) return skip("probe failed: " + plugin->last_error());
+  if (call_entry([&] { return api.probe(&probe); }, thrown) != KESTREL_STATUS_OK) return skip("probe failed: " + failure());
   probe.reason[sizeof(probe.reason) - 1] = '\0';
   if (!probe.usable) return skip(probe.reason[0] ? probe.reason : "the plugin's probe says it cannot run here");
   plugin->priority_ = probe.priority;
 
-  if (api.initialize() != KESTREL_STATUS_OK) {
-    return skip("initialisation failed: " + plugin->last_error());
-  }
+  if (call_entry([&] { return api.initialize(); }, thrown) != KESTREL_STATUS_OK)
+    return skip("initialisation failed: " + failure());
   plugin->initialized_ = true;
   int32_t count = 0;
-  if (api.device_count(&count) != KESTREL_STATUS_OK) return skip("cannot count devices: " + plugin->last_error());
+  if (call_entry([&] { return api.device_count(&count); }, thrown) != KESTREL_STATUS_OK)
+    return skip("cannot count devices: " + failure());
   if (count <= 0) return skip("the plugin found no devices");
   // Every device is described when the engine starts: a count no machine has would stall every command.
   if (count > kMaxDevicesPerPlugin)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <cstdlib>
+#include <sys/stat.h>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -48,10 +49,15 @@ std::vector<PluginCandidate> plugin_candidates(const EngineOptions& options) {
 
   std::vector<PluginCandidate> candidates;
   std::set<std::string> seen;
+  // Files by device and inode: a hard link to a file listed already is the same library to dlopen, which
+  // would hand back the loaded one, and its second instance's shutdown would tear down the first's.
+  std::set<std::pair<dev_t, ino_t>> files;
   auto add = [&](const fs::path& path, bool named) {
     std::error_code error;
     fs::path canonical = fs::weakly_canonical(path, error);
     std::string key = error ? path.string() : canonical.string();
+    struct stat file {};
+    if (::stat(key.c_str(), &file) == 0 && !files.insert({file.st_dev, file.st_ino}).second) return;
     if (seen.insert(key).second) candidates.push_back({key, named});
   };
   for (const auto& [location, named] : locations) {
