@@ -15,6 +15,15 @@
 
 namespace {
 
+// Only these plugin files and folders: neither KESTREL_PLUGIN_PATH nor the default locations.
+kestrel::EngineOptions only(std::vector<std::string> paths) {
+  kestrel::EngineOptions options;
+  options.plugin_path = std::move(paths);
+  options.use_environment = false;
+  options.use_default_locations = false;
+  return options;
+}
+
 kestrel::EngineOptions fault_options() {
   kestrel::EngineOptions options;
   options.plugin_path = {KESTREL_FAULT_PLUGIN_DIR, "/nonexistent/libkestrel_ghost.so"};
@@ -96,11 +105,7 @@ TEST(PluginFaults, AFifoNamedLikeAPluginIsSkipped) {
   fs::create_directories(dir);
   const fs::path fifo = dir / "libkestrel_fifo.so";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  kestrel::EngineOptions options;
-  options.plugin_path = {dir.string()};
-  options.use_environment = false;
-  options.use_default_locations = false;
-  kestrel::Engine engine(options);
+  kestrel::Engine engine(only({dir.string()}));
   expect_skipped(engine, "libkestrel_fifo.so", "not a regular file");
   fs::remove_all(dir);
 }
@@ -150,11 +155,7 @@ TEST(PluginFaults, ASecondPluginWithTheSameNameIsShadowed) {
   const kestrel::PluginInfo* cpu = find(probe_engine, "cpu");
   ASSERT_NE(cpu, nullptr);
   fs::copy_file(cpu->path, dir / "libkestrel_cpu_copy.so", fs::copy_options::overwrite_existing);
-  kestrel::EngineOptions options;
-  options.plugin_path = {cpu->path, dir.string()};
-  options.use_environment = false;
-  options.use_default_locations = false;
-  kestrel::Engine engine(options);
+  kestrel::Engine engine(only({cpu->path, dir.string()}));
   ASSERT_EQ(engine.plugins().size(), 2u);
   EXPECT_TRUE(engine.plugins()[0].loaded);
   EXPECT_FALSE(engine.plugins()[1].loaded);
@@ -174,12 +175,8 @@ TEST(PluginFaults, AHardLinkToALoadedPluginIsNotLoadedAgain) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   fs::create_hard_link(cpu->path, dir / "libkestrel_cpu_link.so");
-  kestrel::EngineOptions options;
-  options.plugin_path = {cpu->path, dir.string()};
-  options.use_environment = false;
-  options.use_default_locations = false;
   {
-    kestrel::Engine engine(options);
+    kestrel::Engine engine(only({cpu->path, dir.string()}));
     ASSERT_EQ(engine.plugins().size(), 1u);
     EXPECT_TRUE(engine.plugins()[0].loaded);
     EXPECT_EQ(engine.device("cpu:0").backend(), "cpu");
@@ -188,10 +185,7 @@ TEST(PluginFaults, AHardLinkToALoadedPluginIsNotLoadedAgain) {
 }
 
 TEST(PluginFaults, NoPluginsAtAllIsAClearError) {
-  kestrel::EngineOptions options;
-  options.use_environment = false;
-  options.use_default_locations = false;
-  kestrel::Engine engine(options);
+  kestrel::Engine engine(only({}));
   EXPECT_TRUE(engine.plugins().empty());
   EXPECT_THROW(engine.best_device(), kestrel::BackendUnavailable);
 }
