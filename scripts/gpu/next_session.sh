@@ -2,6 +2,7 @@
 # The open issues' pending GPU checks in priority order, each under its own time limit, in one device
 # call of at most 600 s (a lent machine gives a session 15 minutes, its start included):
 #   bash scripts/gpu/next_session.sh            # carry gpu-bundle and .gl (scripts/gpu/gl_packages.sh)
+#   bash scripts/gpu/next_session.sh more       # the second list, in a second call while the machine is warm
 # The log goes to $OUT/log.txt, so what ran comes back even when the call runs out of time.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,8 +14,13 @@ step() {
   timeout -k 10 "$limit" bash scripts/gpu/on_device.sh "$name" 2>&1 | tee -a "$log"
   echo "=== $name ended with ${PIPESTATUS[0]} ($(date +%T))" | tee -a "$log"
 }
+if [ "${1:-}" = more ]; then
+  step 150 floor       # issue 18: the floors again, now that floor.py counts cuBLAS's nvjet kernels as products
+  step 300 precision   # issue 16: accuracy on CUDA under torch.autocast's rule (MLP 3 seeds, ConvNet, gpt_char)
+  exit 0
+fi
 step 130 conformance   # cuBLASLt now the default (bias in the epilogue, activations outside): every family
 step 80 lt             # issue 18: cuBLASLt against cuBLAS with the ReLU outside the epilogue (the MLPs), GPT-2 both ways
 step 90 mlp16          # issues 15/16: MLP and GPT-2 bf16 steps, PyTorch eager beside them in the same lease
-step 55 profile_gpt2   # issue 15: GPT-2's four ~2 ms strided copies (copy_kernel): which tensors, warm-up or replay
+step 55 profile_gpt2   # issue 15: GPT-2's strided logits copies: forward's gone since 0a7088b, backward's left
 step 180 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA (carry .gl/); it needs about 170 s
