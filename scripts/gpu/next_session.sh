@@ -22,5 +22,5 @@ fi
 step 130 conformance   # cuBLASLt now the default (bias in the epilogue, activations outside): every family
 step 80 lt             # issue 18: cuBLASLt against cuBLAS with the ReLU outside the epilogue (the MLPs), GPT-2 both ways
 step 90 mlp16          # issues 15/16: MLP and GPT-2 bf16 steps, PyTorch eager beside them in the same lease
-step 55 profile_gpt2   # issue 15: GPT-2's strided logits copies: forward's gone since 0a7088b, backward's left
+step 55 profile_gpt2   # issue 15: GPT-2's two strided logits copies a step should be gone (padded_rows.h)
 step 180 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA (carry .gl/); it needs about 170 s

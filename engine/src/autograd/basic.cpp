@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "autocast.h"
+#include "padded_rows.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
 
@@ -41,20 +42,10 @@ Var mul(const Var& a_in, const Var& b_in) {
   });
 }
 
-namespace {
-// x as `shape`: a view where x is contiguous, or where x is a matrix of evenly spaced rows whose first
-// dimension alone is split (a linear layer's (N x T, out) rows, cut out of its padded product, as
-// (N, T, out)); a contiguous copy otherwise.
-Tensor reshaped(const Tensor& x, const Shape& shape) {
-  const bool split_rows = !x.is_contiguous() && x.rank() == 2 && shape.size() == 3 && shape[0] >= 0 &&
-                          shape[1] >= 0 && shape[2] == x.size(1) && shape[0] * shape[1] == x.size(0);
-  return split_rows ? x.unflatten(0, {shape[0], shape[1]}) : x.reshape(shape);
-}
-}  // namespace
-
 Var reshape(const Var& x, const Shape& shape) {
-  return make_var(reshaped(x.value(), shape), {x}, "reshape",
-                  [x = x.node()](const Tensor& dy) { accumulate_grad(*x, dy.reshape(x->value.shape())); });
+  // Rows a stride apart (a linear layer's padded product) keep their layout both ways: see padded_rows.h.
+  return make_var(rows_reshaped(x.value(), shape), {x}, "reshape",
+                  [x = x.node()](const Tensor& dy) { accumulate_grad(*x, rows_reshaped(dy, x->value.shape())); });
 }
 
 Var permute(const Var& x, const std::vector<int>& dims) {

@@ -5,6 +5,7 @@
 
 #include "../runtime/device_runtime.h"
 #include "autocast.h"
+#include "padded_rows.h"
 #include "weight_grad.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
@@ -127,20 +128,27 @@ Var linear_autocast(const Var& x, const Var& weight, const Var& bias, kestrel_ac
   std::vector<Var> parents{x, weight};
   if (bias.defined()) parents.push_back(bias);
   // (N, out): the padded rows' first `out` columns, left where the product wrote them. Cross-entropy reads
-  // such rows in place; an op that needs contiguous rows copies them (on GPT-2 small's logits, a copy of
-  // 823 MB a step was 6% of the step on an H200).
+  // such rows in place (and writes its gradient so, which backward below takes without a copy); an op that
+  // needs contiguous rows copies them. GPT-2 small's logits are 823 MB, about 2 ms a copy on an H200.
   const Tensor y = features == out ? y16 : y16.slice(1, 0, out);
   return make_var(y, parents, "linear",
                   [x = x.node(), weight = weight.node(), bias = bias.node(), activation, x16, w16, y16 = y16,
                    pre16 = pre16, out](const Tensor& dy) {
-                    // dy (N, out) into the padded width, its padding 0 so that it adds nothing below.
-                    Tensor dy16 = dy.to(y16.dtype());  // (N, features)
-                    if (y16.size(1) > out) {
-                      dy16 = Tensor::empty(y16.shape(), y16.dtype(), y16.device());
-                      Tensor padding = dy16.slice(1, out, y16.size(1));
+                    // dy (N, out) in the padded width, its padding 0 so that it adds nothing below: where
+                    // dy already lies in such rows of a buffer of its own (cross-entropy writes the
+                    // logits' gradient so), only the padding is written; else dy is copied into new rows.
+                    const int64_t features = y16.size(1);
+                    std::optional<Tensor> in_place;
+                    if (features > out && dy.dtype() == y16.dtype()) in_place = sole_padded_rows(dy, features);
+                    Tensor dy16 = in_place ? *in_place : dy.to(y16.dtype());  // (N, features)
+                    if (features > out) {
+                      if (!in_place) {
+                        dy16 = Tensor::empty(y16.shape(), y16.dtype(), y16.device());
+                        Tensor head = dy16.slice(1, 0, out);
+                        ops::copy_(head, dy);
+                      }
+                      Tensor padding = dy16.slice(1, out, features);
                       ops::fill_(padding, 0.0);
-                      Tensor head = dy16.slice(1, 0, out);
-                      ops::copy_(head, dy);
                     }
                     Tensor dz = activation_grad(activation, dy16, y16, pre16);  // (N, features) 16-bit
                     if (x->requires_grad) accumulate_grad(*x, ops::matmul(dz, w16, x->value.dtype()));  // (N, in)

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "autocast.h"
+#include "padded_rows.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
 
@@ -78,20 +79,6 @@ struct RowWeights {
   }
 };
 
-// logits (N, C) or (N, T, C) as (N [x T], C) without a copy, where their rows are contiguous and evenly
-// spaced; undefined otherwise.
-Tensor rows_in_place(const Tensor& logits) {
-  const Shape& shape = logits.shape();
-  const Shape& strides = logits.strides();
-  const int last = logits.rank() - 1;
-  if (strides[last] != 1 && shape[last] > 1) return Tensor();
-  if (logits.rank() == 2) return logits;
-  if (logits.rank() != 3) return Tensor();
-  const int64_t row = shape[1] > 1 ? strides[1] : strides[0];  // one position a sample: the samples' stride
-  if (shape[0] > 1 && shape[1] > 1 && strides[0] != row * shape[1]) return Tensor();
-  return logits.as_strided({shape[0] * shape[1], shape[2]}, {row, 1}, logits.offset());
-}
-
 // Cross-entropy through the fused ops of plugin ABI 1.12 where the device has them for these logits (16-bit
 // ones read as they are, their losses in f32): forward writes only the losses, and backward the logits'
 // gradient from the logits, already scaled by each row's share times dy. Nothing where the device lacks
@@ -111,9 +98,10 @@ std::optional<Var> fused_cross_entropy(const Var& logits, const Tensor& flat_lab
   };
   // The logits' rows where they lie when the device reads rows a stride apart (a linear layer's logits
   // cut out of its padded product, 823 MB for GPT-2 small's bf16 batch of 8 x 1024), else a contiguous copy.
-  Tensor x = rows_in_place(logits.value());  // (rows, C)
+  const Shape matrix{rows, logits.value().shape().back()};
+  Tensor x = rows_view(logits.value(), matrix).value_or(Tensor());  // (rows, C)
   if (!x.defined() || !supported(x)) {
-    x = logits.value().contiguous().view({rows, logits.value().shape().back()});
+    x = logits.value().contiguous().view(matrix);
     if (!supported(x)) return std::nullopt;
   }
   const RowWeights weights(flat_labels, ignore_index, statistic);
@@ -124,10 +112,11 @@ std::optional<Var> fused_cross_entropy(const Var& logits, const Tensor& flat_lab
                   [logits = logits.node(), x, labels = weights.labels, share = weights.share, rows](const Tensor& dy) {
                     const Tensor product = math::mul(share, dy);  // () or (rows, 1)
                     const Tensor scales = product.rank() == 0 ? product.reshape({1}).expand({rows}) : product.view({rows});
-                    Tensor grad = Tensor::empty(x.shape(), x.dtype(), x.device());  // (rows, C)
+                    // (rows, C) in the logits' rows: a linear layer's padded product takes it as it is.
+                    Tensor grad = empty_like_rows(x);
                     ops::launch(x.device(), ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr,
                                                          {x, labels, scales}, {grad}));
-                    accumulate_grad(*logits, grad.view(logits->value.shape()));
+                    accumulate_grad(*logits, rows_reshaped(grad, logits->value.shape()));
                   });
 }
 
