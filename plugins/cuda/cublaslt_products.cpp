@@ -5,8 +5,8 @@
 // made GPT-2 small's captured bf16 step 38.8 -> 34.4 ms (its GELU layers had their bias alone in the
 // epilogue then, as every layer has now). The gemm and fused conformance families passed with it but for
 // one case: cuBLASLt's ReLU epilogue turns a NaN into 0 in f16 and bf16 ("linear/.../relu keeps NaN"), so
-// activations stay outside, in linear_epilogue (GELU would anyway: cuBLASLt's is the tanh approximation,
-// the engine's and torch.nn.GELU's default the erf form).
+// activations stay outside, in a pass of their own (ops_gemm.cu; GELU would anyway: cuBLASLt's is the tanh
+// approximation, the engine's and torch.nn.GELU's default the erf form).
 //
 // cuBLASLt may decline a problem (alignment, a shape no kernel takes): the caller then takes the cuBLAS path.
 #include <array>

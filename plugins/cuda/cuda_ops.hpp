@@ -66,6 +66,10 @@ void im2col_batch_inner(kestrel_stream& s, const kestrel::plugin_shapes::WindowG
 // out = cast(in) elementwise, equal shapes, any strides and dtypes (ops_elementwise.cu). Used by GEMM to
 // pack operands that cuBLAS cannot read directly.
 void strided_copy(kestrel_stream& s, const TensorRef& in, const TensorRef& out);
+// out = fn(in) element-wise (kestrel_unary_fn with its alpha and beta), in and out alike in shape and dtype,
+// in 16-byte packs where both are contiguous (ops_elementwise.cu); out may be in.
+void unary_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out, int fn, double alpha = 0.0,
+                double beta = 0.0);
 
 // KESTREL_CUDA_TF32=1 lets f32 GEMMs and convolutions use TF32 tensor cores (ops_gemm.cu).
 bool tf32_enabled();

@@ -226,7 +226,10 @@ bool supports_unary(const kestrel_op& op) { return kestrel::plugin_shapes::unary
 
 void launch_unary(kestrel_stream& s, const kestrel_op& op) {
   const auto& p = params_of<kestrel_unary_params>(op, "unary");
-  const TensorRef in = ref(op.inputs[0]), out = ref(op.outputs[0]);
+  unary_into(s, ref(op.inputs[0]), ref(op.outputs[0]), int(p.fn), p.alpha, p.beta);
+}
+
+void unary_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out, int fn, double alpha, double beta) {
   const int64_t n = out.numel();
   if (n == 0) return;
   const int64_t* strides[2] = {in.strides, out.strides};
@@ -235,7 +238,7 @@ void launch_unary(kestrel_stream& s, const kestrel_op& op) {
     using E = decltype(elem);
     using C = typename E::compute;
     using S = typename E::storage;
-    UnaryFn<C> f{int(p.fn), static_cast<C>(p.alpha), static_cast<C>(p.beta)};
+    UnaryFn<C> f{fn, static_cast<C>(alpha), static_cast<C>(beta)};
     constexpr int per_pack = pack_elements<S>();
     if (packed<2>(ix, {in.base, out.base}, {sizeof(S), sizeof(S)}, per_pack))
       map_packed<<<grid_for(n / per_pack + 1), kBlock, 0, s.cuda>>>(reinterpret_cast<const S*>(in.base),

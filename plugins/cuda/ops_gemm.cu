@@ -238,6 +238,11 @@ void launch_linear(kestrel_stream& s, const kestrel_op& op) {
   const int64_t ld = op.outputs[0].shape[0] > 1 ? op.outputs[0].strides[0] : cols;
   if (total == 0) return;
   const TensorRef pre = ref(pre_desc), y = ref(op.outputs[0]);
+  // The activation alone left (cuBLASLt added the bias) over whole rows: the unary op's kernels, which move
+  // 16-byte packs, where linear_epilogue's thread per element ran the 8192-wide MLP's bias and ReLU at
+  // about 0.75 TB/s on an H200 (2026-11-27). Same formulas, ReLU keeping NaN.
+  if (by_lt && act != KESTREL_ACTIVATION_NONE && ld == cols)
+    return unary_into(s, pre, y, act == KESTREL_ACTIVATION_RELU ? KESTREL_UNARY_RELU : KESTREL_UNARY_GELU);
   const bool add_bias = has_bias && !by_lt;
   const TensorRef bias = add_bias ? ref(op.inputs[2]) : TensorRef{};
   const int64_t bias_stride = add_bias ? op.inputs[2].strides[0] : 0;
