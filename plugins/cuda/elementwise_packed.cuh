@@ -3,14 +3,21 @@
 // activations and their gradients, residual sums, zero fills), and there the strided kernels'
 // division per element keeps them well below the memory's bandwidth (the 8192-wide MLP's f32-to-bf16
 // casts ran at about 1.6 TB/s on an H100, 2026-11-25-h100-mfu.md). The strided kernels stay for
-// everything else; KESTREL_CUDA_GENERIC_ELEMENTWISE=1 uses them everywhere, to compare.
+// everything else; KESTREL_CUDA_GENERIC_ELEMENTWISE=1 uses them everywhere (and column folds unpacked), to compare.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 
 #include "cuda_kernels.cuh"
+#include "kestrel/plugin_env.hpp"
 
 namespace kestrel_cuda {
+
+// KESTREL_CUDA_GENERIC_ELEMENTWISE=1 (read once): the strided kernels everywhere, to compare.
+inline bool generic_elementwise() {
+  static const bool generic = kestrel::plugin_env::flag("KESTREL_CUDA_GENERIC_ELEMENTWISE");
+  return generic;
+}
 
 template <class S, int K>
 struct alignas(sizeof(S) * K) Pack {

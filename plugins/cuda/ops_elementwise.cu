@@ -141,10 +141,9 @@ struct BinaryStorageFn {
 // holding `per_pack` elements.
 template <int N>
 bool packed(const Indexer<N>& ix, const char* const (&bases)[N], const size_t (&sizes)[N], int per_pack) {
-  static const bool generic = kestrel::plugin_env::flag("KESTREL_CUDA_GENERIC_ELEMENTWISE");
   int pack_bytes[N];
   for (int k = 0; k < N; ++k) pack_bytes[k] = int(sizes[k]) * per_pack;
-  return !generic && packable(ix, bases, pack_bytes);
+  return !generic_elementwise() && packable(ix, bases, pack_bytes);
 }
 
 }  // namespace

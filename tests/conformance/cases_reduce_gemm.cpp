@@ -76,6 +76,8 @@ void reduce_cases(Runner& r) {
       {{3, 70001}, {1}, Layout::strided},
       // column sums large enough to be split over threads (bias gradients)
       {{300, 700}, {0}, Layout::contiguous},
+      // columns a whole number of 16-byte packs of every dtype, rows past any split's four-row steps
+      {{1001, 64}, {0}, Layout::contiguous},
       // a convolution's bias gradient: over N and the contiguous H*W, channels kept
       {{6, 4, 131}, {0, 2}, Layout::contiguous}};
   for (int f = KESTREL_REDUCE_SUM; f <= KESTREL_REDUCE_MAX_ABS; ++f) {
