@@ -192,7 +192,9 @@ void fused_cases(Runner& r) {
                   r.expect_close(loss, want_loss, tolerance_for(DType::f32, c > 5 ? 64 : 4), "loss");
                 });
         // Logits (and their gradient) a slice of wider rows: a linear layer's logits cut out of the padded
-        // width its product ran at, read (and written) in place by the plugins that take a row stride.
+        // width its product ran at, read (and written) in place by the plugins that take a row stride. The
+        // widths are whole 16-byte packs, as a padded product's are, so rows start on pack boundaries.
+        const int64_t x_width = (c + 3 + 7) / 8 * 8, grad_width = (c + 5 + 15) / 16 * 16;
         auto wide_rows = [&](const std::vector<double>& x, int64_t n, int64_t width) {  // (n, c) of (n, width)
           std::vector<double> wide(size_t(n * width), 0.5);
           for (int64_t i = 0; i < n; ++i)
@@ -207,7 +209,7 @@ void fused_cases(Runner& r) {
                 auto labels = r.values(n, 0, c, DType::i64);
                 Tensor loss = Tensor::empty({n}, statistic, r.device());
                 launch(r.device(), KESTREL_OP_SOFTMAX_CROSS_ENTROPY, nullptr,
-                       {wide_rows(x, n, c + 3), r.upload({n}, labels, label_dtype)}, {loss});
+                       {wide_rows(x, n, x_width), r.upload({n}, labels, label_dtype)}, {loss});
                 std::vector<double> want_loss, softmax;
                 reference(x, labels, n, want_loss, softmax);
                 r.expect_close(loss, want_loss, tolerance_for(statistic, c > 5 ? 64 : 4), "loss");
@@ -224,9 +226,9 @@ void fused_cases(Runner& r) {
                     auto scales = r.values(per_row ? n : 1, 0.25, 4, statistic);
                     const Tensor scale_tensor = per_row ? r.upload({n}, scales, statistic)
                                                         : r.upload({1}, scales, statistic).expand({n});
-                    Tensor grad = strided ? Tensor::empty({n, c + 5}, dtype, r.device()).slice(1, 0, c)
+                    Tensor grad = strided ? Tensor::empty({n, grad_width}, dtype, r.device()).slice(1, 0, c)
                                           : Tensor::empty({n, c}, dtype, r.device());
-                    const Tensor logits = strided ? wide_rows(x, n, c + 3) : r.upload({n, c}, x, dtype);
+                    const Tensor logits = strided ? wide_rows(x, n, x_width) : r.upload({n, c}, x, dtype);
                     launch(r.device(), KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr,
                            {logits, r.upload({n}, labels, label_dtype), scale_tensor}, {grad});
                     std::vector<double> loss, want;
