@@ -19,7 +19,7 @@ if [ "${1:-}" = more ]; then
   step 300 precision   # issue 16: accuracy on CUDA under torch.autocast's rule (MLP 3 seeds, ConvNet, gpt_char)
   exit 0
 fi
-step 130 conformance   # cuBLASLt now the default (bias in the epilogue, activations outside): every family
+step 130 conformance   # new since c7620a2, none run yet: cuBLASLt by default, activations, column folds and CE rows in packs, logits in padded rows
 step 80 lt             # issue 18: cuBLASLt against cuBLAS with the ReLU outside the epilogue (the MLPs), GPT-2 both ways
 step 90 mlp16          # issues 15/16: MLP and GPT-2 bf16 steps, PyTorch eager beside them in the same lease
 step 55 profile_gpt2   # issue 15: GPT-2's two strided logits copies a step should be gone (padded_rows.h)
