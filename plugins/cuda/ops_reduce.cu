@@ -338,7 +338,10 @@ void reduce_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out, i
   const int block = across ? 256 : block_for(count);
   const int64_t blocks = columns ? (outputs / pack + block - 1) / block : across ? (outputs + block - 1) / block : outputs;
   const int64_t min_split = across ? 64 : 4096;
-  const int splits = int(std::clamp<int64_t>(std::min((kTargetBlocks + blocks - 1) / blocks, count / min_split), 1, 1024));
+  int splits = int(std::clamp<int64_t>(std::min((kTargetBlocks + blocks - 1) / blocks, count / min_split), 1, 1024));
+  // As many splits as SplitRange's chunks reach: an empty one would fold its max/min partial from 0 (4225
+  // rows in 66 splits of 65 left the last empty, and a column of negative values came out 0).
+  if (count > 0) splits = int((count + (count + splits - 1) / splits - 1) / ((count + splits - 1) / splits));
   const dim3 grid(unsigned(std::min<int64_t>(blocks, 1 << 20)), unsigned(splits));
   dispatch(in.dtype, [&](auto elem) {
     using E = decltype(elem);

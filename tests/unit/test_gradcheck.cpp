@@ -266,6 +266,25 @@ TEST_P(Gradcheck, Losses) {
 INSTANTIATE_TEST_SUITE_P(FusedAndComposed, Gradcheck, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "fused" : "composed"; });
 
+// reshape and cross-entropy on rows a stride apart (a slice of wider rows, as a padded product leaves its
+// logits) and on repeated rows (expand's stride 0): the values and gradients of the contiguous copies.
+TEST(Autograd, ReshapeAndCrossEntropyTakeRowsAsTheyLie) {
+  const Tensor labels = Tensor::from_vector(std::vector<int64_t>{1, 0, 2, 4, 3, 1}, {2, 3}, cpu());
+  const Tensor wide = random_f64({2, 3, 8}, 5);
+  const Tensor narrow = random_f64({2, 1, 5}, 6);
+  for (const Tensor& logits : {wide.slice(2, 0, 5), narrow.expand({2, 3, 5})}) {
+    SCOPED_TRACE(logits.describe());
+    auto run = [&](const Tensor& given) {
+      Var x(given, true);
+      Var rows = fn::reshape(x, {6, 5});
+      EXPECT_EQ(rows.value().to_doubles(), given.contiguous().view({6, 5}).to_doubles());
+      kestrel::backward(fn::cross_entropy(fn::reshape(rows, {2, 3, 5}), labels));
+      return x.grad().to_doubles();
+    };
+    EXPECT_EQ(run(logits), run(logits.contiguous()));
+  }
+}
+
 TEST(Autograd, ErrorsAreClear) {
   Var x(random_f64({2, 2}, 33));
   EXPECT_THROW(kestrel::backward(fn::sum(x)), kestrel::InvalidArgument);  // nothing requires a gradient

@@ -10,14 +10,16 @@ namespace {
 std::optional<int64_t> row_stride(const Tensor& x) {
   const int last = x.rank() - 1;
   if (last < 1 || (x.shape()[last] > 1 && x.strides()[last] != 1)) return std::nullopt;
-  int64_t row = 0, expected = 0;  // expected: the stride the next outer axis must have
+  std::optional<int64_t> row;  // the innermost outer axis's stride
+  int64_t expected = 0;        // the stride the next outer axis must have
   for (int d = last - 1; d >= 0; --d) {
     if (x.shape()[d] == 1) continue;  // any stride reads the same elements
-    if (row == 0) row = expected = x.strides()[d];
+    if (x.strides()[d] <= 0) return std::nullopt;  // a broadcast (expand's stride 0) repeats rows
+    if (!row) row = expected = x.strides()[d];
     if (x.strides()[d] != expected) return std::nullopt;
     expected *= x.shape()[d];
   }
-  return row == 0 ? x.shape()[last] : row;
+  return row.value_or(x.shape()[last]);
 }
 }  // namespace
 
