@@ -193,8 +193,9 @@ void fused_cases(Runner& r) {
                 });
         // Logits (and their gradient) a slice of wider rows: a linear layer's logits cut out of the padded
         // width its product ran at, read (and written) in place by the plugins that take a row stride. The
-        // widths are whole 16-byte packs, as a padded product's are, so rows start on pack boundaries.
-        const int64_t x_width = (c + 3 + 7) / 8 * 8, grad_width = (c + 5 + 15) / 16 * 16;
+        // logits' rows are whole 16-byte packs wide, as a padded product's are; the gradient's are not (the
+        // contiguous cases above have both kinds of rows together).
+        const int64_t x_width = (c + 3 + 7) / 8 * 8, grad_width = c + 5;
         auto wide_rows = [&](const std::vector<double>& x, int64_t n, int64_t width) {  // (n, c) of (n, width)
           std::vector<double> wide(size_t(n * width), 0.5);
           for (int64_t i = 0; i < n; ++i)

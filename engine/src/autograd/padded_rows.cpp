@@ -1,5 +1,7 @@
 #include "padded_rows.h"
 
+#include <algorithm>
+
 #include "../tensor/storage.h"
 
 namespace kestrel::fn {
@@ -46,8 +48,10 @@ Tensor rows_reshaped(const Tensor& x, const Shape& shape) {
 
 Tensor empty_like_rows(const Tensor& x) {
   const std::optional<int64_t> row = row_stride(x);
-  if (x.is_contiguous() || x.rank() != 2 || !row || *row <= x.size(1))
-    return Tensor::empty(x.shape(), x.dtype(), x.device());
+  // A padded product's rows are a few elements wider; a narrow slice of wide rows gets a tensor of its own
+  // width rather than a buffer of mostly unused columns.
+  const bool padded = row && *row > x.size(1) && *row - x.size(1) <= std::max<int64_t>(64, x.size(1) / 8);
+  if (x.is_contiguous() || x.rank() != 2 || !padded) return Tensor::empty(x.shape(), x.dtype(), x.device());
   return Tensor::empty({x.size(0), *row}, x.dtype(), x.device()).slice(1, 0, x.size(1));
 }
 

@@ -15,8 +15,9 @@ std::optional<Tensor> rows_view(const Tensor& x, const Shape& shape);
 // rows_view where it applies, else x.reshape(shape) (contiguous x: a view; otherwise a copy).
 Tensor rows_reshaped(const Tensor& x, const Shape& shape);
 
-// A new (R, C) tensor laid out as x (R, C) is: in rows of x's row stride, whose columns past C are
-// allocated and left unwritten. Contiguous where x is.
+// A new (R, C) tensor laid out as x (R, C) is where x's rows are padded (a few columns wider than C, at
+// most max(64, C / 8)): in rows of x's row stride, whose columns past C are allocated and left unwritten.
+// Contiguous otherwise.
 Tensor empty_like_rows(const Tensor& x);
 
 // dy (R, C) seen whole as (R, width): where dy's rows are `width` apart from the start of a buffer no other
