@@ -178,6 +178,25 @@ void reduce_sum(benchmark::State& state, kestrel::Device device, DType dtype, in
                                               benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
 }
 
+// GPT-2 small's language-model loss at batch 8 x 1024: bf16 logits (8192, 50257) left in the rows of
+// 50264 that their padded product wrote, cross-entropy forward and backward as a training step runs them
+// (GB/s counts the logits read five times and their gradient written once).
+void lm_loss(benchmark::State& state, kestrel::Device device) {
+  const int64_t rows = 8192, classes = 50257, width = 50264;
+  const Tensor logits = random_tensor({rows, width}, DType::bf16, device, 6).slice(1, 0, classes);
+  std::vector<int64_t> ids(rows);
+  for (int64_t r = 0; r < rows; ++r) ids[size_t(r)] = (r * 7919) % classes;
+  const Tensor labels = Tensor::from_vector(ids, {rows}, device);
+  kestrel::Engine::global().synchronize(device);  // the inputs' generation is not timed
+  for (auto _ : state) {
+    kestrel::Var x(logits, true);
+    kestrel::backward(kestrel::fn::cross_entropy(x, labels));
+    kestrel::Engine::global().synchronize(device);
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(rows) * classes * 2 * 6, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1024);
+}
+
 // f16 loss scaling's overflow check reads every gradient: one MAX_ABS reduction (ABI 1.11) or, on a plugin
 // without it, a max and a min. Both over the seeds' MLP's 3.15M flat gradients, side by side.
 void overflow_check(benchmark::State& state, kestrel::Device device, std::vector<kestrel_reduce_fn> fns, int64_t n) {
@@ -278,6 +297,17 @@ void register_device_benchmarks(const kestrel::Device& device) {
                                4096, 1024, 0)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
+  // GPU-sized: the 8192-wide MLP's bias gradient (a bf16 column fold) and GPT-2's loss.
+  const std::string kind = kestrel::Engine::global().properties(device).kind;
+  if (kind != "cpu" && kind != "software") {
+    benchmark::RegisterBenchmark(fmt::format("sum_columns/{}/bf16/8192x8192", d).c_str(), reduce_sum, device, DType::bf16,
+                                 8192, 8192, 0)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(fmt::format("lm_loss/{}/bf16/8192x50257/padded", d).c_str(), lm_loss, device)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  }
   for (const auto& [name, fns] : {std::pair<const char*, std::vector<kestrel_reduce_fn>>{"max_abs", {KESTREL_REDUCE_MAX_ABS}},
                                   {"max_and_min", {KESTREL_REDUCE_MAX, KESTREL_REDUCE_MIN}}})
     benchmark::RegisterBenchmark(fmt::format("overflow_check/{}/f32/3150346/{}", d, name).c_str(), overflow_check, device,

@@ -20,7 +20,8 @@ if [ "${1:-}" = more ]; then
   exit 0
 fi
 step 130 conformance   # new since c7620a2, none run yet: cuBLASLt by default, activations, column folds and CE rows in packs, logits in padded rows
+step 25 kernels        # issues 15/16: the bias-gradient folds and GPT-2's loss, rewritten without a GPU, both ways
 step 80 lt             # issue 18: cuBLASLt against cuBLAS with the ReLU outside the epilogue (the MLPs), GPT-2 both ways
 step 90 mlp16          # issues 15/16: MLP and GPT-2 bf16 steps, PyTorch eager beside them in the same lease
 step 55 profile_gpt2   # issue 15: GPT-2's two strided logits copies a step should be gone (padded_rows.h)
-step 180 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA (carry .gl/); it needs about 170 s
+step 170 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA (carry .gl/); it needed about 170 s

@@ -146,6 +146,11 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                 KESTREL_CUDA_GENERIC_ELEMENTWISE=$generic build/bin/bench_ops --benchmark_filter='(cast|add)/cuda:0/(f32-)?bf16/67108864'
               done
               KESTREL_CUDA_GENERIC_ELEMENTWISE=1 build/bin/bench_mfu --benchmark_filter='mlp_8192/cuda:0/bf16/b8192/captured' ;;
+      # Issues 15/16: the kernels rewritten on 2026-11-27 without a GPU: the MLP's bf16 bias gradient (column
+      # folds in packs; KESTREL_CUDA_GENERIC_ELEMENTWISE=1 keeps the old kernel) and GPT-2's loss on padded logits.
+      kernels) for generic in 0 1; do
+                 KESTREL_CUDA_GENERIC_ELEMENTWISE=$generic build/bin/bench_ops --benchmark_filter='(sum_columns|lm_loss)/cuda'
+               done ;;
       rnn) build/bin/bench_cudnn_rnn --benchmark_filter='cuda' --benchmark_min_time=0.2 ;;
       vulkan_quick)
               gl_libraries
