@@ -16,6 +16,7 @@ step() {
 }
 if [ "${1:-}" = more ]; then
   step 150 floor       # issue 18: the floors again, now that floor.py counts cuBLAS's nvjet kernels as products
+  step 40 vulkan_profile  # issue 18: the Vulkan MLP steps' shader times against their wall time
   step 300 precision   # issue 16: accuracy on CUDA under torch.autocast's rule (MLP 3 seeds, ConvNet, gpt_char)
   exit 0
 fi

@@ -169,6 +169,13 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                 KESTREL_VULKAN_GEMM_BLOCKS=$blocks build/bin/bench_train --benchmark_filter='^train_step/fashion_convnet/vulkan' \
                   --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
               done ;;
+      # Issue 18: where a Vulkan MLP step's 0.5-0.86 ms go on NVIDIA (its host time is 0.06 ms): each shader's
+      # device time by timestamp queries, summed over the run, against the steps' wall time.
+      vulkan_profile) gl_libraries
+                      for model in seeds_mlp fashion_mlp; do
+                        KESTREL_VULKAN_PROFILE=1 build/bin/bench_train --benchmark_filter="^train_step/$model/vulkan:0/b(64|128)/" \
+                          --benchmark_min_time=0.5 2>&1 | grep -v '^ *$'
+                      done ;;
       cpustep) python3 bench/cpu_step_overhead.py --rounds "${ROUNDS:-11}" --pytorch python3 ;;
       vulkan)
               gl_libraries
