@@ -214,13 +214,30 @@ __global__ void argmax_kernel(ReducePlan plan, const typename E::storage* x, lon
     plan.kept_offsets(o, base, out_at);
     C best = C(0);
     long long at = none;
-    for (int64_t r = threadIdx.x; r < count; r += blockDim.x) {
-      C v = E::load(x[base + plan.reduced_offset(r)]);
+    // Whether element r (value v) is this thread's best so far; true once a NaN is: later ones cannot win.
+    auto consider = [&](int64_t r, C v) {
       if (at == none || v > best || (v != v && best == best)) {
         best = v;
         at = r;
       }
-      if (best != best) break;  // this thread's first NaN: later ones cannot win
+      return best != best;
+    };
+    using S = typename E::storage;
+    constexpr int K = pack_elements<S>();
+    const S* row = x + base;
+    if (plan.reduced_rank == 1 && plan.reduced_strides[0] == 1 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+      // A contiguous row on a 16-byte boundary (a padded product's logits, for the train accuracy): in packs,
+      // each thread still meeting its elements in increasing order.
+      bool stop = false;
+      for (int64_t p = threadIdx.x; p < count / K && !stop; p += blockDim.x) {
+        const Pack<S, K> v = reinterpret_cast<const Pack<S, K>*>(row)[p];
+#pragma unroll
+        for (int k = 0; k < K; ++k) stop = stop || consider(p * K + k, E::load(v.v[k]));
+      }
+      for (int64_t r = count / K * K + threadIdx.x; r < count && !stop; r += blockDim.x) stop = consider(r, E::load(row[r]));
+    } else {
+      for (int64_t r = threadIdx.x; r < count; r += blockDim.x)
+        if (consider(r, E::load(x[base + plan.reduced_offset(r)]))) break;
     }
     best_value[threadIdx.x] = best;
     best_index[threadIdx.x] = at;
