@@ -225,6 +225,31 @@ TEST(DataParallel, ResumesWithAnotherNumberOfRanks) {
   for (int r = 1; r < 3; ++r) EXPECT_EQ(read_parameters(run.out, r), read_parameters(run.out, 0));
 }
 
+// Each rank resumes from its own dropout counter. 485 samples in batches of 24 end each epoch with a batch
+// of 5, which 2 ranks share 2 and 3: their counters part there, and the checkpoint at the epoch's end holds
+// both. Stopped there and resumed on 2 ranks, the run lands where the uninterrupted one does, bit for bit.
+TEST(DataParallel, EachRankResumesFromItsOwnDropoutCounter) {
+  RunFiles run = make_run("own_dropout", R"(, "checkpoint": {"every_steps": 21})");  // an epoch's 21 batches
+  std::ofstream(run.dir / "mlp.json", std::ios::trunc) << R"({"name": "dp_mlp", "input": {"shape": [32]}, "layers": [
+      {"type": "linear", "out_features": 64}, {"type": "relu"}, {"type": "dropout", "p": 0.25},
+      {"type": "linear", "out_features": 10}]})";
+  rewrite_config(run, R"("train_samples": 500)", R"("train_samples": 485)");
+  rewrite_config(run, R"("epochs": 1, "max_steps": 20)", R"("epochs": 2, "max_steps": 0)");
+  CliRun whole = run_worker(2, run, run.out + "_whole");
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  CliRun first = run_worker(2, run, run.out, "--interrupt-after 21");  // the first epoch, short batch included
+  ASSERT_EQ(first.status, 0) << first.output;
+  std::ifstream state(run.out + "/checkpoint.json");
+  const nlohmann::json saved = nlohmann::json::parse(state);
+  ASSERT_EQ(saved["rank_rng_offsets"].size(), 2u) << saved.dump();
+  EXPECT_LT(saved["rank_rng_offsets"][0].get<uint64_t>(), saved["rank_rng_offsets"][1].get<uint64_t>());
+  EXPECT_EQ(saved["rng_offset"], saved["rank_rng_offsets"][1]);
+  CliRun rest = run_worker(2, run, run.out, "--resume");
+  ASSERT_EQ(rest.status, 0) << rest.output;
+  EXPECT_EQ(read_parameters(run.out, 0), read_parameters(run.out + "_whole", 0));
+  EXPECT_EQ(read_parameters(run.out, 1), read_parameters(run.out, 0));
+}
+
 TEST(DataParallel, ShardedOptimizerStateTrainsAsUnshardedAndResumesOnOtherRanks) {
   RunFiles plain = make_run("zero_plain");
   ASSERT_EQ(run_worker(2, plain, plain.out).status, 0);

@@ -3,6 +3,7 @@
 // first, so an interrupted save leaves the previous checkpoint whole.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "checkpoint_state.h"
@@ -84,6 +85,15 @@ void Trainer::save_checkpoint(TrainState state, const MetricsWindow& metrics) {
   std::vector<std::pair<std::string, Tensor>> optimizer_state = optimizer_->state();
   if (shards_)
     for (auto& [state_name, tensor] : optimizer_state) tensor = shards_->gather(tensor, state_name).clone();
+  if (group_) {  // every rank's dropout counter (a gather: every rank comes here), and the largest
+    const Tensor mine = Tensor::full({1}, double(state.rng_offset), DType::i64, device_);  // below 2^53: exact
+    Tensor all = Tensor::empty({group_->size()}, DType::i64, device_);
+    group_->all_gather(mine, all, "the ranks' dropout counters");
+    group_->wait(fmt::format("step {}: gathering the ranks' dropout counters for the checkpoint", state.step));
+    state.rank_rng_offsets.clear();
+    for (double offset : all.to_doubles()) state.rank_rng_offsets.push_back(uint64_t(offset));
+    state.rng_offset = *std::max_element(state.rank_rng_offsets.begin(), state.rank_rng_offsets.end());
+  }
   if (!world_.is_root()) return;    // rank 0 writes; the ranks' weights are the same
   CheckpointState saved;
   saved.train = state;
@@ -186,7 +196,12 @@ TrainState Trainer::restore_checkpoint(const std::string& path, int64_t batches_
                                                 t.batch));
   optimizer_->set_steps(saved.optimizer_steps + t.loss_scale.skipped_steps);
   load_tensors(weights_path(state_path, saved), saved.weights_sha256, true);
-  return t;
+  // Each rank goes on from its own dropout counter where the world has the ranks that wrote the checkpoint;
+  // on another number of ranks, from the largest, past every rank's draws.
+  TrainState resumed = t;
+  if (group_ && t.rank_rng_offsets.size() == size_t(group_->size()))
+    resumed.rng_offset = t.rank_rng_offsets[size_t(group_->rank())];
+  return resumed;
 }
 
 void Trainer::load_weights(const std::string& path) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -21,6 +22,7 @@ constexpr const char* kAdvice =
     "Delete it (and the checkpoints/ folder) to start over, or resume from another one.";
 // The captured step keeps the dropout counter in a double: exact to 2^53.
 constexpr int64_t kMaxRngOffset = int64_t(1) << 53;
+constexpr size_t kMaxCheckpointRanks = size_t(1) << 20;  // a rank's counter each
 
 // Paths in the state need not be valid UTF-8; nlohmann's dump() would throw on them, so the digest and
 // the file are both written with invalid bytes replaced (the same text on every dump).
@@ -57,6 +59,7 @@ nlohmann::json to_json(const CheckpointState& s) {
                       {"samples", t.window.samples}}},
           {"seed", s.seed},
           {"device", s.device}};
+  if (!t.rank_rng_offsets.empty()) json["rank_rng_offsets"] = t.rank_rng_offsets;  // data-parallel runs
   if (t.loss_scale.scale > 0)  // f16 runs: the loss scale goes on from where it was
     json["loss_scale"] = {{"scale", t.loss_scale.scale},
                           {"clean_steps", t.loss_scale.clean_steps},
@@ -158,6 +161,20 @@ CheckpointState decode_checkpoint_state(const std::string& text, const std::stri
     t.window.loss = window.number("loss", 0, -big, big);
   }
   window.finish();
+  if (const nlohmann::json* offsets = top.get("rank_rng_offsets")) {  // data-parallel runs only
+    const std::string what = fmt::format("an array of each rank's dropout counter, integers from 0 to {}", kMaxRngOffset);
+    if (!offsets->is_array() || offsets->empty() || offsets->size() > kMaxCheckpointRanks)
+      top.fail("rank_rng_offsets", what, *offsets);
+    for (const nlohmann::json& offset : *offsets) {
+      const bool in_range = offset.is_number_unsigned() ? offset.get<uint64_t>() <= uint64_t(kMaxRngOffset)
+                            : offset.is_number_integer() ? offset.get<int64_t>() >= 0 && offset.get<int64_t>() <= kMaxRngOffset
+                                                          : false;
+      if (!in_range) top.fail("rank_rng_offsets", what, *offsets);
+      t.rank_rng_offsets.push_back(offset.get<uint64_t>());
+    }
+    if (t.rng_offset != *std::max_element(t.rank_rng_offsets.begin(), t.rank_rng_offsets.end()))
+      unusable_checkpoint(path, "/rng_offset: not the largest of /rank_rng_offsets");
+  }
   if (top.get("loss_scale")) {  // f16 runs only
     JsonReader scaling = top.child("loss_scale");
     Required in_scaling{scaling};

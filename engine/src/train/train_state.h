@@ -1,6 +1,7 @@
 // Where a run stands: what a checkpoint saves and --resume restores. Engine-internal.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace kestrel {
 
@@ -22,7 +23,11 @@ struct TrainState {
   int64_t epoch = 0;        // the epoch in progress
   int64_t batch = 0;        // batches of it already done
   int64_t step = 0;         // optimizer steps done
-  uint64_t rng_offset = 0;  // Philox blocks used by dropout so far
+  uint64_t rng_offset = 0;  // Philox blocks used by dropout so far (in a checkpoint: the ranks' largest)
+  // Each data-parallel rank's own, in rank order (empty for one process): ranks' counters part where a
+  // short last batch gives them unequal shares, and a rank resumed from another's would draw again the
+  // masks it drew before.
+  std::vector<uint64_t> rank_rng_offsets;
   WindowTotals window;      // as saved; during a run the MetricsWindow holds the live figures
   LossScaleState loss_scale;
 };
