@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "commands.h"
 #include "kestrel/generate.h"
@@ -28,10 +29,20 @@ void add_generate_command(CLI::App& app, Action& action) {
   g->add_flag("--no-cache", no_cache, "Run the whole text again for every token (to measure what the cache saves)");
   g->callback([&action] {
     action = [] {
-      // The run config's data gives the vocabulary; the checkpoint must have been trained on it.
+      // The vocabulary the run wrote beside its checkpoints (vocabulary.json), where there is one, so that
+      // the corpus need not be here; else the run config's data gives it. The checkpoint's weights must
+      // have been trained on it either way (their vocabulary_sha256 is checked).
       RunFlags flags = run;
       flags.seed.reset();  // --seed seeds the sampling, not the model
-      Trainer trainer(resolve(flags));
+      RunConfig config = resolve(flags);
+      namespace fs = std::filesystem;
+      std::error_code unreadable;
+      const fs::path folder = fs::is_directory(run.checkpoint, unreadable) ? fs::path(run.checkpoint)
+                                                                          : fs::path(run.checkpoint).parent_path();
+      const fs::path written = folder / "vocabulary.json";
+      if (config.data.dataset == "text" && fs::is_regular_file(written, unreadable))
+        config.data.vocabulary_file = written.string();
+      Trainer trainer(config);
       if (!trainer.vocabulary())
         throw InvalidArgument(fmt::format("{}: generate needs a language model trained on text data (\"dataset\": \"text\")",
                                           run.config));

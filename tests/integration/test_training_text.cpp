@@ -94,6 +94,35 @@ TEST(TextTraining, AGruLanguageModelLearnsMoreThanCharacterFrequencies) {
   EXPECT_EQ(saved.fingerprint(), trainer.vocabulary()->fingerprint());
 }
 
+// A trained language model generates where its corpus is not: the vocabulary comes from the run folder's
+// vocabulary.json (what kestrel generate does), and the text is the one the training process generates.
+TEST(TextTraining, GenerationNeedsTheRunFolderNotTheCorpus) {
+  fs::path dir = fresh_dir("generate_without_corpus");
+  fs::copy_file(corpus, dir / "corpus.txt");
+  kestrel::RunConfig config = char_lm(dir, (dir / "corpus.txt").string());
+  config.max_steps = 5;
+  config.out_dir = (dir / "run").string();
+  kestrel::GenerateOptions options;
+  options.prompt = "Linux ";
+  options.tokens = 30;
+  options.temperature = 0;
+  std::string trained;
+  {
+    kestrel::Trainer trainer(config);
+    trainer.fit(quiet());
+    trained = kestrel::generate(trainer.model(), *trainer.vocabulary(), options).text;
+  }
+  fs::remove(dir / "corpus.txt");
+  EXPECT_THROW(kestrel::Trainer{config}, kestrel::Error);  // the corpus is gone
+  config.data.vocabulary_file = (dir / "run" / "vocabulary.json").string();
+  kestrel::Trainer elsewhere(config);
+  elsewhere.load_weights(config.out_dir);
+  ASSERT_TRUE(elsewhere.vocabulary());
+  EXPECT_EQ(kestrel::generate(elsewhere.model(), *elsewhere.vocabulary(), options).text, trained);
+  EXPECT_THROW(elsewhere.fit(quiet()), kestrel::InvalidArgument);  // no samples: it says so
+  EXPECT_THROW(elsewhere.evaluate(), kestrel::InvalidArgument);
+}
+
 // Decoding one token at a time, each layer carrying its state, gives what the whole sequence gives in
 // one pass; sampling is deterministic for a seed, and temperature 0 always takes the best token.
 TEST(TextTraining, GenerationDecodesStepByStepAsTheWholeSequenceDoes) {

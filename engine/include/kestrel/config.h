@@ -35,6 +35,10 @@ struct DataConfig {
   // text: a language-model corpus (see kestrel/text.h)
   std::vector<std::string> exclude;  // a folder's file names to skip ("*.dat")
   std::string tokenizer = "char";    // "char": the corpus's characters; "byte": bytes 0..255
+  // Text data, set through the API (kestrel generate sets it from the run folder): the vocabulary from this
+  // vocabulary.json, as a run wrote it, and no samples; the corpus is not read. For using a trained
+  // language model (generation) where its corpus is not; a run that trains or evaluates needs the corpus.
+  std::string vocabulary_file;
   int64_t context = 0;               // positions per sample (0: the model's input length)
   double validation_fraction = 0.1;  // the tail of each file, held out for evaluation
   // text, classifying documents by their file: "categories" names the files (the classes, in order)

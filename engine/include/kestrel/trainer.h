@@ -121,6 +121,7 @@ class Trainer {
   std::string class_name(int64_t label) const;
 
  private:
+  void refuse_without_samples(const char* what) const;  // fit and evaluate, on data.vocabulary_file alone
   RunIdentity identity() const;
   // Whether the run goes on after `step`, given this rank's callback's answer: with data parallelism
   // across processes, not if any rank's says stop.

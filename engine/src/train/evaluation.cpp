@@ -13,7 +13,10 @@
 
 namespace kestrel {
 
-EvalResult Trainer::evaluate() { return evaluate_on(test_); }
+EvalResult Trainer::evaluate() {
+  refuse_without_samples("evaluate");
+  return evaluate_on(test_);
+}
 
 // With data parallelism each rank evaluates its share of every batch and the sums are added over the
 // ranks: every rank must call it (fit does).

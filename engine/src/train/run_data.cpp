@@ -6,9 +6,13 @@
 #include <algorithm>
 #include <new>
 
+#include "kestrel/io.h"
+
 namespace kestrel {
 
 namespace {
+
+constexpr uint64_t kMaxVocabularyFileBytes = uint64_t(64) << 20;  // a vocabulary.json is a few KB to a few MB
 
 // Which data a split came from, for messages: the file when there is one.
 std::string origin(const RunConfig& config, const std::string& split) {
@@ -134,6 +138,10 @@ RunData load_run_data(const RunConfig& config, const ModelSpec& spec) {
     out.test.size = all.size - skip;
     out.test.features.erase(out.test.features.begin(), out.test.features.begin() + skip * per_x);
     out.test.targets.erase(out.test.targets.begin(), out.test.targets.begin() + skip * per_y);
+  } else if (d.dataset == "text" && !d.vocabulary_file.empty()) {
+    // A trained model's vocabulary without its corpus: no samples to check against the model.
+    out.vocabulary = data::Vocabulary::from_json(io::read_file(d.vocabulary_file, kMaxVocabularyFileBytes), d.vocabulary_file);
+    return out;
   } else if (d.dataset == "text") {
     data::TextOptions options;
     options.path = d.path;

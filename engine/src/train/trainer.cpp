@@ -173,6 +173,14 @@ RunIdentity Trainer::identity() const {
   return {spec.name(), spec.source(), device_.str(), info.name, info.runtime, spec.parameter_count()};
 }
 
+// A trainer built on a run's vocabulary alone (data.vocabulary_file, for generation) has no samples.
+void Trainer::refuse_without_samples(const char* what) const {
+  if (!config_.data.vocabulary_file.empty())
+    throw InvalidArgument(fmt::format("{}: {} needs the text corpus: /data/vocabulary_file ({}) gives the "
+                                      "vocabulary alone, for generation; leave it unset to train or evaluate",
+                                      config_.source, what, config_.data.vocabulary_file));
+}
+
 // Processes under a launcher ask their own callbacks: the run stops at a step when any rank's says so,
 // agreed through a collective (the checkpoint that follows is one). Ranks of one process agree in
 // MultiDeviceTrainer, which asks rank 0's callback for all of them.
@@ -189,6 +197,7 @@ bool Trainer::ranks_go_on(bool mine, int64_t step) {
 TrainSummary Trainer::fit(const TrainOptions& options) {
   const BusyGuard fitting(fitting_, "fit: this trainer is already training (fit was called again from its progress "
                                    "callback); return false from the callback to stop the run instead");
+  refuse_without_samples("fit");
   if (config_.drop_last && train_->size < config_.batch_size)
     throw ConfigError(fmt::format("{}: /drop_last: the training data has {} samples, fewer than /batch_size ({}), so "
                                   "every batch would be dropped and nothing trained; lower batch_size or set drop_last "
