@@ -2,11 +2,8 @@
 #include "fake_table.hpp"
 
 KESTREL_PLUGIN_ENTRY {
-  static kestrel_plugin_api api = [] {
-    kestrel_plugin_api a = fake::table("abi_mismatch");
+  return fake::entry("abi_mismatch", [](kestrel_plugin_api& a) {
     a.abi_major = 999;
     a.abi_minor = 0;
-    return a;
-  }();
-  return &api;
+  });
 }

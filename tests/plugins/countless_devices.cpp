@@ -9,10 +9,5 @@ static kestrel_status device_count(int32_t* count) {
 }
 
 KESTREL_PLUGIN_ENTRY {
-  static kestrel_plugin_api api = [] {
-    kestrel_plugin_api a = fake::table("countless_devices");
-    a.device_count = device_count;
-    return a;
-  }();
-  return &api;
+  return fake::entry("countless_devices", [](kestrel_plugin_api& a) { a.device_count = device_count; });
 }

@@ -63,8 +63,7 @@ void shutdown() { check_driver_alive("shutdown"); }
 }  // namespace
 
 KESTREL_PLUGIN_ENTRY {
-  static kestrel_plugin_api api = [] {
-    kestrel_plugin_api a = fake::table("exit_teardown");
+  return fake::entry("exit_teardown", [](kestrel_plugin_api& a) {
     a.device_properties = device_properties;
     a.context_create = context_create;
     a.context_destroy = context_destroy;
@@ -72,7 +71,5 @@ KESTREL_PLUGIN_ENTRY {
     a.stream_destroy = stream_destroy;
     a.stream_synchronize = stream_synchronize;
     a.shutdown = shutdown;
-    return a;
-  }();
-  return &api;
+  });
 }

@@ -39,4 +39,16 @@ inline kestrel_plugin_api table(const char* name) {
   return api;
 }
 
+// What a plugin's entry returns: table(name) with `edit` applied to it once (each plugin breaks one thing),
+// kept for the library's lifetime.
+template <class Edit>
+const kestrel_plugin_api* entry(const char* name, Edit edit) {
+  static const kestrel_plugin_api api = [&] {
+    kestrel_plugin_api a = table(name);
+    edit(a);
+    return a;
+  }();
+  return &api;
+}
+
 }  // namespace fake

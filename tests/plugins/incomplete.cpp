@@ -2,11 +2,8 @@
 #include "fake_table.hpp"
 
 KESTREL_PLUGIN_ENTRY {
-  static kestrel_plugin_api api = [] {
-    kestrel_plugin_api a = fake::table("incomplete");
+  return fake::entry("incomplete", [](kestrel_plugin_api& a) {
     a.launch = nullptr;
     a.supports_op = nullptr;
-    return a;
-  }();
-  return &api;
+  });
 }

@@ -5,11 +5,8 @@ static const char* last_error() { return "driver handshake failed (deliberately,
 static kestrel_status initialize() { return KESTREL_STATUS_UNAVAILABLE; }
 
 KESTREL_PLUGIN_ENTRY {
-  static kestrel_plugin_api api = [] {
-    kestrel_plugin_api a = fake::table("init_fails");
+  return fake::entry("init_fails", [](kestrel_plugin_api& a) {
     a.last_error = last_error;
     a.initialize = initialize;
-    return a;
-  }();
-  return &api;
+  });
 }

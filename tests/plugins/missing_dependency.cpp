@@ -10,10 +10,5 @@ static kestrel_status device_count(int32_t* count) {
 }
 
 KESTREL_PLUGIN_ENTRY {
-  static kestrel_plugin_api api = [] {
-    kestrel_plugin_api a = fake::table("missing_dependency");
-    a.device_count = device_count;
-    return a;
-  }();
-  return &api;
+  return fake::entry("missing_dependency", [](kestrel_plugin_api& a) { a.device_count = device_count; });
 }

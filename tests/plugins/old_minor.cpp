@@ -3,10 +3,5 @@
 #include "fake_table.hpp"
 
 KESTREL_PLUGIN_ENTRY {
-  static kestrel_plugin_api api = [] {
-    kestrel_plugin_api a = fake::table("old_minor");
-    a.abi_minor = 1;
-    return a;
-  }();
-  return &api;
+  return fake::entry("old_minor", [](kestrel_plugin_api& a) { a.abi_minor = 1; });
 }

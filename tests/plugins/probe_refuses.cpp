@@ -10,10 +10,5 @@ static kestrel_status probe(kestrel_probe_result* result) {
 }
 
 KESTREL_PLUGIN_ENTRY {
-  static kestrel_plugin_api api = [] {
-    kestrel_plugin_api a = fake::table("widget");
-    a.probe = probe;
-    return a;
-  }();
-  return &api;
+  return fake::entry("widget", [](kestrel_plugin_api& a) { a.probe = probe; });
 }

@@ -6,10 +6,5 @@
 static kestrel_status probe(kestrel_probe_result*) { throw std::runtime_error("probe exploded (deliberately)"); }
 
 KESTREL_PLUGIN_ENTRY {
-  static kestrel_plugin_api api = [] {
-    kestrel_plugin_api a = fake::table("probe_throws");
-    a.probe = probe;
-    return a;
-  }();
-  return &api;
+  return fake::entry("probe_throws", [](kestrel_plugin_api& a) { a.probe = probe; });
 }

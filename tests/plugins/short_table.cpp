@@ -6,10 +6,6 @@
 #include "fake_table.hpp"
 
 KESTREL_PLUGIN_ENTRY {
-  static kestrel_plugin_api api = [] {
-    kestrel_plugin_api a = fake::table("short_table");
-    a.struct_size = offsetof(kestrel_plugin_api, supports_op);
-    return a;
-  }();
-  return &api;
+  return fake::entry("short_table",
+                     [](kestrel_plugin_api& a) { a.struct_size = offsetof(kestrel_plugin_api, supports_op); });
 }
