@@ -123,8 +123,7 @@ bool supports_softmax_cross_entropy(const kestrel_op& op) {
 
 namespace {
 
-// A (R, C) matrix's row stride: C when it has one row (any stride then reads the same elements).
-int64_t row_stride(const kestrel_tensor& t) { return t.shape[0] > 1 ? t.strides[0] : t.shape[1]; }
+using kestrel::plugin_shapes::row_stride;
 
 void launch_cross_entropy_backward(const kestrel_op& op) {
   const kestrel_tensor &logits = op.inputs[0], &labels = op.inputs[1], &scales = op.inputs[2];

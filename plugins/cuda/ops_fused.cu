@@ -30,22 +30,6 @@ struct RowStats {
   RowAcc<E> top, sum;
 };
 
-// Calls visit(j, xr[j]) for the elements of a row of cols that this thread of the block takes: in 16-byte
-// packs where the row starts on a 16-byte boundary (a padded product's rows do; 2-byte loads one at a time
-// ran GPT-2's 50257-wide cross-entropy at a third of the memory's bandwidth on an H200, 2026-11-27), the
-// rest one at a time.
-template <class S, class Visit>
-__device__ __forceinline__ void visit_row(const S* xr, int64_t cols, Visit visit) {
-  constexpr int K = pack_elements<S>();
-  const int64_t packs = reinterpret_cast<uintptr_t>(xr) % 16 == 0 ? cols / K : 0;
-  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    const Pack<S, K> v = reinterpret_cast<const Pack<S, K>*>(xr)[p];
-#pragma unroll
-    for (int k = 0; k < K; ++k) visit(p * K + k, v.v[k]);
-  }
-  for (int64_t j = packs * K + threadIdx.x; j < cols; j += blockDim.x) visit(j, xr[j]);
-}
-
 template <class E>
 __device__ RowStats<E> row_stats(const typename E::storage* xr, int64_t cols) {
   using A = RowAcc<E>;
@@ -234,8 +218,7 @@ bool supports_softmax_cross_entropy(const kestrel_op& op) {
 
 namespace {
 
-// A (R, C) matrix's row stride: C when it has one row (any stride then reads the same elements).
-int64_t row_stride(const kestrel_tensor& t) { return t.shape[0] > 1 ? t.strides[0] : t.shape[1]; }
+using kestrel::plugin_shapes::row_stride;
 
 void launch_cross_entropy_backward(kestrel_stream& s, const kestrel_op& op) {
   const TensorRef logits = ref(op.inputs[0]), labels = ref(op.inputs[1]), scales = ref(op.inputs[2]),

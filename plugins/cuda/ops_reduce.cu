@@ -222,19 +222,11 @@ __global__ void argmax_kernel(ReducePlan plan, const typename E::storage* x, lon
       }
       return best != best;
     };
-    using S = typename E::storage;
-    constexpr int K = pack_elements<S>();
-    const S* row = x + base;
-    if (plan.reduced_rank == 1 && plan.reduced_strides[0] == 1 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-      // A contiguous row on a 16-byte boundary (a padded product's logits, for the train accuracy): in packs,
-      // each thread still meeting its elements in increasing order.
-      bool stop = false;
-      for (int64_t p = threadIdx.x; p < count / K && !stop; p += blockDim.x) {
-        const Pack<S, K> v = reinterpret_cast<const Pack<S, K>*>(row)[p];
-#pragma unroll
-        for (int k = 0; k < K; ++k) stop = stop || consider(p * K + k, E::load(v.v[k]));
-      }
-      for (int64_t r = count / K * K + threadIdx.x; r < count && !stop; r += blockDim.x) stop = consider(r, E::load(row[r]));
+    if (plan.reduced_rank == 1 && plan.reduced_strides[0] == 1) {
+      // A contiguous row (a padded product's logits, for the train accuracy): in packs where it starts on
+      // one. Each thread meets its elements in increasing order, so its first maximum and first NaN stay its
+      // best without the early stop (consider keeps a NaN).
+      visit_row(x + base, count, [&](int64_t r, typename E::storage v) { consider(r, E::load(v)); });
     } else {
       for (int64_t r = threadIdx.x; r < count; r += blockDim.x)
         if (consider(r, E::load(x[base + plan.reduced_offset(r)]))) break;
@@ -358,7 +350,10 @@ void reduce_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out, i
   int splits = int(std::clamp<int64_t>(std::min((kTargetBlocks + blocks - 1) / blocks, count / min_split), 1, 1024));
   // As many splits as SplitRange's chunks reach: an empty one would fold its max/min partial from 0 (4225
   // rows in 66 splits of 65 left the last empty, and a column of negative values came out 0).
-  if (count > 0) splits = int((count + (count + splits - 1) / splits - 1) / ((count + splits - 1) / splits));
+  if (count > 0) {
+    const int64_t chunk = (count + splits - 1) / splits;  // SplitRange's
+    splits = int((count + chunk - 1) / chunk);
+  }
   const dim3 grid(unsigned(std::min<int64_t>(blocks, 1 << 20)), unsigned(splits));
   dispatch(in.dtype, [&](auto elem) {
     using E = decltype(elem);

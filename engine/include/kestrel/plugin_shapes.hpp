@@ -266,6 +266,8 @@ inline bool softmax_cross_entropy_backward_dense(const kestrel_op& op) {
 inline bool contiguous_rows(const kestrel_tensor& t) {
   return t.rank == 2 && (t.shape[1] <= 1 || t.strides[1] == 1) && (t.shape[0] <= 1 || t.strides[0] >= t.shape[1]);
 }
+// Such a matrix's row stride: C when it has one row (any stride then reads the same elements).
+inline int64_t row_stride(const kestrel_tensor& t) { return t.shape[0] > 1 ? t.strides[0] : t.shape[1]; }
 
 // Either cross-entropy op (forward with one output, or backward) with its logits, and backward's dlogits,
 // in contiguous rows; everything else as softmax_cross_entropy_backward_dense has it. The plugins that
