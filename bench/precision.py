@@ -28,7 +28,8 @@ def runs(args):
         "mlp": ("models/fashion_mlp.train.json", ["--epochs", str(args.mlp_epochs)] if args.mlp_epochs else [], "accuracy"),
         "convnet": ("models/fashion_convnet.train.json", ["--epochs", str(args.convnet_epochs)] +
                     (["--max-steps", str(args.convnet_steps)] if args.convnet_steps else []), "accuracy"),
-        "gpt": ("models/gpt_char.train.json", ["--max-steps", str(args.gpt_steps)], "loss"),
+        # --max-steps only shortens a run, and gpt_char's one epoch is 566 steps: epochs enough to run them all.
+        "gpt": ("models/gpt_char.train.json", ["--epochs", "1000", "--max-steps", str(args.gpt_steps)], "loss"),
     }
 
 

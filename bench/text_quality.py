@@ -39,7 +39,9 @@ def kestrel_loss(args, name, seed):
     binary = ROOT / args.build / "bin" / "kestrel"
     command = [str(binary), "train", CONFIGS[name], "--no-progress", "--out", str(out), "--seed", str(seed)]
     if steps_of(args, name):
-        command += ["--max-steps", str(steps_of(args, name))]
+        # --max-steps only shortens a run (these configs train one epoch); the PyTorch reference runs all
+        # of them, so epochs enough that this run does too.
+        command += ["--epochs", "1000", "--max-steps", str(steps_of(args, name))]
     if args.backend:
         command += ["--backend", args.backend]
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)

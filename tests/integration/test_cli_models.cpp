@@ -84,6 +84,18 @@ TEST(CliModels, EvalAndPredictUseACheckpoint) {
   EXPECT_NE(predict.output.find("sample 2: true"), std::string::npos) << predict.output;
 }
 
+// --max-steps caps a run at the epochs' steps rather than adding epochs: a run asking for more hears so.
+TEST(CliModels, MaxStepsBeyondTheEpochsIsSaid) {
+  fs::path out = fs::temp_directory_path() / "kestrel_cli_max_steps";
+  fs::remove_all(out);
+  CliRun r = run("train " + (models / "fashion_mlp.train.json").string() + " --backend cpu --train-subset 128 "
+                 "--test-subset 64 --batch-size 64 --epochs 1 --max-steps 5 --no-progress --out " + out.string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("max_steps 5 is more than the 2 steps of 1 epoch(s) of 2 batches"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("final: 2 steps on cpu:0"), std::string::npos) << r.output;
+}
+
 struct BadModel {
   std::string name, text;
   std::string expected;  // part of the message

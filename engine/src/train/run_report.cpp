@@ -30,6 +30,11 @@ RunReport::RunReport(const RunConfig& config, const RunPlan& plan, RunIdentity i
   if (config.accumulate_steps > 1)
     log_.message(fmt::format("kestrel: {} micro-batches of {} samples per optimizer step (batch size {})",
                              config.accumulate_steps, config.micro_batch_size(), config.batch_size));
+  // max_steps only ever shortens a run; one that asks for more steps than its epochs hold is told so.
+  if (config.max_steps > plan.total_steps)
+    log_.message(fmt::format("kestrel: max_steps {} is more than the {} steps of {} epoch(s) of {} batches, so the run "
+                             "stops after {}; raise epochs (--epochs) to run them all",
+                             config.max_steps, plan.total_steps, config.epochs, plan.batches, plan.total_steps));
   if (start.step > 0) log_.message(fmt::format("kestrel: resumed at epoch {}, step {}", start.epoch + 1, start.step));
   try {
     log_.config_text(io::read_file(config.source, io::kMaxTextFileBytes));
