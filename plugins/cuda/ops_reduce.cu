@@ -149,8 +149,9 @@ __global__ void reduce_across_kernel(ReducePlan plan, const typename E::storage*
 // Column sums (and the other folds) of a matrix x (rows, C) whose rows are ld apart, as reduce_across_kernel
 // folds them, but with each thread reading K neighbouring columns as one 16-byte pack and four rows' packs
 // in flight: a bias gradient's 2-byte loads, one at a time, ran at about 0.65 TB/s on an H200 (the
-// 8192-wide MLP's, 2026-11-27). Each column folds its split's rows in order, as there. Needs C and ld
-// multiples of K, and x on a 16-byte boundary.
+// 8192-wide MLP's, 2026-11-27). Each column folds its split's rows in order, as there. Needs ld a multiple
+// of K and x on a 16-byte boundary. C need not be: the last pack of a row that ends inside one (GPT-2's
+// 50257 logits, rows padded to 50264) is read element by element, never past the row's end.
 template <class E>
 __global__ void reduce_columns_packed(const typename E::storage* x, int64_t ld, int64_t rows, int64_t columns,
                                       typename E::storage* y, int64_t y_stride, Acc<E>* partials, int fn) {
@@ -159,8 +160,15 @@ __global__ void reduce_columns_packed(const typename E::storage* x, int64_t ld, 
   constexpr int K = pack_elements<S>();
   const bool summing = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN;
   const SplitRange range(rows, gridDim.y, blockIdx.y);
-  auto row_pack = [&](int64_t p, int64_t r) { return *reinterpret_cast<const Pack<S, K>*>(x + r * ld + p * K); };
-  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < columns / K; p += int64_t(gridDim.x) * blockDim.x) {
+  auto row_pack = [&](int64_t p, int64_t r) {
+    const S* at = x + r * ld + p * K;
+    if (p * K + K <= columns) return *reinterpret_cast<const Pack<S, K>*>(at);
+    Pack<S, K> tail{};  // lanes past the row's end are never stored
+    for (int j = 0; j < K && p * K + j < columns; ++j) tail.v[j] = at[j];
+    return tail;
+  };
+  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < (columns + K - 1) / K;
+       p += int64_t(gridDim.x) * blockDim.x) {
     A acc[K];
     const Pack<S, K> first = summing || range.begin == range.end ? Pack<S, K>{} : row_pack(p, range.begin);
 #pragma unroll
@@ -182,6 +190,7 @@ __global__ void reduce_columns_packed(const typename E::storage* x, int64_t ld, 
 #pragma unroll
     for (int j = 0; j < K; ++j) {
       const int64_t o = p * K + j;
+      if (o >= columns) break;
       if (gridDim.y == 1) finish<E>(y, o * y_stride, acc[j], fn, rows);
       else partials[blockIdx.y * columns + o] = acc[j];
     }
@@ -338,14 +347,15 @@ void reduce_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out, i
   // into splits when the outputs alone would give the GPU fewer than kTargetBlocks blocks, each split
   // long enough (min_split elements) to be worth a block or a thread.
   const bool across = plan.kept_rank > 0 && plan.kept_in_strides[plan.kept_rank - 1] == 1 && outputs >= 32;
-  // A matrix's columns in 16-byte packs (bias gradients): one kept and one reduced axis, whole packs.
+  // A matrix's columns in 16-byte packs (bias gradients): one kept and one reduced axis, rows starting on
+  // pack boundaries.
   const int64_t pack = 16 / int64_t(dtype_bytes(in.dtype));
-  const bool columns = across && plan.kept_rank == 1 && plan.reduced_rank == 1 && outputs % pack == 0 &&
+  const bool columns = across && plan.kept_rank == 1 && plan.reduced_rank == 1 &&
                        plan.reduced_strides[0] % pack == 0 && reinterpret_cast<uintptr_t>(in.base) % 16 == 0 &&
                        !generic_elementwise();
   constexpr int64_t kTargetBlocks = 1024;
   const int block = across ? 256 : block_for(count);
-  const int64_t blocks = columns ? (outputs / pack + block - 1) / block : across ? (outputs + block - 1) / block : outputs;
+  const int64_t blocks = columns ? ((outputs + pack - 1) / pack + block - 1) / block : across ? (outputs + block - 1) / block : outputs;
   const int64_t min_split = across ? 64 : 4096;
   int splits = int(std::clamp<int64_t>(std::min((kTargetBlocks + blocks - 1) / blocks, count / min_split), 1, 1024));
   // As many splits as SplitRange's chunks reach: an empty one would fold its max/min partial from 0 (4225

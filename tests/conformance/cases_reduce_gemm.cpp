@@ -78,6 +78,9 @@ void reduce_cases(Runner& r) {
       {{300, 700}, {0}, Layout::contiguous},
       // columns a whole number of 16-byte packs of every dtype, rows past any split's four-row steps
       {{1001, 64}, {0}, Layout::contiguous},
+      // columns that end inside a pack, rows 64 apart (an output layer's bias gradient from logits in
+      // rows padded for the product, GPT-2's 50257 in 50264)
+      {{1001, 61}, {0}, Layout::padded},
       // a convolution's bias gradient: over N and the contiguous H*W, channels kept
       {{6, 4, 131}, {0, 2}, Layout::contiguous}};
   for (int f = KESTREL_REDUCE_SUM; f <= KESTREL_REDUCE_MAX_ABS; ++f) {
