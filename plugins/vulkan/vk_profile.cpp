@@ -1,7 +1,10 @@
 // KESTREL_VULKAN_PROFILE=1: device time per shader. Launches no longer complete before they return,
 // so host clocks would time the recording, not the work: each dispatch is bracketed by two timestamp
 // queries instead, read back when its batch's fence has signalled, and the totals are printed when the
-// context is destroyed. Devices whose compute queue has no timestamps say so and print nothing.
+// context is destroyed. Each batch's span, from its first dispatch's start to its last one's end, is
+// summed beside them: what the span holds beyond the shaders' own time went to the barriers between
+// dispatches and to idling. A captured graph's chunks are timed at each replay (submit_chunks then
+// waits for it). Devices whose compute queue has no timestamps say so and print nothing.
 #include <cstdio>
 
 #include "kestrel/plugin_env.hpp"
@@ -17,6 +20,7 @@ struct ShaderTime {
 };
 std::mutex& profile_mutex = *new std::mutex;
 std::map<std::string, ShaderTime>& profile = *new std::map<std::string, ShaderTime>;
+ShaderTime& spans = *new ShaderTime;  // batches' first-start-to-last-end spans
 
 }  // namespace
 
@@ -74,7 +78,10 @@ void collect_timestamps(kestrel_context* context, Submission& batch) {
     entry.seconds += double((ticks[2 * i + 1] - ticks[2 * i]) & mask) * seconds_per_tick;
     entry.launches += 1;
   }
-  batch.timed_shaders.clear();
+  spans.seconds += double((ticks[count - 1] - ticks[0]) & mask) * seconds_per_tick;
+  spans.launches += 1;
+  // The shader list stays: a graph's chunk is timed again at its next replay (begin_timestamps clears
+  // a stream batch's when it is recorded anew).
 }
 
 void print_profile() {
@@ -82,9 +89,17 @@ void print_profile() {
   std::lock_guard<std::mutex> lock(profile_mutex);
   if (profile.empty()) return;
   std::fprintf(stderr, "kestrel vulkan profile (device seconds from timestamps, launches, shader):\n");
-  for (const auto& [name, time] : profile)
+  ShaderTime all;
+  for (const auto& [name, time] : profile) {
     std::fprintf(stderr, "  %10.3f %8llu  %s\n", time.seconds, static_cast<unsigned long long>(time.launches), name.c_str());
+    all.seconds += time.seconds;
+    all.launches += time.launches;
+  }
+  std::fprintf(stderr, "  %10.3f %8llu  (all shaders)\n", all.seconds, static_cast<unsigned long long>(all.launches));
+  std::fprintf(stderr, "  %10.3f %8llu  (batches, first dispatch's start to last one's end: the rest is barriers and idling)\n",
+               spans.seconds, static_cast<unsigned long long>(spans.launches));
   profile.clear();
+  spans = {};
 }
 
 }  // namespace kestrel_vk

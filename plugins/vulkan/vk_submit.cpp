@@ -301,6 +301,7 @@ Submission& open_chunk(kestrel_graph* graph) {
   graph->chunks.push_back(std::make_unique<Submission>());  // first, so destroy_chunks frees what gets made
   Submission& chunk = *graph->chunks.back();
   create_batch_objects(context, graph->command_pool, chunk);
+  create_timestamps(context, chunk);
   // Replays may overlap (the next is submitted before the previous has finished); the barrier at the
   // start of each chunk keeps them in order.
   begin_batch(chunk, VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT);
@@ -320,6 +321,7 @@ void submit_chunks(kestrel_stream* stream, kestrel_graph* graph) {
   flush(stream);  // the stream's earlier work goes first
   Submission& slot = stream->ring[stream->current];
   reclaim_slot(stream, slot);
+  slot.timed_shaders.clear();  // its own command buffer is not in this submission: nothing of it to time
   std::vector<VkCommandBuffer> commands;
   for (const auto& chunk : graph->chunks) commands.push_back(chunk->commands);
   VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
@@ -337,6 +339,11 @@ void submit_chunks(kestrel_stream* stream, kestrel_graph* graph) {
   slot.in_flight = true;
   stream->progress->submitted.store(slot.batch);
   stream->current = (stream->current + 1) % kSubmissionsInFlight;
+  if (profiling()) {
+    // The chunks' timestamps are this replay's only until the next one resets them: read them now.
+    retire(stream, slot);
+    for (const auto& chunk : graph->chunks) collect_timestamps(context, *chunk);
+  }
 }
 
 void synchronize(kestrel_stream* stream) {

@@ -1,8 +1,8 @@
 // The Vulkan plugin through its raw ABI, for what the conformance cases cannot reach: several streams
 // and events, copies bigger than a batch's upload space, overlapping device copies, thousands of
 // launches without a sync, long softmax rows, errors found on the device and reported later, memory
-// statistics and trimming, the memory and error rules of capture and replay, and the on-disk pipeline
-// cache.
+// statistics and trimming, the memory and error rules of capture and replay, the on-disk pipeline
+// cache, and KESTREL_VULKAN_PROFILE's count of replayed work.
 //
 // The engine finds the plugin (so the test runs wherever `kestrel devices` lists a Vulkan device and
 // skips elsewhere); the test then opens the same library to call the ABI directly with its own
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kestrel/engine.h"
+#include "cli_run.h"
 #include "kestrel/plugin.h"
 
 namespace {
@@ -441,3 +442,31 @@ TEST_F(VulkanPlugin, PipelineCacheIsSavedAndADamagedFileIsReplaced) {
 }
 
 }  // namespace
+
+// KESTREL_VULKAN_PROFILE=1 times the dispatches of every replay of a captured step, not only eager work:
+// runs of two, three and four steps (the first eager, the second captured, the others replays) differ in
+// their profiled launches by one replayed step each. Outside its graph a step launches only the optimizer
+// update and a fill; fashion_mlp's forward and backward are dozens of dispatches more.
+TEST_F(VulkanPlugin, TheProfileTimesReplayedSteps) {
+  auto profiled_launches = [](int steps) -> long {
+    const std::string out = (std::filesystem::temp_directory_path() / "kestrel_vulkan_profile").string();
+    CliRun r = run_command(std::string("KESTREL_VULKAN_PROFILE=1 ") + KESTREL_CLI + " train " + KESTREL_SOURCE_DIR +
+                           "/models/fashion_mlp.train.json --backend vulkan --train-subset " + std::to_string(64 * steps) +
+                           " --test-subset 64 --batch-size 64 --epochs 1 --quiet --out " + out);
+    EXPECT_EQ(r.status, 0) << r.output;
+    const size_t line = r.output.find("(all shaders)");
+    if (line == std::string::npos) {
+      ADD_FAILURE() << "no profile total in:\n" << r.output;
+      return -1;
+    }
+    const size_t start = r.output.rfind('\n', line) + 1;
+    double seconds = 0;
+    long launches = -1;
+    std::sscanf(r.output.c_str() + start, "%lf %ld", &seconds, &launches);
+    EXPECT_NE(r.output.find("(batches, first dispatch's start"), std::string::npos) << r.output;
+    return launches;
+  };
+  const long two = profiled_launches(2), three = profiled_launches(3), four = profiled_launches(4);
+  EXPECT_GE(three - two, 20) << two << " " << three << " " << four;
+  EXPECT_EQ(four - three, three - two) << two << " " << three << " " << four;
+}
