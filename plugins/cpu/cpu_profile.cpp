@@ -1,7 +1,8 @@
 // KESTREL_CPU_PROFILE=1: host time per kind of op, printed to stderr when the process exits. Every op
 // runs to completion inside its launch on this backend, so a clock around the launch times the work
 // itself. GEMMs and linear ops are keyed by their sizes (m x n x k), convolutions by their weight's
-// (O x C x KH x KW) and output image (OH x OW): they are what a step is made of.
+// (O x C x KH x KW) and output image (OH x OW): they are what a step is made of. Copies, casts and
+// element-wise ops by their dtypes and element count, which tells the casts mixed precision adds apart.
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -14,6 +15,11 @@
 namespace kestrel_cpu {
 
 namespace {
+
+const char* dtype_key(kestrel_dtype dtype) {
+  static const char* const names[KESTREL_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "i64", "u8", "f64"};
+  return unsigned(dtype) < KESTREL_DTYPE_COUNT ? names[dtype] : "?";
+}
 
 std::string key_of(const kestrel_op& op) {
   std::string key = kestrel::plugin_sdk::op_kind_name(op.kind);
@@ -32,6 +38,13 @@ std::string key_of(const kestrel_op& op) {
     if (w.rank == 4 && y.rank == 4)
       key += " " + std::to_string(w.shape[0]) + "x" + std::to_string(w.shape[1]) + "x" + std::to_string(w.shape[2]) +
              "x" + std::to_string(w.shape[3]) + " " + std::to_string(y.shape[2]) + "x" + std::to_string(y.shape[3]);
+  }
+  const bool elementwise = op.kind == KESTREL_OP_COPY || op.kind == KESTREL_OP_UNARY || op.kind == KESTREL_OP_BINARY;
+  if (elementwise && op.num_inputs >= 1 && op.num_outputs >= 1) {
+    int64_t numel = 1;
+    for (int d = 0; d < op.outputs[0].rank; ++d) numel *= op.outputs[0].shape[d];
+    key += std::string(" ") + dtype_key(op.inputs[0].dtype) + "->" + dtype_key(op.outputs[0].dtype) + " " +
+           std::to_string(numel);
   }
   return key;
 }

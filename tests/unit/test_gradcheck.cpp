@@ -295,32 +295,44 @@ TEST(Autograd, ErrorsAreClear) {
 
 // A model's gradients: backward adds into them; after zero_grad(lazy) the next pass overwrites them
 // instead, and settle_gradients() zeroes those that no pass reached.
+// The first pass after a lazy zero writes each gradient (the fused layer norm's and convolution's
+// weight and bias gradients and the linear layers' bias sums straight into the gradient storage), later
+// passes add to it, and gradients no pass reached read 0.
 TEST(Autograd, ModelGradientsAddOrOverwriteAfterALazyZero) {
-  kestrel::ModelSpec spec = kestrel::ModelSpec::parse(
-      R"({"name": "mlp", "input": {"shape": [3]},
-          "layers": [{"type": "linear", "out_features": 4}, {"type": "relu"}, {"type": "linear", "out_features": 2}]})",
-      "inline");
-  kestrel::Model model(spec, cpu(), 1);
-  Tensor x = random_f64({5, 3}, 36).to(DType::f32), target = random_f64({5, 2}, 37).to(DType::f32);  // (N, in), (N, out)
-  auto gradients_after_a_pass = [&] {
-    uint64_t rng_offset = 0;
-    kestrel::backward(fn::mse_loss(model.forward(x, true, 0, rng_offset), target));
-    return model.flat_gradients().to_vector<float>();
-  };
-  auto expect_scaled = [](const std::vector<float>& got, const std::vector<float>& base, float factor) {
-    ASSERT_EQ(got.size(), base.size());
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], factor * base[i], 1e-6 * (1 + std::abs(base[i]))) << i;
-  };
-  model.zero_grad();
-  std::vector<float> once = gradients_after_a_pass();
-  expect_scaled(gradients_after_a_pass(), once, 2);  // added
-  model.zero_grad(/*lazy=*/true);
-  gradients_after_a_pass();
-  model.settle_gradients();
-  expect_scaled(model.flat_gradients().to_vector<float>(), once, 1);  // overwritten
-  model.zero_grad(/*lazy=*/true);
-  model.settle_gradients();  // no pass reached them
-  expect_scaled(model.flat_gradients().to_vector<float>(), once, 0);
+  const std::pair<const char*, kestrel::Shape> models[] = {
+      {R"({"name": "mlp", "input": {"shape": [3]},
+          "layers": [{"type": "linear", "out_features": 4}, {"type": "layernorm", "normalized_shape": 4},
+                     {"type": "relu"}, {"type": "linear", "out_features": 2}]})", {5, 3}},
+      {R"({"name": "cnn", "input": {"shape": [2, 5, 5]},
+          "layers": [{"type": "conv2d", "out_channels": 3, "kernel_size": 3}, {"type": "relu"}, {"type": "flatten"},
+                     {"type": "linear", "out_features": 2}]})", {5, 2, 5, 5}}};
+  for (const auto& [text, input_shape] : models) {
+    kestrel::Model model(kestrel::ModelSpec::parse(text, "inline"), cpu(), 1);
+    Tensor x = random_f64(input_shape, 36).to(DType::f32), target = random_f64({5, 2}, 37).to(DType::f32);  // (N, ...), (N, out)
+    auto gradients_after_a_pass = [&] {
+      uint64_t rng_offset = 0;
+      kestrel::backward(fn::mse_loss(model.forward(x, true, 0, rng_offset), target));
+      return model.flat_gradients().to_vector<float>();
+    };
+    auto expect_scaled = [&](const std::vector<float>& got, const std::vector<float>& base, float factor) {
+      ASSERT_EQ(got.size(), base.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_NEAR(got[i], factor * base[i], 1e-6 * (1 + std::abs(base[i]))) << text << " parameter " << i;
+    };
+    model.zero_grad();
+    std::vector<float> once = gradients_after_a_pass();
+    expect_scaled(gradients_after_a_pass(), once, 2);  // added
+    model.zero_grad(/*lazy=*/true);
+    model.flat_gradients().copy_from(Tensor::full(model.flat_gradients().shape(), 99.0, DType::f32, cpu()));  // old
+    gradients_after_a_pass();
+    model.settle_gradients();
+    expect_scaled(model.flat_gradients().to_vector<float>(), once, 1);  // overwritten
+    gradients_after_a_pass();
+    expect_scaled(model.flat_gradients().to_vector<float>(), once, 2);  // then added
+    model.zero_grad(/*lazy=*/true);
+    model.settle_gradients();  // no pass reached them
+    expect_scaled(model.flat_gradients().to_vector<float>(), once, 0);
+  }
 }
 
 // Token ids through an embedding, a layer norm per position and a linear layer over the last axis:

@@ -22,13 +22,18 @@ class GradBuffer {
   explicit GradBuffer(Tensor storage) : storage_(std::move(storage)) {}
   virtual ~GradBuffer() = default;
   const Tensor& storage() const { return storage_; }
-  virtual void add(const Tensor& grad) = 0;  // grad: the leaf's shape
+  virtual void add(const Tensor& grad) = 0;  // grad: the leaf's shape, any float dtype (cast as it lands)
   // Adds a @ b, a: (M, K), b: (K, N), M * N = the leaf's size: a weight gradient as one GEMM, straight
   // into the storage.
   virtual void add_product(const Tensor& a, const Tensor& b) = 0;
   // Adds src's rows at the rows `index` names (storage.scatter_add_(0, index, src)), index and src: (count, D)
   // of a (V, D) leaf: an embedding's gradient. By default through a zeroed temporary and add().
   virtual void add_rows(const Tensor& index, const Tensor& src);
+  // The storage when the next contribution may simply replace what it holds (nothing added since the
+  // owner's last lazy zero), for an op to write the whole gradient into; undefined otherwise. Call
+  // overwritten() once the op has written it.
+  virtual Tensor overwritable() { return {}; }
+  virtual void overwritten() {}
 
  protected:
   Tensor storage_;
@@ -70,8 +75,21 @@ class Var {
 // The result of an op: requires a gradient when any parent does (and grad mode is on).
 Var make_var(Tensor value, std::vector<Var> parents, const char* op, BackwardFn backward);
 
-// Adds `grad` (already in the parent's shape) into the node's gradient.
+// Adds `grad` (already in the parent's shape) into the node's gradient. A gradient of another float
+// dtype (a 16-bit one of an f32 leaf under autocast) is cast where it lands: into a parameter's stored
+// gradient, that is one copy.
 void accumulate_grad(VarNode& node, const Tensor& grad);
+
+// Where an op that makes a leaf's whole gradient in `dtype` (a fused layer's weight and bias gradients,
+// a bias gradient's reduction) writes it: the leaf's gradient storage itself when nothing is there to
+// add to and the dtype is the storage's, so that no temporary and copy follow; else a new tensor of the
+// leaf's shape. Hand it to land_grad once the op has run.
+struct GradDestination {
+  Tensor tensor;  // the leaf's shape
+  bool in_place = false;
+};
+GradDestination grad_destination(VarNode& leaf, DType dtype);
+void land_grad(VarNode& leaf, const GradDestination& written);
 // Adds a broadcast gradient into `node`, first summing over the dims that broadcasting expanded.
 void accumulate_broadcast_grad(VarNode& node, const Tensor& grad);
 

@@ -26,6 +26,9 @@ Tensor binary(BinaryFn fn, const Tensor& a, const Tensor& b);
 void binary_(BinaryFn fn, Tensor& out, const Tensor& a, const Tensor& b);  // out may alias a or b
 // Reduces over `dims` (all dims when empty); keepdim keeps them as size 1.
 Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims = {}, bool keepdim = false);
+// The same into `out`, x's dtype and rank, extent 1 on the axes it reduces (keepdim's shape): a bias
+// gradient written straight into its parameter's gradient storage. Not ARGMAX.
+void reduce_into(ReduceFn fn, Tensor& out, const Tensor& x);
 // A scalar on x's device, in x's dtype: 1 when some element of x is NaN or infinite, else 0. Nothing is
 // read back, so it can feed later launches (f16 loss scaling) without a wait. x: floating, any shape.
 Tensor nonfinite_flag(const Tensor& x);

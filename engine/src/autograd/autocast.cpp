@@ -35,7 +35,7 @@ DType promoted_dtype(DType a, DType b) {
 Var cast(const Var& x, DType dtype) {
   if (x.value().dtype() == dtype) return x;
   return make_var(x.value().to(dtype), {x}, "cast",
-                  [x = x.node()](const Tensor& dy) { accumulate_grad(*x, dy.to(x->value.dtype())); });
+                  [x = x.node()](const Tensor& dy) { accumulate_grad(*x, dy); });  // cast where it lands
 }
 
 }  // namespace kestrel::fn

@@ -22,6 +22,14 @@ void accumulate_product(VarNode& weight, const Tensor& a, const Tensor& b) {
     accumulate_grad(weight, ops::matmul(a, b, weight.value.dtype()).view(weight.value.shape()));
 }
 
+void accumulate_row_sum(VarNode& bias, const Tensor& dz) {
+  if (!bias.requires_grad) return;
+  const GradDestination db = grad_destination(bias, dz.dtype());
+  Tensor row = db.tensor.view({1, dz.size(1)});  // (1, out)
+  ops::reduce_into(KESTREL_REDUCE_SUM, row, dz);
+  land_grad(bias, db);
+}
+
 namespace {
 
 Tensor activation_grad(kestrel_activation activation, const Tensor& dy, const Tensor& y, const Tensor& pre) {
@@ -109,7 +117,7 @@ Var linear_same_dtype(const Var& x, const Var& weight, const Var& bias, kestrel_
                     Tensor dz = activation_grad(activation, dy, y, pre);                  // (N, out)
                     if (x->requires_grad) accumulate_grad(*x, ops::matmul(dz, weight->value));  // (N, in)
                     accumulate_product(*weight, dz.transpose(0, 1), x->value);             // (out, in)
-                    if (bias && bias->requires_grad) accumulate_grad(*bias, math::sum(dz, {0}, false));
+                    if (bias) accumulate_row_sum(*bias, dz);
                   });
 }
 
@@ -162,7 +170,7 @@ Var linear_autocast(const Var& x, const Var& weight, const Var& bias, kestrel_ac
                       const Tensor padded = ops::matmul(dz.transpose(0, 1), x16, DType::f32);  // (features, in)
                       accumulate_grad(*weight, padded.slice(0, 0, out));                        // (out, in)
                     }
-                    if (bias && bias->requires_grad) accumulate_grad(*bias, math::sum(dz_out, {0}, false).to(DType::f32));
+                    if (bias) accumulate_row_sum(*bias, dz_out);
                   });
 }
 
@@ -206,13 +214,14 @@ std::optional<Var> fused_conv2d(const Var& x, const Var& weight, const Var& bias
                     const Tensor dz = dy.contiguous();  // (N, O, OH, OW), the gradient of y
                     const bool bias_grad = bias && bias->requires_grad;
                     if (weight->requires_grad || bias_grad) {
-                      Tensor dw = Tensor::empty(w.shape(), w.dtype(), w.device());  // (O, C, KH, KW)
-                      Tensor db = bias_grad ? Tensor::empty(b.shape(), b.dtype(), b.device()) : Tensor();  // (O)
-                      kestrel_op op = backward_op(KESTREL_OP_CONV2D_BACKWARD_FILTER, dz, input, dw);
-                      if (bias_grad) op.outputs[op.num_outputs++] = db.descriptor();
+                      // Into the parameters' gradient storage where nothing is there yet to add to.
+                      const GradDestination dw = grad_destination(*weight, w.dtype());  // (O, C, KH, KW)
+                      const GradDestination db = bias_grad ? grad_destination(*bias, b.dtype()) : GradDestination{};  // (O)
+                      kestrel_op op = backward_op(KESTREL_OP_CONV2D_BACKWARD_FILTER, dz, input, dw.tensor);
+                      if (bias_grad) op.outputs[op.num_outputs++] = db.tensor.view(b.shape()).descriptor();
                       ops::launch(dz.device(), op);
-                      accumulate_grad(*weight, dw);
-                      if (bias_grad) accumulate_grad(*bias, db);
+                      if (weight->requires_grad) land_grad(*weight, dw);
+                      if (bias_grad) land_grad(*bias, db);
                     }
                     if (x->requires_grad) {
                       Tensor dx = Tensor::empty(input.shape(), input.dtype(), input.device());  // (N, C, H, W)

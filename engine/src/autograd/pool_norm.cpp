@@ -109,18 +109,20 @@ std::optional<Var> fused_layer_norm(const Var& x, const Var& weight, const Var& 
                   [x = x.node(), weight = weight.node(), bias = bias.node(), x2, w, b, mean, rstd, params](const Tensor& dy) {
                     const Tensor dy2 = dy.contiguous().view(x2.shape());  // (R, C)
                     Tensor dx = Tensor::empty(x2.shape(), x2.dtype(), x2.device());
-                    Tensor dw = w.defined() ? Tensor::empty(w.shape(), w.dtype(), w.device()) : Tensor();
-                    Tensor db = b.defined() ? Tensor::empty(b.shape(), b.dtype(), b.device()) : Tensor();
+                    // The weight's and bias's gradients straight into their storage where nothing is there
+                    // yet to add to (the op writes both whenever it has them).
+                    const GradDestination dw = w.defined() ? grad_destination(*weight, w.dtype()) : GradDestination{};
+                    const GradDestination db = b.defined() ? grad_destination(*bias, b.dtype()) : GradDestination{};
                     kestrel_op op = ops::make_op(KESTREL_OP_LAYER_NORM_BACKWARD, &params, {dy2, x2, mean, rstd}, {dx});
                     if (w.defined()) {
                       op.inputs[op.num_inputs++] = w.descriptor();
-                      op.outputs[op.num_outputs++] = dw.descriptor();
+                      op.outputs[op.num_outputs++] = dw.tensor.view(w.shape()).descriptor();  // (C)
                     }
-                    if (b.defined()) op.outputs[op.num_outputs++] = db.descriptor();
+                    if (b.defined()) op.outputs[op.num_outputs++] = db.tensor.view(b.shape()).descriptor();  // (C)
                     ops::launch(x2.device(), op);
                     if (x->requires_grad) accumulate_grad(*x, dx.view(x->value.shape()));
-                    if (weight && weight->requires_grad) accumulate_grad(*weight, dw.view(weight->value.shape()));
-                    if (bias && bias->requires_grad) accumulate_grad(*bias, db.view(bias->value.shape()));
+                    if (weight && weight->requires_grad) land_grad(*weight, dw);
+                    if (bias && bias->requires_grad) land_grad(*bias, db);
                   });
 }
 

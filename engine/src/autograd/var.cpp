@@ -91,11 +91,26 @@ void accumulate_grad(VarNode& node, const Tensor& grad) {
     throw InvalidArgument(fmt::format("internal: gradient {} for {} ({})", grad.describe(), node.value.describe(), node.op));
   if (node.grad_buffer) {
     node.grad_buffer->add(grad);
-  } else if (!node.grad.defined()) {
-    node.grad = grad;  // may be shared with another parent's gradient: never updated in place
-  } else {
-    node.grad = ops::binary(KESTREL_BINARY_ADD, node.grad, grad);
+    return;
   }
+  const Tensor cast = grad.dtype() == node.value.dtype() ? grad : grad.to(node.value.dtype());
+  if (!node.grad.defined())
+    node.grad = cast;  // may be shared with another parent's gradient: never updated in place
+  else
+    node.grad = ops::binary(KESTREL_BINARY_ADD, node.grad, cast);
+}
+
+GradDestination grad_destination(VarNode& leaf, DType dtype) {
+  if (leaf.requires_grad && leaf.grad_buffer && dtype == leaf.value.dtype())
+    if (Tensor storage = leaf.grad_buffer->overwritable(); storage.defined()) return {storage, true};
+  return {Tensor::empty(leaf.value.shape(), dtype, leaf.value.device()), false};
+}
+
+void land_grad(VarNode& leaf, const GradDestination& written) {
+  if (written.in_place)
+    leaf.grad_buffer->overwritten();
+  else
+    accumulate_grad(leaf, written.tensor);
 }
 
 void accumulate_broadcast_grad(VarNode& node, const Tensor& grad) {

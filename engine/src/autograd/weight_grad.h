@@ -8,4 +8,8 @@ namespace kestrel::fn {
 // GEMM instead of a product, a temporary and an addition); nothing if the weight needs no gradient.
 void accumulate_product(VarNode& weight, const Tensor& a, const Tensor& b);
 
+// db += dz summed over its rows, dz: (N, out), db: (out): reduced straight into the bias's gradient
+// storage where grad_destination allows, else reduced and accumulated (a 16-bit sum cast as it lands).
+void accumulate_row_sum(VarNode& bias, const Tensor& dz);
+
 }  // namespace kestrel::fn

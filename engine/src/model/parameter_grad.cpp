@@ -11,9 +11,9 @@ void ParameterGrad::settle() {
 
 void ParameterGrad::add(const Tensor& grad) {
   if (stale_)
-    ops::copy_(storage_, grad);
+    ops::copy_(storage_, grad);  // casting a gradient of another dtype on the way
   else
-    ops::binary_(KESTREL_BINARY_ADD, storage_, storage_, grad);
+    ops::binary_(KESTREL_BINARY_ADD, storage_, storage_, grad.dtype() == storage_.dtype() ? grad : grad.to(storage_.dtype()));
   stale_ = false;
 }
 

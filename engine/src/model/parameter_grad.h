@@ -18,6 +18,8 @@ class ParameterGrad final : public GradBuffer {
   void add_product(const Tensor& a, const Tensor& b) override;
   // Straight into the storage: a stale gradient is zeroed in place first (no temporary, no copy).
   void add_rows(const Tensor& index, const Tensor& src) override;
+  Tensor overwritable() override { return stale_ ? storage_ : Tensor(); }
+  void overwritten() override { stale_ = false; }
 
  private:
   bool stale_ = false;  // the storage holds an old gradient

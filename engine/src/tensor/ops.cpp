@@ -177,6 +177,19 @@ Tensor binary(BinaryFn fn, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+void reduce_into(ReduceFn fn, Tensor& out, const Tensor& x) {
+  const char* what = reduce_fn_name(fn);
+  bool fits = fn != KESTREL_REDUCE_ARGMAX && out.dtype() == x.dtype() && out.rank() == x.rank() && out.device() == x.device();
+  for (int d = 0; fits && d < x.rank(); ++d) fits = out.size(d) == x.size(d) || out.size(d) == 1;
+  if (!fits)
+    throw InvalidArgument(fmt::format("{}: cannot reduce {} into {}; the output needs the input's dtype and rank "
+                                      "with extent 1 on the reduced axes",
+                                      what, x.describe(), out.describe()));
+  auto params = make_params<kestrel_reduce_params>();
+  params.fn = fn;
+  run(what, x.device(), OpBuilder(KESTREL_OP_REDUCE, &params).in(x).out(out).op);
+}
+
 Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims, bool keepdim) {
   const char* what = reduce_fn_name(fn);
   if (dims.empty())
