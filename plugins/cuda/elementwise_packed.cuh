@@ -3,7 +3,7 @@
 // activations and their gradients, residual sums, zero fills), and there the strided kernels'
 // division per element keeps them well below the memory's bandwidth (the 8192-wide MLP's f32-to-bf16
 // casts ran at about 1.6 TB/s on an H100, 2026-11-25-h100-mfu.md). The strided kernels stay for
-// everything else; KESTREL_CUDA_GENERIC_ELEMENTWISE=1 uses them everywhere (and column folds unpacked), to compare.
+// everything else; KESTREL_CUDA_GENERIC_ELEMENTWISE=1 uses them everywhere (and column folds and the Adam update unpacked), to compare.
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -127,10 +127,31 @@ struct AdamArgs {
   bool decoupled, zero_grad;
 };
 
-// The same arithmetic as torch.optim.Adam/AdamW (non-fused, non-amsgrad) and the CPU backend. After
-// skipped updates the bias corrections are recomputed here, in double, for the updates actually made.
+// One parameter's update, the same arithmetic as torch.optim.Adam/AdamW (non-fused, non-amsgrad) and
+// the CPU backend.
 template <class T>
-__global__ void adam_kernel(T* param, T* grad, T* m, T* v, int64_t n, AdamArgs a, const float* scaler) {
+struct AdamMath {
+  T scale, lr, b1, b2, eps, wd, step_size, bias2_sqrt;
+  bool decoupled;
+  __device__ void operator()(T& p, T& m, T& v, T g) const {
+    g *= scale;
+    if (decoupled)
+      p *= T(1) - lr * wd;
+    else
+      g += wd * p;
+    m = b1 * m + (T(1) - b1) * g;
+    v = b2 * v + (T(1) - b2) * g * g;
+    p = p - step_size * m / (sqrt(v) / bias2_sqrt + eps);
+  }
+};
+
+// After skipped updates the bias corrections are recomputed here, in double, for the updates actually
+// made. The four arrays move in 16-byte packs where all start on a 16-byte boundary (`packed`), the
+// rest one element at a time: element by element the update reached about three quarters of the copy
+// bandwidth (2.3 ms for the 8192-wide MLP's 268M parameters on an H200, 2026-11-27), and the optimizer is
+// a tenth of that step.
+template <class T>
+__global__ void adam_kernel(T* param, T* grad, T* m, T* v, int64_t n, AdamArgs a, const float* scaler, bool packed) {
   const bool skip = overflowed(scaler);
   double grad_scale = a.grad_scale, step_size = a.step_size, bias2_sqrt = a.bias2_sqrt;
   if (scaler) grad_scale = 1.0 / double(scaler[0]);
@@ -138,22 +159,28 @@ __global__ void adam_kernel(T* param, T* grad, T* m, T* v, int64_t n, AdamArgs a
     const double t = double(a.step - int64_t(scaler[2]));
     step_size = a.lr / (1.0 - pow(a.beta1, t)), bias2_sqrt = sqrt(1.0 - pow(a.beta2, t));
   }
-  const T scale = T(grad_scale), lr = T(a.lr), b1 = T(a.beta1), b2 = T(a.beta2), eps = T(a.eps), wd = T(a.weight_decay);
-  const T step_size_t = T(step_size), bias2_sqrt_t = T(bias2_sqrt);
-  KESTREL_GRID_STRIDE_LOOP(i, n) {
-    T g = grad[i] * scale;
+  const AdamMath<T> update{T(grad_scale), T(a.lr), T(a.beta1), T(a.beta2), T(a.eps), T(a.weight_decay),
+                           T(step_size), T(bias2_sqrt), a.decoupled};
+  constexpr int K = pack_elements<T>();
+  using P = Pack<T, K>;
+  const int64_t packs = packed ? n / K : 0;
+  KESTREL_GRID_STRIDE_LOOP(q, packs) {
+    const P g = reinterpret_cast<const P*>(grad)[q];
+    if (a.zero_grad) reinterpret_cast<P*>(grad)[q] = P{};
+    if (skip) continue;
+    P pp = reinterpret_cast<P*>(param)[q], mm = reinterpret_cast<P*>(m)[q], vv = reinterpret_cast<P*>(v)[q];
+#pragma unroll
+    for (int k = 0; k < K; ++k) update(pp.v[k], mm.v[k], vv.v[k], g.v[k]);
+    reinterpret_cast<P*>(param)[q] = pp;
+    reinterpret_cast<P*>(m)[q] = mm;
+    reinterpret_cast<P*>(v)[q] = vv;
+  }
+  KESTREL_GRID_STRIDE_LOOP(j, n - packs * K) {
+    const int64_t i = packs * K + j;
+    const T g = grad[i];
     if (a.zero_grad) grad[i] = T(0);
     if (skip) continue;
-    T p = param[i];
-    if (a.decoupled)
-      p *= T(1) - lr * wd;
-    else
-      g += wd * p;
-    T mi = b1 * m[i] + (T(1) - b1) * g;
-    T vi = b2 * v[i] + (T(1) - b2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = p - step_size_t * mi / (sqrt(vi) / bias2_sqrt_t + eps);
+    update(param[i], m[i], v[i], g);
   }
 }
 
@@ -291,7 +318,10 @@ void launch_optimizer(kestrel_stream& s, const kestrel_op& op) {
       const double bias1 = 1.0 - std::pow(p.beta1, double(p.step)), bias2 = 1.0 - std::pow(p.beta2, double(p.step));
       const AdamArgs a{p.lr,   p.beta1,          p.beta2,          p.eps,           p.weight_decay,
                        p.grad_scale, p.step, p.lr / bias1, std::sqrt(bias2), p.decoupled != 0, p.zero_grad != 0};
-      adam_kernel<T><<<grid_for(n), kBlock, 0, s.cuda>>>(ptr(0), ptr(1), ptr(2), ptr(3), n, a, scaler);
+      bool packed = !generic_elementwise();
+      for (int i = 0; i < 4; ++i) packed = packed && reinterpret_cast<uintptr_t>(ptr(i)) % 16 == 0;
+      const int64_t threads = packed ? (n + pack_elements<T>() - 1) / pack_elements<T>() : n;
+      adam_kernel<T><<<grid_for(threads), kBlock, 0, s.cuda>>>(ptr(0), ptr(1), ptr(2), ptr(3), n, a, scaler, packed);
     } else {
       const auto& p = params_of<kestrel_sgd_params>(op, "sgd_update");
       if (n == 0) return;
