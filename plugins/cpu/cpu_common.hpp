@@ -140,4 +140,12 @@ KOKKOS_INLINE_FUNCTION T nan_max(T a, T b) { return (a > b || a != a) ? a : b; }
 template <class T>
 KOKKOS_INLINE_FUNCTION T nan_min(T a, T b) { return (a < b || a != a) ? a : b; }
 
+// d gelu(x) / dx for the exact erf form: Phi(x) + x phi(x) (UNARY's GELU_GRAD, BINARY's GELU_BACKWARD).
+template <class T>
+inline T gelu_grad(T x) {
+  const T cdf = T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2)));
+  const T pdf = std::exp(T(-0.5) * x * x) * T(0.3989422804014327);  // 1/sqrt(2*pi)
+  return cdf + x * pdf;
+}
+
 }  // namespace kestrel_cpu

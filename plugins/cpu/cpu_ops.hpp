@@ -154,6 +154,27 @@ void map_unary_staged(const kestrel_tensor& in, const kestrel_tensor& out, F f, 
                   [=](int64_t begin, int64_t end) { unary_piece_staged<E>(x, y, begin, end, f); });
 }
 
+// One thread's piece of map_scaled_staged, built per vector width.
+template <class E, class F>
+KESTREL_VECTOR_CLONES void scaled_piece_staged(const View<typename E::storage>& a, const View<typename E::storage>& b,
+                                               const View<typename E::storage>& y, int64_t begin, int64_t end,
+                                               const F& f) {
+  using C = typename E::compute;
+  map_staged<C>(begin, end, [&](int64_t i) { return E::load(b.base[b.at(i)]); },
+                [&](int64_t i, C v) { y.base[y.at(i)] = E::store(E::load(a.base[a.at(i)]) * v); }, f);
+}
+
+// y = a * f(b), f staged as map_unary_staged's (an activation's gradient, a = dy, f its derivative), so
+// that the bits do not depend on where a thread's piece starts. Same shapes; any strides.
+template <class E, class F>
+void map_scaled_staged(const kestrel_tensor& in0, const kestrel_tensor& in1, const kestrel_tensor& out, F f,
+                       const char* label) {
+  using S = typename E::storage;
+  View<S> a = view_of<S>(in0), b = view_of<S>(in1), y = view_of<S>(out);
+  parallel_chunks(label, y.numel, y.numel,
+                  [=](int64_t begin, int64_t end) { scaled_piece_staged<E>(a, b, y, begin, end, f); });
+}
+
 template <class E, class F>
 void map_binary(const kestrel_tensor& in0, const kestrel_tensor& in1, const kestrel_tensor& out, F f,
                 const char* label) {

@@ -30,6 +30,9 @@ void run_binary(kestrel_binary_fn fn, const kestrel_tensor& a, const kestrel_ten
     switch (fn) {
       case KESTREL_BINARY_DIV: return run([](C x, C y) { return x / y; });
       case KESTREL_BINARY_POW: return run([](C x, C y) { return std::pow(x, y); });
+      case KESTREL_BINARY_RELU_BACKWARD: return run([](C dy, C y) { return dy * C(y > C(0)); });
+      case KESTREL_BINARY_GELU_BACKWARD:  // erf through libmvec, staged like UNARY's GELU_GRAD
+        return map_scaled_staged<E>(a, b, out, [](C x) { return gelu_grad(x); }, label);
       default: break;
     }
   }

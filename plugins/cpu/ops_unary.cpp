@@ -35,12 +35,7 @@ void run_unary(kestrel_unary_fn fn, double alpha_in, double beta_in, const kestr
       case KESTREL_UNARY_SIGMOID: return run_staged([](C x) { return C(1) / (C(1) + std::exp(-x)); });
       case KESTREL_UNARY_GELU:
         return run_staged([](C x) { return C(0.5) * x * (C(1) + std::erf(x * C(M_SQRT1_2))); });
-      case KESTREL_UNARY_GELU_GRAD:
-        return run_staged([](C x) {
-          C cdf = C(0.5) * (C(1) + std::erf(x * C(M_SQRT1_2)));
-          C pdf = std::exp(C(-0.5) * x * x) * C(0.3989422804014327);  // 1/sqrt(2*pi)
-          return cdf + x * pdf;
-        });
+      case KESTREL_UNARY_GELU_GRAD: return run_staged([](C x) { return gelu_grad(x); });
       case KESTREL_UNARY_RECIPROCAL: return run([](C x) { return C(1) / x; });
       case KESTREL_UNARY_AFFINE: return run([=](C x) { return alpha * x + beta; });
       case KESTREL_UNARY_POW: return run([=](C x) { return std::pow(x, alpha); });

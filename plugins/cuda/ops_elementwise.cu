@@ -13,6 +13,14 @@ namespace kestrel_cuda {
 
 namespace {
 
+// d gelu(x) / dx for the exact erf form: Phi(x) + x phi(x) (UNARY's GELU_GRAD, BINARY's GELU_BACKWARD).
+template <class C>
+__device__ __forceinline__ C gelu_grad(C x) {
+  const C cdf = C(0.5) * (C(1) + erf(x * C(0.70710678118654752440)));
+  const C pdf = exp(C(-0.5) * x * x) * C(0.3989422804014327);  // 1/sqrt(2*pi)
+  return cdf + x * pdf;
+}
+
 template <class E>
 __global__ void fill_kernel(Indexer<1> ix, typename E::storage* y, int64_t n, typename E::storage value) {
   KESTREL_GRID_STRIDE_LOOP(i, n) {
@@ -58,11 +66,7 @@ struct UnaryFn {
         case KESTREL_UNARY_TANH: return tanh(x);
         case KESTREL_UNARY_SIGMOID: return C(1) / (C(1) + exp(-x));
         case KESTREL_UNARY_GELU: return C(0.5) * x * (C(1) + erf(x * C(0.70710678118654752440)));
-        case KESTREL_UNARY_GELU_GRAD: {
-          C cdf = C(0.5) * (C(1) + erf(x * C(0.70710678118654752440)));
-          C pdf = exp(C(-0.5) * x * x) * C(0.3989422804014327);  // 1/sqrt(2*pi)
-          return cdf + x * pdf;
-        }
+        case KESTREL_UNARY_GELU_GRAD: return gelu_grad(x);
         case KESTREL_UNARY_RECIPROCAL: return C(1) / x;
         case KESTREL_UNARY_AFFINE: return alpha * x + beta;
         case KESTREL_UNARY_POW: return pow(x, alpha);
@@ -103,6 +107,8 @@ __device__ __forceinline__ C binary_apply(int fn, C x, C y) {
   if constexpr (std::is_floating_point<C>::value) {
     if (fn == KESTREL_BINARY_DIV) return x / y;
     if (fn == KESTREL_BINARY_POW) return pow(x, y);
+    if (fn == KESTREL_BINARY_RELU_BACKWARD) return x * C(y > C(0));  // x = dy, y = relu's output
+    if (fn == KESTREL_BINARY_GELU_BACKWARD) return x * gelu_grad(y);  // y = gelu's input
   }
   return x;  // unreachable: supports_binary rejects other functions
 }

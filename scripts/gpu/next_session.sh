@@ -15,14 +15,14 @@ step() {
   echo "=== $name ended with ${PIPESTATUS[0]} ($(date +%T))" | tee -a "$log"
 }
 if [ "${1:-}" = more ]; then
-  step 300 precision   # issue 16: accuracy on CUDA under torch.autocast's rule (MLP 3 seeds, ConvNet, gpt_char)
-  step 170 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA (carry .gl/); unchanged since the 2026-11-27 H200 run
+  export ONLY=mlp; step 150 floor; unset ONLY  # issue 18: the MLP floors with fewer launches a step (gradients in place, fused activation gradients)
+  step 70 lt             # issue 18: cuBLASLt against cuBLAS, the MLPs and GPT-2
+  step 170 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA (carry .gl/)
   exit 0
 fi
-step 130 conformance   # new since c7620a2, none run yet: activations after cuBLASLt's bias, column folds and CE rows in packs, logits in padded rows
-step 25 kernels        # issues 15/16: the bias-gradient folds and GPT-2's loss, rewritten without a GPU, both ways
-step 70 lt             # issue 18: cuBLASLt against cuBLAS with the ReLU outside the epilogue (the MLPs), GPT-2 both ways
-step 90 mlp16          # issues 15/16: MLP and GPT-2 bf16 steps, PyTorch eager beside them in the same lease
-step 55 profile_gpt2   # issue 15: GPT-2's two strided logits copies a step should be gone (padded_rows.h)
-step 40 vulkan_profile # issue 18: the Vulkan MLP steps' shader times against their wall time
-step 130 floor         # issue 18: the floors again, now that floor.py counts cuBLAS's nvjet kernels as products
+step 130 conformance   # new since bbaec3c: column folds ending inside a pack, Adam in packs, ABI 1.14's RELU/GELU_BACKWARD
+step 30 kernels        # issues 15/16: bias-gradient folds, GPT-2's loss and Adam, packed and generic
+step 90 mlp16          # issues 15/16: MLP and GPT-2 bf16 steps (gradients in place, fused activation gradients, packed Adam), PyTorch eager beside
+step 130 torch_best    # issues 15/16: PyTorch compile-reduce-overhead against the same steps in the same call
+step 55 profile_gpt2   # issue 15: what is left of GPT-2's step outside its products
+step 40 vulkan_profile # issue 18: the Vulkan MLP steps' shaders, replays included, against their batches' spans

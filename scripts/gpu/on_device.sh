@@ -146,11 +146,16 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                 KESTREL_CUDA_GENERIC_ELEMENTWISE=$generic build/bin/bench_ops --benchmark_filter='(cast|add)/cuda:0/(f32-)?bf16/67108864'
               done
               KESTREL_CUDA_GENERIC_ELEMENTWISE=1 build/bin/bench_mfu --benchmark_filter='mlp_8192/cuda:0/bf16/b8192/captured' ;;
-      # Issues 15/16: the kernels rewritten on 2026-11-27 without a GPU: the MLP's bf16 bias gradient (column
-      # folds in packs; KESTREL_CUDA_GENERIC_ELEMENTWISE=1 keeps the old kernel) and GPT-2's loss on padded logits.
+      # Issues 15/16: kernels rewritten without a GPU, both ways (KESTREL_CUDA_GENERIC_ELEMENTWISE=1 keeps the
+      # old ones): the MLP's bf16 bias gradient (column folds in packs), GPT-2's loss on padded logits, Adam.
       kernels) for generic in 0 1; do
-                 KESTREL_CUDA_GENERIC_ELEMENTWISE=$generic build/bin/bench_ops --benchmark_filter='(sum_columns|lm_loss)/cuda'
+                 KESTREL_CUDA_GENERIC_ELEMENTWISE=$generic build/bin/bench_ops --benchmark_filter='(sum_columns|lm_loss|adam_update)/cuda'
                done ;;
+      # Issues 15/16: PyTorch at its best (whole-step torch.compile with CUDA graphs) on the MLP and GPT-2
+      # small in bf16, then Kestrel's captured steps in the same call (about 90 s on an H200).
+      torch_best) python3 bench/pytorch/mfu.py --only gpt2_small mlp_8192 --precisions bf16 --modes compile-reduce-overhead \
+                    --timeout 120
+                  build/bin/bench_mfu --benchmark_filter='(mlp_8192/cuda:0/bf16/b8192|gpt2_small/cuda:0/bf16/b8)/captured' ;;
       rnn) build/bin/bench_cudnn_rnn --benchmark_filter='cuda' --benchmark_min_time=0.2 ;;
       vulkan_quick)
               gl_libraries

@@ -85,6 +85,8 @@ double binary_reference(kestrel_binary_fn fn, double a, double b) {
     case KESTREL_BINARY_LE: return a <= b;
     case KESTREL_BINARY_GT: return a > b;
     case KESTREL_BINARY_GE: return a >= b;
+    case KESTREL_BINARY_RELU_BACKWARD: return a * (b > 0 ? 1.0 : 0.0);
+    case KESTREL_BINARY_GELU_BACKWARD: return a * unary_reference(KESTREL_UNARY_GELU_GRAD, b, 0, 0);
   }
   return nan_value;
 }
@@ -200,11 +202,13 @@ void binary_cases(Runner& r) {
                                    {{3, 1, 6}, {6}, Layout::contiguous}, {{}, {2, 3}, Layout::contiguous},
                                    {{0, 3}, {1, 3}, Layout::contiguous},   {{600, 501}, {600, 501}, Layout::contiguous},
                                    {{600, 501}, {501}, Layout::strided}};
-  for (int f = KESTREL_BINARY_ADD; f <= KESTREL_BINARY_GE; ++f) {
+  for (int f = KESTREL_BINARY_ADD; f <= KESTREL_BINARY_GELU_BACKWARD; ++f) {
     auto fn = static_cast<kestrel_binary_fn>(f);
-    bool float_only = fn == KESTREL_BINARY_DIV || fn == KESTREL_BINARY_POW;
+    // The activation gradients (ABI 1.14) are optional: the engine composes them where a plugin lacks them.
+    const bool activation_grad = fn >= KESTREL_BINARY_RELU_BACKWARD;
+    bool float_only = fn == KESTREL_BINARY_DIV || fn == KESTREL_BINARY_POW || activation_grad;
     for (DType dtype : all_dtypes) {
-      bool required = r.required(dtype == DType::f32 || (dtype == DType::i64 && !float_only), {dtype});
+      bool required = !activation_grad && r.required(dtype == DType::f32 || (dtype == DType::i64 && !float_only), {dtype});
       for (const auto& [shape_a, shape_b, layout] : pairs)
         r.run(case_name({binary_fn_name(fn), dtype_str(dtype), shape_str(shape_a) + "x" + shape_str(shape_b),
                          layout_name(layout)}),

@@ -86,6 +86,10 @@
  *        writes (N,T,E) rows, with no copies to split or join heads. The log-sum-exp stays (B,Tq) and
  *        contiguous, the key-padding mask (N',Tk). A plugin built against 1.12 or earlier answers 0 for
  *        rank 4, and the engine splits and joins the heads itself.
+ *   1.14 BINARY's fn may be RELU_BACKWARD or GELU_BACKWARD (float dtypes): an activation's gradient in
+ *        one pass, dy times the derivative at the saved output or input, instead of the derivative's own
+ *        pass and a product (two reads and a write fewer per element). A plugin built against 1.13 or
+ *        earlier refuses the unknown fn in supports_op, and the engine composes them as before.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -98,7 +102,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 13
+#define KESTREL_PLUGIN_ABI_MINOR 14
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -297,7 +301,10 @@ typedef enum kestrel_binary_fn {
   KESTREL_BINARY_MAX = 4, KESTREL_BINARY_MIN = 5, KESTREL_BINARY_POW = 6,
   /* comparisons give 1 or 0 in the operands' dtype */
   KESTREL_BINARY_EQ = 7, KESTREL_BINARY_NE = 8, KESTREL_BINARY_LT = 9, KESTREL_BINARY_LE = 10,
-  KESTREL_BINARY_GT = 11, KESTREL_BINARY_GE = 12
+  KESTREL_BINARY_GT = 11, KESTREL_BINARY_GE = 12,
+  /* Since 1.14, float dtypes: activation gradients, a the incoming gradient dy */
+  KESTREL_BINARY_RELU_BACKWARD = 13, /* a * (b > 0 ? 1 : 0), b relu's output (a NaN in a stays NaN) */
+  KESTREL_BINARY_GELU_BACKWARD = 14  /* a * gelu'(b), b gelu's input (the exact erf form) */
 } kestrel_binary_fn;
 
 typedef enum kestrel_reduce_fn {

@@ -148,8 +148,9 @@ inline bool binary_fits(const kestrel_op& op) {
   if (!p || !arity(op, 2, 1)) return false;
   const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &out = op.outputs[0];
   if (!same_shape(a, out) || !same_shape(b, out) || a.dtype != out.dtype || b.dtype != out.dtype) return false;
-  if (p->fn < KESTREL_BINARY_ADD || p->fn > KESTREL_BINARY_GE) return false;
-  return is_float_dtype(out.dtype) || (p->fn != KESTREL_BINARY_DIV && p->fn != KESTREL_BINARY_POW);
+  if (p->fn < KESTREL_BINARY_ADD || p->fn > KESTREL_BINARY_GELU_BACKWARD) return false;
+  const bool float_only = p->fn == KESTREL_BINARY_DIV || p->fn == KESTREL_BINARY_POW || p->fn >= KESTREL_BINARY_RELU_BACKWARD;
+  return is_float_dtype(out.dtype) || !float_only;
 }
 
 // ---- matrix products: gemm and the fused linear ----

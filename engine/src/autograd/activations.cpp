@@ -8,13 +8,13 @@ namespace kestrel::fn {
 Var relu(const Var& x) {
   Tensor y = ops::unary(KESTREL_UNARY_RELU, x.value());
   return make_var(y, {x}, "relu", [x = x.node(), y](const Tensor& dy) {
-    accumulate_grad(*x, math::mul(dy, math::unary(KESTREL_UNARY_STEP, y)));  // dy * (y > 0)
+    accumulate_grad(*x, math::activation_backward(KESTREL_BINARY_RELU_BACKWARD, dy, y));  // dy * (y > 0)
   });
 }
 
 Var gelu(const Var& x) {
   return make_var(ops::unary(KESTREL_UNARY_GELU, x.value()), {x}, "gelu", [x = x.node()](const Tensor& dy) {
-    accumulate_grad(*x, math::mul(dy, math::unary(KESTREL_UNARY_GELU_GRAD, x->value)));
+    accumulate_grad(*x, math::activation_backward(KESTREL_BINARY_GELU_BACKWARD, dy, x->value));
   });
 }
 

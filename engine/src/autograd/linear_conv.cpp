@@ -34,8 +34,8 @@ namespace {
 
 Tensor activation_grad(kestrel_activation activation, const Tensor& dy, const Tensor& y, const Tensor& pre) {
   switch (activation) {
-    case KESTREL_ACTIVATION_RELU: return math::mul(dy, math::unary(KESTREL_UNARY_STEP, y));
-    case KESTREL_ACTIVATION_GELU: return math::mul(dy, math::unary(KESTREL_UNARY_GELU_GRAD, pre));
+    case KESTREL_ACTIVATION_RELU: return math::activation_backward(KESTREL_BINARY_RELU_BACKWARD, dy, y);
+    case KESTREL_ACTIVATION_GELU: return math::activation_backward(KESTREL_BINARY_GELU_BACKWARD, dy, pre);
     default: return dy;
   }
 }

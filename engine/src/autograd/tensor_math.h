@@ -1,6 +1,7 @@
 // Short names for the tensor arithmetic that backward rules are written in. Engine-internal.
 #pragma once
 #include "kestrel/ops.h"
+#include "kestrel/plugin_struct_size.hpp"
 
 namespace kestrel::math {
 
@@ -11,6 +12,18 @@ inline Tensor div(const Tensor& a, const Tensor& b) { return ops::binary(KESTREL
 inline Tensor affine(const Tensor& x, double alpha, double beta) { return ops::unary(KESTREL_UNARY_AFFINE, x, alpha, beta); }
 inline Tensor scale(const Tensor& x, double alpha) { return affine(x, alpha, 0.0); }
 inline Tensor unary(kestrel_unary_fn fn, const Tensor& x) { return ops::unary(fn, x); }
+
+// An activation's gradient, dy * f'(at), fn RELU_BACKWARD (at: relu's output) or GELU_BACKWARD (at: gelu's
+// input): one pass where the device has ABI 1.14's binary function for them, else the derivative's own
+// pass and a product, as before 1.14.
+inline Tensor activation_backward(kestrel_binary_fn fn, const Tensor& dy, const Tensor& at) {
+  if (dy.shape() == at.shape() && dy.dtype() == at.dtype()) {
+    Tensor out = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+    const kestrel_binary_params params{abi_size<kestrel_binary_params>, fn};
+    if (ops::launch_if_supported(dy.device(), ops::make_op(KESTREL_OP_BINARY, &params, {dy, at}, {out}))) return out;
+  }
+  return mul(dy, unary(fn == KESTREL_BINARY_RELU_BACKWARD ? KESTREL_UNARY_STEP : KESTREL_UNARY_GELU_GRAD, at));
+}
 inline Tensor sum(const Tensor& x, std::vector<int> dims, bool keepdim) {
   return ops::reduce(KESTREL_REDUCE_SUM, x, std::move(dims), keepdim);
 }

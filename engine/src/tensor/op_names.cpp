@@ -12,9 +12,9 @@ const char* unary_fn_name(kestrel_unary_fn fn) {
 }
 
 const char* binary_fn_name(kestrel_binary_fn fn) {
-  static const char* names[] = {"add", "sub", "mul", "div", "max", "min", "pow",
-                                "eq",  "ne",  "lt",  "le",  "gt",  "ge"};
-  return fn >= 0 && fn <= KESTREL_BINARY_GE ? names[fn] : "unknown-binary";
+  static const char* names[] = {"add", "sub", "mul", "div", "max", "min", "pow", "eq", "ne", "lt", "le", "gt", "ge",
+                                "relu_backward", "gelu_backward"};
+  return fn >= 0 && fn <= KESTREL_BINARY_GELU_BACKWARD ? names[fn] : "unknown-binary";
 }
 
 const char* reduce_fn_name(kestrel_reduce_fn fn) {

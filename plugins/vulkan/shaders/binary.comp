@@ -1,5 +1,6 @@
 #version 450
-// out = f(a, b), f = ints[0] (kestrel_binary_fn); comparisons give 1 or 0 in the operands' dtype.
+// out = f(a, b), f = ints[0] (kestrel_binary_fn); comparisons give 1 or 0 in the operands' dtype;
+// RELU_BACKWARD and GELU_BACKWARD (ABI 1.14) are float only.
 // Broadcast operands arrive with stride 0, so every operand is addressed through its own descriptor.
 // T is the type computed in, STORE_T the stored one (f16: loaded into floats, stored rounded once).
 // kestrel-variant: binary_f32 -DT=float -DIS_FLOAT=1
@@ -27,6 +28,8 @@ T apply(int fn, T a, T b) {
     case 4: return nan_max(a, b);
     case 5: return nan_min(a, b);
     case 6: return c_pow(a, b);
+    case 13: return a * (b > T(0) ? T(1) : T(0));  // relu's gradient, b its output
+    case 14: return a * gelu_grad(b);              // gelu's gradient, b its input
 #else
     case 4: return a > b ? a : b;
     case 5: return a < b ? a : b;

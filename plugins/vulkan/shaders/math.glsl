@@ -48,6 +48,13 @@ float c_erf(float x) {
   return x >= 0.0 ? 1.0 - erfc_z : erfc_z - 1.0;
 }
 
+// d gelu(x) / dx for the exact erf form: Phi(x) + x phi(x) (UNARY's GELU_GRAD, BINARY's GELU_BACKWARD).
+float gelu_grad(float x) {
+  float cdf = 0.5 * (1.0 + c_erf(x * 0.70710678118654752));
+  float pdf = exp(-0.5 * x * x) * 0.3989422804014327;  // 1/sqrt(2*pi)
+  return cdf + x * pdf;
+}
+
 float c_tanh(float x) {
   if (isnan(x)) return x;
   if (abs(x) > 9.0) return sign(x);  // tanh is 1 to float precision; avoids exp overflow to Inf/Inf
