@@ -178,6 +178,29 @@ void reduce_sum(benchmark::State& state, kestrel::Device device, DType dtype, in
                                               benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
 }
 
+// A linear layer's weight and bias gradients from dz (tokens, out) bf16 and x (tokens, in) bf16, both in
+// f32 as mixed precision keeps them: dW = dz^T x by one product and db = dz summed over the tokens, either
+// in that product's launch (ABI 1.14's GEMM row sums: cuBLASLt's BGRADB epilogue) or as a column fold after
+// it (`separate`), the two ways a step can take.
+void weight_and_bias_grad(benchmark::State& state, kestrel::Device device, int64_t tokens, int64_t in, int64_t out,
+                          bool separate) {
+  const Tensor dz = random_tensor({tokens, out}, DType::bf16, device, 7), x = random_tensor({tokens, in}, DType::bf16, device, 8);
+  Tensor dw = Tensor::empty({out, in}, DType::f32, device), db = Tensor::empty({out}, DType::f32, device);
+  const Tensor dzt = dz.transpose(0, 1);  // (out, tokens)
+  kestrel::Engine::global().synchronize(device);  // the inputs' generation is not timed
+  for (auto _ : state) {
+    if (separate) {
+      kestrel::ops::gemm_(dw, dzt, x);
+      Tensor sums = kestrel::ops::reduce(KESTREL_REDUCE_SUM, dz, {0});  // (out) bf16
+      db.copy_from(sums);
+    } else {
+      kestrel::ops::gemm_with_row_sums_(dw, db, dzt, x);
+    }
+    kestrel::Engine::global().synchronize(device);
+  }
+  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * tokens * in * out / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // GPT-2 small's language-model loss at batch 8 x 1024: bf16 logits (8192, 50257) left in the rows of
 // 50264 that their padded product wrote, cross-entropy forward and backward as a training step runs them
 // (GB/s counts the logits read five times and their gradient written once).
@@ -307,6 +330,14 @@ void register_device_benchmarks(const kestrel::Device& device) {
     benchmark::RegisterBenchmark(fmt::format("lm_loss/{}/bf16/8192x50257/padded", d).c_str(), lm_loss, device)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
+    // GPT-2 small's feed-forward layers at batch 8 x 1024 (768 -> 3072 and back).
+    for (const auto& [in, out] : {std::pair<int64_t, int64_t>{768, 3072}, {3072, 768}})
+      for (bool separate : {false, true})
+        benchmark::RegisterBenchmark(fmt::format("weight_and_bias_grad/{}/bf16/8192x{}x{}/{}", d, in, out,
+                                                 separate ? "separate" : "one_launch").c_str(),
+                                     weight_and_bias_grad, device, 8192, in, out, separate)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
   }
   for (const auto& [name, fns] : {std::pair<const char*, std::vector<kestrel_reduce_fn>>{"max_abs", {KESTREL_REDUCE_MAX_ABS}},
                                   {"max_and_min", {KESTREL_REDUCE_MAX, KESTREL_REDUCE_MIN}}})

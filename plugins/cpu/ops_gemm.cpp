@@ -320,21 +320,51 @@ T activate(kestrel_activation act, T x) {
   }
 }
 
+// sums (M) = a (M,K) summed over K, accumulated in double, stored in sums' dtype (a's, or f32 for 16-bit a):
+// GEMM's out1 (ABI 1.14). Each thread takes a range of rows and walks K outside it, so that a transposed a
+// (a weight gradient's dz^T, rows 1 apart) is read a contiguous run at a time; each row's sum is in K's
+// order whatever the thread count.
+template <class E, class O>
+void row_sums(const kestrel_tensor& a, const kestrel_tensor& sums) {
+  const View<typename E::storage> x = view_of<typename E::storage>(a);
+  const View<typename O::storage> y = view_of<typename O::storage>(sums);
+  const int64_t m = a.shape[0], k = a.shape[1], sm = a.strides[0], sk = a.strides[1];
+  parallel_chunks("kestrel::gemm_row_sums", m, m * k, [=](int64_t begin, int64_t end) {
+    std::vector<double> acc(size_t(end - begin), 0.0);
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t i = begin; i < end; ++i) acc[size_t(i - begin)] += double(E::load(x.base[i * sm + p * sk]));
+    for (int64_t i = begin; i < end; ++i) y.base[y.at(i)] = O::store(typename O::compute(acc[size_t(i - begin)]));
+  });
+}
+
 }  // namespace
 
 bool supports_gemm(const kestrel_op& op) {
-  return kestrel::plugin_shapes::gemm_fits(op, /*f32_of_16bit=*/true) && blas_dtype(op.inputs[0].dtype);
+  return kestrel::plugin_shapes::gemm_fits(op, /*f32_of_16bit=*/true, /*row_sums=*/true) && blas_dtype(op.inputs[0].dtype);
 }
 
 void launch_gemm(const kestrel_op& op) {
   const auto& p = params_of<kestrel_gemm_params>(op, "gemm");
   switch (op.inputs[0].dtype) {
     case KESTREL_DTYPE_F32:
-      return gemm_batched<float>(op.inputs[0], op.inputs[1], op.outputs[0], float(p.alpha), float(p.beta));
-    case KESTREL_DTYPE_F16: return gemm_16bit<F16>(op, float(p.alpha), float(p.beta));
-    case KESTREL_DTYPE_BF16: return gemm_16bit<BF16>(op, float(p.alpha), float(p.beta));
-    default: return gemm_batched<double>(op.inputs[0], op.inputs[1], op.outputs[0], p.alpha, p.beta);
+      gemm_batched<float>(op.inputs[0], op.inputs[1], op.outputs[0], float(p.alpha), float(p.beta));
+      break;
+    case KESTREL_DTYPE_F16: gemm_16bit<F16>(op, float(p.alpha), float(p.beta)); break;
+    case KESTREL_DTYPE_BF16: gemm_16bit<BF16>(op, float(p.alpha), float(p.beta)); break;
+    default: gemm_batched<double>(op.inputs[0], op.inputs[1], op.outputs[0], p.alpha, p.beta); break;
   }
+  if (op.num_outputs < 2) return;
+  const kestrel_tensor &a = op.inputs[0], &sums = op.outputs[1];
+  const bool widening = sums.dtype != a.dtype;
+  dispatch(a.dtype, [&](auto elem) {
+    using E = decltype(elem);
+    if constexpr (E::is_float) {
+      if (widening)
+        row_sums<E, F32>(a, sums);
+      else
+        row_sums<E, E>(a, sums);
+    }
+  });
 }
 
 // in0 x (M,K), in1 w (K,N), optional in2 bias (N); out0 = act(x @ w + bias), optional out1 = x @ w + bias.

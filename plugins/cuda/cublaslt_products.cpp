@@ -8,6 +8,10 @@
 // activations stay outside, in a pass of their own (ops_gemm.cu; GELU would anyway: cuBLASLt's is the tanh
 // approximation, the engine's and torch.nn.GELU's default the erf form).
 //
+// A weight gradient's product may bring its bias gradient along (ABI 1.14's GEMM out1): cuBLASLt's BGRADB
+// epilogue sums B, the engine's a (dz^T), over k as the product reads it, in place of a column fold that
+// read dz once more (GPT-2's bias gradients were about 7% of its H200 step, 2026-11-27).
+//
 // cuBLASLt may decline a problem (alignment, a shape no kernel takes): the caller then takes the cuBLAS path.
 #include <array>
 #include <map>
@@ -64,7 +68,7 @@ void prefer(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferenceAttri
 struct Product {
   kestrel_dtype operands, result;
   const kestrel_tensor *x, *w, *z;
-  const void* bias = nullptr;
+  const void* bias = nullptr;  // BIAS: read, (rows); BGRADB: x's rows summed over k written, (cols), D's type
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   float alpha = 1.0f, beta = 0.0f;
 };
@@ -109,6 +113,7 @@ bool run_by_lt(kestrel_stream& s, const Product& p) {
     set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, transb);
     set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, p.epilogue);
     if (p.bias) set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+    if (p.epilogue == CUBLASLT_EPILOGUE_BGRADB) set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(p.result));
     // The stored matrices: op(A) is n x k, so A is stored n x k (N) or k x n (T); likewise B.
     check_cublas(cublasLtMatrixLayoutCreate(&plan->a, operands, transa == CUBLAS_OP_N ? n : k,
                                             transa == CUBLAS_OP_N ? k : n, cw.ld),
@@ -164,11 +169,15 @@ bool linear_by_lt(kestrel_stream& s, const kestrel_tensor& x, const kestrel_tens
 }
 
 bool gemm_by_lt(kestrel_stream& s, const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& c, double alpha,
-                double beta) {
+                double beta, const kestrel_tensor* row_sums) {
   if (a.rank != 2 || c.rank != 2) return false;
   Product p{a.dtype, c.dtype, &a, &b, &c};
   p.alpha = float(alpha);
   p.beta = float(beta);
+  if (row_sums) {
+    p.bias = ref(*row_sums).base;
+    p.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+  }
   return run_by_lt(s, p);
 }
 

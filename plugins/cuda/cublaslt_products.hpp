@@ -15,9 +15,10 @@ bool linear_by_lt(kestrel_stream& s, const kestrel_tensor& x, const kestrel_tens
                   const kestrel_tensor& z);
 
 // c (M,N) = alpha * a (M,K) @ b (K,N) + beta * c, rank 2: a and b row- or column-major, c's rows contiguous;
-// a and b f32, f16 or bf16 alike, c theirs or (ABI 1.6) f32 for 16-bit operands. False, with nothing
-// enqueued, where cuBLASLt declines.
+// a and b f32, f16 or bf16 alike, c theirs or (ABI 1.6) f32 for 16-bit operands; with row_sums ((M),
+// contiguous, c's dtype) also a's rows summed over K, written, in the same call (the BGRADB epilogue).
+// False, with nothing enqueued, where cuBLASLt declines.
 bool gemm_by_lt(kestrel_stream& s, const kestrel_tensor& a, const kestrel_tensor& b, const kestrel_tensor& c, double alpha,
-                double beta);
+                double beta, const kestrel_tensor* row_sums = nullptr);
 
 }  // namespace kestrel_cuda

@@ -19,6 +19,9 @@ void launch_reduce(kestrel_stream& s, const kestrel_op& op);
 // The reduction `fn` (kestrel_reduce_fn) of in into out (in's rank, extent 1 on the reduced axes), for
 // other families' kernels that reduce memory of their own (the convolution's bias gradient).
 void reduce_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out, int fn);
+// out (M) = in (M,K) summed over K, out in's dtype or f32 for 16-bit in: GEMM's out1 (ABI 1.14) where
+// cuBLASLt's epilogue does not compute it.
+void row_sums_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out);
 bool supports_gemm(const kestrel_op& op);
 void launch_gemm(kestrel_stream& s, const kestrel_op& op);
 bool supports_linear(const kestrel_op& op);

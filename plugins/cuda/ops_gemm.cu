@@ -205,14 +205,19 @@ __global__ void linear_epilogue(typename E::storage* pre, typename E::storage* y
 
 // 16-bit operands may give an f32 C (cuBLAS's mixed-type GEMM, tensor cores with f32 output).
 bool supports_gemm(const kestrel_op& op) {
-  if (!kestrel::plugin_shapes::gemm_fits(op, /*f32_of_16bit=*/true)) return false;
+  if (!kestrel::plugin_shapes::gemm_fits(op, /*f32_of_16bit=*/true, /*row_sums=*/true)) return false;
   return cublas_dtype(op.outputs[0].dtype) && cublas_shapes_ok(op.inputs[0], op.inputs[1], op.outputs[0]);
 }
 
+// With out1 (ABI 1.14), in0's rows summed over K: cuBLASLt's BGRADB epilogue in the product's own call where
+// it takes the problem, else the product alone and a reduction.
 void launch_gemm(kestrel_stream& s, const kestrel_op& op) {
   const auto& p = params_of<kestrel_gemm_params>(op, "gemm");
-  if (lt_enabled() && gemm_by_lt(s, op.inputs[0], op.inputs[1], op.outputs[0], p.alpha, p.beta)) return;
-  run_gemm(s, problem_of(op.inputs[0], op.inputs[1], op.outputs[0]), p.alpha, p.beta);
+  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &c = op.outputs[0];
+  const kestrel_tensor* sums = op.num_outputs == 2 ? &op.outputs[1] : nullptr;
+  if (lt_enabled() && gemm_by_lt(s, a, b, c, p.alpha, p.beta, sums)) return;
+  if (!(sums && lt_enabled() && gemm_by_lt(s, a, b, c, p.alpha, p.beta))) run_gemm(s, problem_of(a, b, c), p.alpha, p.beta);
+  if (sums) row_sums_into(s, ref(a), ref(*sums));
 }
 
 // in0 x (M,K), in1 w (K,N), optional in2 bias (N); out0 = act(x @ w + bias), optional out1 = x @ w + bias.

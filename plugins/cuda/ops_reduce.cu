@@ -197,6 +197,19 @@ __global__ void reduce_columns_packed(const typename E::storage* x, int64_t ld, 
   }
 }
 
+// out[i] = the row i of a (M,K) summed, 16-bit elements into an f32 sum (accumulated in double as the
+// other folds): a thread per row, neighbouring threads on neighbouring rows where a is a transposed view
+// (a weight gradient's dz^T), as reduce_across_kernel reads.
+template <class E>
+__global__ void widening_row_sums(const typename E::storage* a, int64_t m, int64_t k, int64_t row_stride,
+                                  int64_t column_stride, float* out, int64_t out_stride) {
+  KESTREL_GRID_STRIDE_LOOP(i, m) {
+    double acc = 0;
+    for (int64_t r = 0; r < k; ++r) acc += double(E::load(a[i * row_stride + r * column_stride]));
+    out[i * out_stride] = float(acc);
+  }
+}
+
 // Folds each output's partials in split order (so results do not depend on scheduling) and stores it.
 template <class E>
 __global__ void reduce_partials_kernel(ReducePlan plan, const Acc<E>* partials, int splits, typename E::storage* y,
@@ -387,6 +400,28 @@ void reduce_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out, i
           plan, partials, splits, y, outputs, fn);
   });
   check_launch("reduce");
+}
+
+void row_sums_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out) {
+  const int64_t m = in.shape[0], k = in.shape[1];
+  if (m == 0) return;
+  if (in.dtype == out.dtype) {  // the reduction over K, its column folds in packs where they apply
+    TensorRef kept = out;
+    kept.rank = 2;
+    kept.shape[0] = m, kept.shape[1] = 1;
+    kept.strides[0] = out.strides[0], kept.strides[1] = 1;
+    return reduce_into(s, in, kept, KESTREL_REDUCE_SUM);
+  }
+  dispatch(in.dtype, [&](auto elem) {
+    using E = decltype(elem);
+    if constexpr (std::is_same_v<E, F16> || std::is_same_v<E, BF16>)
+      widening_row_sums<E><<<grid_for(m), kBlock, 0, s.cuda>>>(reinterpret_cast<const typename E::storage*>(in.base), m,
+                                                               k, in.strides[0], in.strides[1],
+                                                               reinterpret_cast<float*>(out.base), out.strides[0]);
+    else
+      fail("row sums: a widening sum takes f16 or bf16 rows");
+  });
+  check_launch("row sums");
 }
 
 }  // namespace kestrel_cuda

@@ -30,6 +30,10 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
     case $s in
       ctest) ctest --test-dir build --output-on-failure -j8 -E model_schema ;;  # jsonschema is not there
       conformance) build/bin/kestrel devices && build/bin/kestrel conformance --backend cuda ;;
+      # The products' other path: cuBLAS, and GEMM's row sums (ABI 1.14) by a reduction after it instead of
+      # cuBLASLt's BGRADB epilogue.
+      gemm_cublas) KESTREL_CUDA_DISABLE_LT=1 build/bin/kestrel conformance --backend cuda --family gemm | tail -1
+                   KESTREL_CUDA_DISABLE_LT=1 build/bin/kestrel conformance --backend cuda --family fused | tail -1 ;;
       # Issue 15: f16/bf16 attention through cuDNN's fused SDPA (the default where built) against the plugin's
       # own kernels: the attention family's cases both ways, then GPT-2 small's bf16 step both ways.
       sdpa) build/bin/kestrel conformance --backend cuda --family attention | tail -2
@@ -149,7 +153,7 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       # Issues 15/16: kernels rewritten without a GPU, both ways (KESTREL_CUDA_GENERIC_ELEMENTWISE=1 keeps the
       # old ones): the MLP's bf16 bias gradient (column folds in packs), GPT-2's loss on padded logits, Adam.
       kernels) for generic in 0 1; do
-                 KESTREL_CUDA_GENERIC_ELEMENTWISE=$generic build/bin/bench_ops --benchmark_filter='(sum_columns|lm_loss|adam_update)/cuda'
+                 KESTREL_CUDA_GENERIC_ELEMENTWISE=$generic build/bin/bench_ops --benchmark_filter='(sum_columns|lm_loss|adam_update|weight_and_bias_grad)/cuda'
                done ;;
       # Issues 15/16: PyTorch at its best (whole-step torch.compile with CUDA graphs) on the MLP and GPT-2
       # small in bf16, then Kestrel's captured steps in the same call (about 90 s on an H200).

@@ -247,6 +247,39 @@ void gemm_cases(Runner& r) {
               r.expect_close(out, reference(a, b, c, s.m, s.k, s.n, 0.5, 0.25),
                              tolerance_for(DType::f32, 4 * std::sqrt(s.k + 1.0)));
             });
+  // ABI 1.14, optional: out1, the first operand's rows summed over K (no alpha) beside the product, in the
+  // result's dtype (a linear layer's bias gradient beside its weight gradient: a = dz^T, transposed): one
+  // dtype throughout, and 16-bit operands into f32.
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    for (DType result : {dtype, DType::f32}) {
+      const bool widening = result != dtype;
+      if (widening && dtype != DType::f16 && dtype != DType::bf16) continue;
+      for (const auto& s : setups)
+        r.run(case_name({std::string(dtype_name(dtype)), widening ? "row-sums-into-f32" : "row-sums",
+                         fmt::format("{}x{}x{}", s.m, s.k, s.n), layouts(s)}),
+              false, [&] {
+                auto a = r.values(s.m * s.k, -1, 1, dtype), b = r.values(s.k * s.n, -1, 1, dtype);
+                auto c = r.values(s.m * s.n, -1, 1, dtype);
+                Tensor out = r.upload({s.m, s.n}, c, result, s.c);
+                Tensor sums = Tensor::full({s.m}, 77.0, result, r.device());  // (M), overwritten
+                kestrel_gemm_params params{};
+                params.struct_size = kestrel::abi_size<kestrel_gemm_params>;
+                params.alpha = 0.5;
+                params.beta = 0.25;
+                ops::launch(r.device(),
+                            ops::make_op(KESTREL_OP_GEMM, &params,
+                                         {r.upload({s.m, s.k}, a, dtype, s.a), r.upload({s.k, s.n}, b, dtype, s.b)},
+                                         {out, sums}));
+                std::vector<double> want_sums(s.m, 0.0);
+                for (int64_t i = 0; i < s.m; ++i) {
+                  for (int64_t p = 0; p < s.k; ++p) want_sums[i] += a[i * s.k + p];
+                  want_sums[i] = round_to(result, want_sums[i]);
+                }
+                r.expect_close(out, reference(a, b, c, s.m, s.k, s.n, 0.5, 0.25),
+                               tolerance_for(result, 4 * std::sqrt(s.k + 1.0)), "product");
+                r.expect_close(sums, want_sums, tolerance_for(result, 2 * std::sqrt(s.k + 1.0)), "row sums");
+              });
+    }
 }
 
 }  // namespace kestrel::conformance

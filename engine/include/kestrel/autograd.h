@@ -24,8 +24,9 @@ class GradBuffer {
   const Tensor& storage() const { return storage_; }
   virtual void add(const Tensor& grad) = 0;  // grad: the leaf's shape, any float dtype (cast as it lands)
   // Adds a @ b, a: (M, K), b: (K, N), M * N = the leaf's size: a weight gradient as one GEMM, straight
-  // into the storage.
-  virtual void add_product(const Tensor& a, const Tensor& b) = 0;
+  // into the storage. With row_sums ((M), the storage's dtype) the same GEMM also writes a's rows summed
+  // over K there (ops::gemm_with_row_sums_): the bias gradient of a linear layer.
+  virtual void add_product(const Tensor& a, const Tensor& b, Tensor* row_sums = nullptr) = 0;
   // Adds src's rows at the rows `index` names (storage.scatter_add_(0, index, src)), index and src: (count, D)
   // of a (V, D) leaf: an embedding's gradient. By default through a zeroed temporary and add().
   virtual void add_rows(const Tensor& index, const Tensor& src);

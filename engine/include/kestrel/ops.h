@@ -44,6 +44,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, DType out_dtype);
 // then the product is the device's f32 accumulation where it offers that (plugin ABI 1.6), else rounded
 // to the operands' dtype first.
 void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1.0, double beta = 0.0);
+// The same, rank 2, and row_sums (M) = a's rows summed over K, in out's dtype, written: a linear layer's
+// bias gradient beside its weight gradient, in the product's own launch where the device offers it (ABI
+// 1.14), else reduced after it.
+void gemm_with_row_sums_(Tensor& out, Tensor& row_sums, const Tensor& a, const Tensor& b, double alpha = 1.0,
+                         double beta = 0.0);
 
 Tensor gather(const Tensor& x, int axis, const Tensor& index);
 void scatter_add_(Tensor& out, int axis, const Tensor& index, const Tensor& src);

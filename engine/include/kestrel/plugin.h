@@ -89,7 +89,10 @@
  *   1.14 BINARY's fn may be RELU_BACKWARD or GELU_BACKWARD (float dtypes): an activation's gradient in
  *        one pass, dy times the derivative at the saved output or input, instead of the derivative's own
  *        pass and a product (two reads and a write fewer per element). A plugin built against 1.13 or
- *        earlier refuses the unknown fn in supports_op, and the engine composes them as before.
+ *        earlier refuses the unknown fn in supports_op, and the engine composes them as before. A rank-2
+ *        GEMM may have a second output, the rows of in0 summed over K (a linear layer's bias gradient
+ *        beside its weight gradient, from cuBLASLt's BGRADB epilogue on CUDA); a plugin that does not
+ *        offer it refuses two outputs, and the engine reduces separately.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -215,7 +218,9 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_BINARY = 3,         /* out = f(in0, in1), same dtype everywhere     params: kestrel_binary_params */
   KESTREL_OP_REDUCE = 4,         /* out = reduce(in0) over dims where out.shape[d] == 1 != in0.shape[d] */
   KESTREL_OP_GEMM = 5,           /* out = alpha * in0 @ in1 + beta * out; rank 2, or rank 3 batched;
-                                  * one dtype, or since 1.6 f16/bf16 in0 and in1 with an f32 out */
+                                  * one dtype, or since 1.6 f16/bf16 in0 and in1 with an f32 out;
+                                  * since 1.14, rank 2, optionally out1 (M) contiguous in out0's dtype =
+                                  * in0 summed over K (no alpha), accumulated in f32 or wider, written */
   KESTREL_OP_GATHER = 6,         /* out = torch.gather(in0, axis, index=in1) */
   KESTREL_OP_SCATTER_ADD = 7,    /* out.scatter_add_(axis, index=in1, src=in0) */
   KESTREL_OP_RANDOM = 8,         /* out = Philox4x32-10 draws [, in0 counter base] params: kestrel_random_params */

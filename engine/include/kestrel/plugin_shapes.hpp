@@ -164,10 +164,16 @@ inline bool gemm_shapes_fit(const kestrel_tensor& a, const kestrel_tensor& b, co
 }
 
 // f32_of_16bit: the plugin also takes (ABI 1.6) f16 or bf16 operands with an f32 result.
-inline bool gemm_fits(const kestrel_op& op, bool f32_of_16bit = false) {
-  if (!params<kestrel_gemm_params>(op) || !arity(op, 2, 1)) return false;
+// row_sums: the plugin also takes ABI 1.14's out1, in0's rows summed over K ((M), contiguous, out0's dtype).
+inline bool gemm_fits(const kestrel_op& op, bool f32_of_16bit = false, bool row_sums = false) {
+  if (!params<kestrel_gemm_params>(op) || !(arity(op, 2, 1) || (row_sums && arity(op, 2, 2)))) return false;
   const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &c = op.outputs[0];
   if (a.dtype != b.dtype || !gemm_shapes_fit(a, b, c)) return false;
+  if (op.num_outputs == 2) {
+    const kestrel_tensor& sums = op.outputs[1];
+    if (c.rank != 2 || sums.rank != 1 || sums.shape[0] != c.shape[0] || sums.dtype != c.dtype) return false;
+    if (sums.shape[0] > 1 && sums.strides[0] != 1) return false;
+  }
   return a.dtype == c.dtype || (f32_of_16bit && c.dtype == KESTREL_DTYPE_F32 &&
                                 (a.dtype == KESTREL_DTYPE_F16 || a.dtype == KESTREL_DTYPE_BF16));
 }

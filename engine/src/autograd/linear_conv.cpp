@@ -30,6 +30,18 @@ void accumulate_row_sum(VarNode& bias, const Tensor& dz) {
   land_grad(bias, db);
 }
 
+void accumulate_product_and_row_sum(VarNode& weight, VarNode& bias, const Tensor& a, const Tensor& b) {
+  if (!weight.requires_grad || !weight.grad_buffer || !bias.requires_grad) {
+    accumulate_product(weight, a, b);
+    accumulate_row_sum(bias, a.transpose(0, 1));
+    return;
+  }
+  const GradDestination db = grad_destination(bias, weight.grad_buffer->storage().dtype());
+  Tensor sums = db.tensor.view({a.size(0)});  // (out)
+  weight.grad_buffer->add_product(a, b, &sums);
+  land_grad(bias, db);
+}
+
 namespace {
 
 Tensor activation_grad(kestrel_activation activation, const Tensor& dy, const Tensor& y, const Tensor& pre) {
@@ -116,8 +128,10 @@ Var linear_same_dtype(const Var& x, const Var& weight, const Var& bias, kestrel_
                   [x = x.node(), weight = weight.node(), bias = bias.node(), activation, y = y, pre = pre](const Tensor& dy) {
                     Tensor dz = activation_grad(activation, dy, y, pre);                  // (N, out)
                     if (x->requires_grad) accumulate_grad(*x, ops::matmul(dz, weight->value));  // (N, in)
-                    accumulate_product(*weight, dz.transpose(0, 1), x->value);             // (out, in)
-                    if (bias) accumulate_row_sum(*bias, dz);
+                    if (bias)  // (out, in) and (out)
+                      accumulate_product_and_row_sum(*weight, *bias, dz.transpose(0, 1), x->value);
+                    else
+                      accumulate_product(*weight, dz.transpose(0, 1), x->value);  // (out, in)
                   });
 }
 
@@ -162,15 +176,30 @@ Var linear_autocast(const Var& x, const Var& weight, const Var& bias, kestrel_ac
                     if (x->requires_grad) accumulate_grad(*x, ops::matmul(dz, w16, x->value.dtype()));  // (N, in)
                     const Tensor dz_out = dz.slice(1, 0, out);                                  // (N, out)
                     if (dz.size(1) == out) {
-                      accumulate_product(*weight, dz_out.transpose(0, 1), x16);                 // (out, in)
-                    } else if (weight->requires_grad) {
-                      // Over the padded features too, their rows then dropped: the features are the
-                      // extent this product's kernels vectorise along, and cuBLAS takes its slow align1
-                      // kernels for an unaligned one (GPT-2's 50257 logits, 2026-11-25-h100-mfu.md).
-                      const Tensor padded = ops::matmul(dz.transpose(0, 1), x16, DType::f32);  // (features, in)
-                      accumulate_grad(*weight, padded.slice(0, 0, out));                        // (out, in)
+                      if (bias)  // (out, in) and (out)
+                        accumulate_product_and_row_sum(*weight, *bias, dz_out.transpose(0, 1), x16);
+                      else
+                        accumulate_product(*weight, dz_out.transpose(0, 1), x16);  // (out, in)
+                      return;
                     }
-                    if (bias) accumulate_row_sum(*bias, dz_out);
+                    if (!weight->requires_grad) {
+                      if (bias) accumulate_row_sum(*bias, dz_out);
+                      return;
+                    }
+                    // Over the padded features too, their rows then dropped: the features are the extent
+                    // this product's kernels vectorise along, and cuBLAS takes its slow align1 kernels for
+                    // an unaligned one (GPT-2's 50257 logits, 2026-11-25-h100-mfu.md). The bias gradient
+                    // comes out of the same product, as it does unpadded.
+                    const Tensor dzt = dz.transpose(0, 1);                                              // (features, N)
+                    Tensor padded = Tensor::empty({features, x16.size(1)}, DType::f32, x16.device());  // (features, in)
+                    if (bias && bias->requires_grad) {
+                      Tensor sums = Tensor::empty({features}, DType::f32, x16.device());  // (features)
+                      ops::gemm_with_row_sums_(padded, sums, dzt, x16);
+                      accumulate_grad(*bias, sums.slice(0, 0, out));  // (out)
+                    } else {
+                      ops::gemm_(padded, dzt, x16);
+                    }
+                    accumulate_grad(*weight, padded.slice(0, 0, out));  // (out, in)
                   });
 }
 

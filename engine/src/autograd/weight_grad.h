@@ -12,4 +12,9 @@ void accumulate_product(VarNode& weight, const Tensor& a, const Tensor& b);
 // storage where grad_destination allows, else reduced and accumulated (a 16-bit sum cast as it lands).
 void accumulate_row_sum(VarNode& bias, const Tensor& dz);
 
+// Both of a linear layer's parameter gradients from dz: dW += a @ b and db += a's rows summed, a = dz^T
+// (out, N), b (N, in). One GEMM writes both where the weight's gradient has storage (GradBuffer::
+// add_product's row sums, in its dtype); else the two above.
+void accumulate_product_and_row_sum(VarNode& weight, VarNode& bias, const Tensor& a, const Tensor& b);
+
 }  // namespace kestrel::fn

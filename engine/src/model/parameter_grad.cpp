@@ -17,9 +17,12 @@ void ParameterGrad::add(const Tensor& grad) {
   stale_ = false;
 }
 
-void ParameterGrad::add_product(const Tensor& a, const Tensor& b) {
+void ParameterGrad::add_product(const Tensor& a, const Tensor& b, Tensor* row_sums) {
   Tensor grad = storage_.view({a.size(0), b.size(1)});
-  ops::gemm_(grad, a, b, 1.0, stale_ ? 0.0 : 1.0);
+  if (row_sums)
+    ops::gemm_with_row_sums_(grad, *row_sums, a, b, 1.0, stale_ ? 0.0 : 1.0);
+  else
+    ops::gemm_(grad, a, b, 1.0, stale_ ? 0.0 : 1.0);
   stale_ = false;
 }
 

@@ -15,7 +15,7 @@ class ParameterGrad final : public GradBuffer {
   // Zeroes a gradient that no contribution reached since zero(lazy = true).
   void settle();
   void add(const Tensor& grad) override;
-  void add_product(const Tensor& a, const Tensor& b) override;
+  void add_product(const Tensor& a, const Tensor& b, Tensor* row_sums = nullptr) override;
   // Straight into the storage: a stale gradient is zeroed in place first (no temporary, no copy).
   void add_rows(const Tensor& index, const Tensor& src) override;
   Tensor overwritable() override { return stale_ ? storage_ : Tensor(); }

@@ -284,6 +284,24 @@ void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha, double b
   binary_(KESTREL_BINARY_ADD, out, beta == 1.0 ? out : unary(KESTREL_UNARY_AFFINE, out, beta, 0.0), product.to(DType::f32));
 }
 
+void gemm_with_row_sums_(Tensor& out, Tensor& row_sums, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  if (out.rank() != 2 || row_sums.rank() != 1 || row_sums.size(0) != a.size(0) || row_sums.dtype() != out.dtype())
+    throw InvalidArgument(fmt::format("matmul: row sums {} do not fit {} @ {} -> {}; they take the rows of the first "
+                                      "operand, in the result's dtype",
+                                      row_sums.describe(), a.describe(), b.describe(), out.describe()));
+  auto params = make_params<kestrel_gemm_params>();
+  params.alpha = alpha;
+  params.beta = beta;
+  const kestrel_op op = OpBuilder(KESTREL_OP_GEMM, &params).in(a).in(b).out(out).out(row_sums).op;
+  if (launch_if_supported(out.device(), op)) return;
+  gemm_(out, a, b, alpha, beta);
+  Tensor kept = row_sums.view({row_sums.size(0), 1});  // (M, 1)
+  if (a.dtype() == row_sums.dtype()) return reduce_into(KESTREL_REDUCE_SUM, kept, a);
+  Tensor sums = Tensor::empty(kept.shape(), a.dtype(), a.device());  // 16-bit rows, summed in their dtype
+  reduce_into(KESTREL_REDUCE_SUM, sums, a);
+  copy_(kept, sums);
+}
+
 Tensor matmul(const Tensor& a, const Tensor& b) { return matmul(a, b, a.dtype()); }
 
 Tensor matmul(const Tensor& a, const Tensor& b, DType out_dtype) {
