@@ -125,7 +125,8 @@ void cast_to_bf16(benchmark::State& state, kestrel::Device device, int64_t n) {
 }
 
 // The element-wise work beside a Transformer step's products, at gpt_char's shapes (batch 32, 4 heads,
-// 128 positions): GELU and its gradient over the feed-forward activations (4096 x 512), a dropout mask
+// 128 positions): GELU and its gradient over the feed-forward activations (4096 x 512) (the derivative
+// alone, dy times it in one pass, and the two composed), a dropout mask
 // and softmax over the attention weights (16384 rows of 128).
 void sequence_op(benchmark::State& state, kestrel::Device device, const std::string& op, int64_t rows, int64_t cols) {
   Tensor x = random_tensor({rows, cols}, DType::f32, device, 8);
@@ -137,6 +138,10 @@ void sequence_op(benchmark::State& state, kestrel::Device device, const std::str
       out = kestrel::ops::unary(KESTREL_UNARY_GELU, x);
     else if (op == "gelu_grad")
       out = kestrel::ops::unary(KESTREL_UNARY_GELU_GRAD, x);
+    else if (op == "gelu_backward")  // dy * gelu'(x) in one pass (ABI 1.14), x standing in for dy
+      out = kestrel::ops::binary(KESTREL_BINARY_GELU_BACKWARD, x, x);
+    else if (op == "gelu_grad_then_mul")  // the same composed, as before 1.14
+      out = kestrel::ops::binary(KESTREL_BINARY_MUL, x, kestrel::ops::unary(KESTREL_UNARY_GELU_GRAD, x));
     else if (op == "dropout_mask")
       kestrel::ops::random_(out, KESTREL_DISTRIBUTION_BERNOULLI, 9, offset += uint64_t(rows * cols), 0.9, 0.0);
     else
@@ -178,13 +183,13 @@ void reduce_sum(benchmark::State& state, kestrel::Device device, DType dtype, in
                                               benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
 }
 
-// A linear layer's weight and bias gradients from dz (tokens, out) bf16 and x (tokens, in) bf16, both in
-// f32 as mixed precision keeps them: dW = dz^T x by one product and db = dz summed over the tokens, either
+// A linear layer's weight and bias gradients from dz (tokens, out) and x (tokens, in), bf16 or f32, both
+// gradients f32 as mixed precision keeps them: dW = dz^T x by one product and db = dz summed over the tokens, either
 // in that product's launch (ABI 1.14's GEMM row sums: cuBLASLt's BGRADB epilogue) or as a column fold after
 // it (`separate`), the two ways a step can take.
-void weight_and_bias_grad(benchmark::State& state, kestrel::Device device, int64_t tokens, int64_t in, int64_t out,
-                          bool separate) {
-  const Tensor dz = random_tensor({tokens, out}, DType::bf16, device, 7), x = random_tensor({tokens, in}, DType::bf16, device, 8);
+void weight_and_bias_grad(benchmark::State& state, kestrel::Device device, DType dtype, int64_t tokens, int64_t in,
+                          int64_t out, bool separate) {
+  const Tensor dz = random_tensor({tokens, out}, dtype, device, 7), x = random_tensor({tokens, in}, dtype, device, 8);
   Tensor dw = Tensor::empty({out, in}, DType::f32, device), db = Tensor::empty({out}, DType::f32, device);
   const Tensor dzt = dz.transpose(0, 1);  // (out, tokens)
   kestrel::Engine::global().synchronize(device);  // the inputs' generation is not timed
@@ -303,7 +308,9 @@ void register_device_benchmarks(const kestrel::Device& device) {
         ->UseRealTime();
   }
   for (const auto& [op, rows, cols] : {std::tuple<std::string, int64_t, int64_t>{"gelu", 4096, 512},
-                                       {"gelu_grad", 4096, 512}, {"dropout_mask", 16384, 128}, {"softmax", 16384, 128}})
+                                       {"gelu_grad", 4096, 512}, {"gelu_backward", 4096, 512},
+                                       {"gelu_grad_then_mul", 4096, 512}, {"dropout_mask", 16384, 128},
+                                       {"softmax", 16384, 128}})
     benchmark::RegisterBenchmark(fmt::format("{}/{}/f32/{}x{}", op, d, rows, cols).c_str(), sequence_op, device, op, rows,
                                  cols)
         ->Unit(benchmark::kMicrosecond)
@@ -320,6 +327,13 @@ void register_device_benchmarks(const kestrel::Device& device) {
                                4096, 1024, 0)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
+  // gpt_char's feed-forward layer at batch 32 x 128 (128 -> 512), f32.
+  for (bool separate : {false, true})
+    benchmark::RegisterBenchmark(fmt::format("weight_and_bias_grad/{}/f32/4096x128x512/{}", d,
+                                             separate ? "separate" : "one_launch").c_str(),
+                                 weight_and_bias_grad, device, DType::f32, 4096, 128, 512, separate)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
   // GPU-sized: the 8192-wide MLP's bias gradient (a bf16 column fold) and GPT-2's loss.
   const std::string kind = kestrel::Engine::global().properties(device).kind;
   if (kind != "cpu" && kind != "software") {
@@ -335,7 +349,7 @@ void register_device_benchmarks(const kestrel::Device& device) {
       for (bool separate : {false, true})
         benchmark::RegisterBenchmark(fmt::format("weight_and_bias_grad/{}/bf16/8192x{}x{}/{}", d, in, out,
                                                  separate ? "separate" : "one_launch").c_str(),
-                                     weight_and_bias_grad, device, 8192, in, out, separate)
+                                     weight_and_bias_grad, device, DType::bf16, 8192, in, out, separate)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
   }

@@ -160,8 +160,12 @@ KESTREL_VECTOR_CLONES void scaled_piece_staged(const View<typename E::storage>& 
                                                const View<typename E::storage>& y, int64_t begin, int64_t end,
                                                const F& f) {
   using C = typename E::compute;
-  map_staged<C>(begin, end, [&](int64_t i) { return E::load(b.base[b.at(i)]); },
-                [&](int64_t i, C v) { y.base[y.at(i)] = E::store(E::load(a.base[a.at(i)]) * v); }, f);
+  if (a.contiguous && b.contiguous && y.contiguous)  // plain indices: the staging loops vectorise
+    map_staged<C>(begin, end, [&](int64_t i) { return E::load(b.base[i]); },
+                  [&](int64_t i, C v) { y.base[i] = E::store(E::load(a.base[i]) * v); }, f);
+  else
+    map_staged<C>(begin, end, [&](int64_t i) { return E::load(b.base[b.at(i)]); },
+                  [&](int64_t i, C v) { y.base[y.at(i)] = E::store(E::load(a.base[a.at(i)]) * v); }, f);
 }
 
 // y = a * f(b), f staged as map_unary_staged's (an activation's gradient, a = dy, f its derivative), so

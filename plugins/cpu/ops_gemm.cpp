@@ -320,10 +320,10 @@ T activate(kestrel_activation act, T x) {
   }
 }
 
-// sums (M) = a (M,K) summed over K, accumulated in double, stored in sums' dtype (a's, or f32 for 16-bit a):
-// GEMM's out1 (ABI 1.14). Each thread takes a range of rows and walks K outside it, so that a transposed a
-// (a weight gradient's dz^T, rows 1 apart) is read a contiguous run at a time; each row's sum is in K's
-// order whatever the thread count.
+// sums (M) f32 = a (M,K) 16-bit summed over K, accumulated in double: GEMM's out1 (ABI 1.14) when it widens
+// (one dtype goes through the reduction). Each thread takes a range of rows and walks K outside it, so that
+// a transposed a (a weight gradient's dz^T, rows 1 apart) is read a contiguous run at a time; each row's sum
+// is in K's order whatever the thread count.
 template <class E, class O>
 void row_sums(const kestrel_tensor& a, const kestrel_tensor& sums) {
   const View<typename E::storage> x = view_of<typename E::storage>(a);
@@ -355,15 +355,17 @@ void launch_gemm(const kestrel_op& op) {
   }
   if (op.num_outputs < 2) return;
   const kestrel_tensor &a = op.inputs[0], &sums = op.outputs[1];
-  const bool widening = sums.dtype != a.dtype;
+  if (sums.dtype == a.dtype) {  // the reduction's own column sums (reading dz^T's rows in order), into (M, 1)
+    const kestrel_reduce_params sum{KESTREL_STRUCT_SIZE(kestrel_reduce_params, fn), KESTREL_REDUCE_SUM};
+    kestrel_op reduce{op.struct_size, KESTREL_OP_REDUCE, 1, 1, {a}, {sums}, &sum};
+    kestrel_tensor& kept = reduce.outputs[0];
+    kept.rank = 2;
+    kept.shape[1] = 1, kept.strides[1] = 1;
+    return launch_reduce(reduce);
+  }
   dispatch(a.dtype, [&](auto elem) {
     using E = decltype(elem);
-    if constexpr (E::is_float) {
-      if (widening)
-        row_sums<E, F32>(a, sums);
-      else
-        row_sums<E, E>(a, sums);
-    }
+    if constexpr (std::is_same_v<E, F16> || std::is_same_v<E, BF16>) row_sums<E, F32>(a, sums);
   });
 }
 
