@@ -77,14 +77,15 @@ def main():
             mean = statistics.mean(figures[precision])
             if judged == "accuracy":
                 gap = (mean - base) * 100
-                verdict = "met" if abs(gap) <= 0.3 else "NOT met"
+                # The target is to reach f32's accuracy within 0.3 points: doing better reaches it.
+                verdict = "met" if gap >= -0.3 else "NOT met"
                 lines.append(f"- {precision}: mean test accuracy {mean * 100:.2f}% against f32's {base * 100:.2f}% "
-                             f"({gap:+.2f} points; target within 0.3: **{verdict}**)")
+                             f"({gap:+.2f} points; target at most 0.3 below: **{verdict}**)")
             else:
                 gap = mean - base
-                verdict = "met" if abs(gap) <= 0.02 else "NOT met"
+                verdict = "met" if gap <= 0.02 else "NOT met"
                 lines.append(f"- {precision}: mean test loss {mean:.4f} nats against f32's {base:.4f} "
-                             f"({gap:+.4f}; target within 0.02: **{verdict}**)")
+                             f"({gap:+.4f}; target at most 0.02 above: **{verdict}**)")
         lines.append("")
     date = datetime.date.today().isoformat()
     host = platform.node() or "host"
