@@ -197,15 +197,25 @@ __global__ void reduce_columns_packed(const typename E::storage* x, int64_t ld, 
   }
 }
 
-// out[i] = the row i of a (M,K) summed, 16-bit elements into an f32 sum (accumulated in double as the
-// other folds): a thread per row, neighbouring threads on neighbouring rows where a is a transposed view
-// (a weight gradient's dz^T), as reduce_across_kernel reads.
+// The rows of a (M,K) summed, 16-bit elements into f32 sums accumulated in double as the other folds: a
+// thread per row, neighbouring threads on neighbouring rows where a is a transposed view (a weight
+// gradient's dz^T), as reduce_across_kernel reads; K cut into gridDim.y splits, each split's sums in
+// partials (split, M), folded in split order by widening_row_sums_finish.
 template <class E>
 __global__ void widening_row_sums(const typename E::storage* a, int64_t m, int64_t k, int64_t row_stride,
-                                  int64_t column_stride, float* out, int64_t out_stride) {
+                                  int64_t column_stride, double* partials) {
+  const SplitRange range(k, gridDim.y, blockIdx.y);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < m; i += int64_t(gridDim.x) * blockDim.x) {
+    double acc = 0;
+    for (int64_t r = range.begin; r < range.end; ++r) acc += double(E::load(a[i * row_stride + r * column_stride]));
+    partials[blockIdx.y * m + i] = acc;
+  }
+}
+
+__global__ void widening_row_sums_finish(const double* partials, int splits, int64_t m, float* out, int64_t out_stride) {
   KESTREL_GRID_STRIDE_LOOP(i, m) {
     double acc = 0;
-    for (int64_t r = 0; r < k; ++r) acc += double(E::load(a[i * row_stride + r * column_stride]));
+    for (int split = 0; split < splits; ++split) acc += partials[split * m + i];
     out[i * out_stride] = float(acc);
   }
 }
@@ -412,15 +422,26 @@ void row_sums_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out)
     kept.strides[0] = out.strides[0], kept.strides[1] = 1;
     return reduce_into(s, in, kept, KESTREL_REDUCE_SUM);
   }
+  // Splits of at least 64 rows, as many as fill about 1024 blocks with the rows' blocks (as reduce_into).
+  const int64_t blocks = (m + kBlock - 1) / kBlock;
+  int splits = int(std::clamp<int64_t>(std::min<int64_t>((1024 + blocks - 1) / blocks, k / 64), 1, 1024));
+  if (k > 0) {  // as many splits as SplitRange's chunks reach
+    const int64_t chunk = (k + splits - 1) / splits;
+    splits = int((k + chunk - 1) / chunk);
+  }
+  Scratch partials(s, uint64_t(splits) * uint64_t(m) * sizeof(double));  // stream-ordered, freed after both kernels
+  auto* sums = static_cast<double*>(partials.get());
   dispatch(in.dtype, [&](auto elem) {
     using E = decltype(elem);
     if constexpr (std::is_same_v<E, F16> || std::is_same_v<E, BF16>)
-      widening_row_sums<E><<<grid_for(m), kBlock, 0, s.cuda>>>(reinterpret_cast<const typename E::storage*>(in.base), m,
-                                                               k, in.strides[0], in.strides[1],
-                                                               reinterpret_cast<float*>(out.base), out.strides[0]);
+      widening_row_sums<E><<<dim3(unsigned(std::min<int64_t>(blocks, 1 << 20)), unsigned(splits)), kBlock, 0, s.cuda>>>(
+          reinterpret_cast<const typename E::storage*>(in.base), m, k, in.strides[0], in.strides[1], sums);
     else
       fail("row sums: a widening sum takes f16 or bf16 rows");
   });
+  check_launch("row sums");
+  widening_row_sums_finish<<<grid_for(m), kBlock, 0, s.cuda>>>(sums, splits, m, reinterpret_cast<float*>(out.base),
+                                                              out.strides[0]);
   check_launch("row sums");
 }
 
