@@ -62,12 +62,23 @@ KESTREL_VECTOR_CLONES void cross_entropy_row(const S* x, int64_t cols, int64_t l
 // One row's gradient from its logits, (softmax - onehot) * scale, built per vector width. In the
 // accumulation type (f32 but for f64 logits), not forward's double: recomputing every exp is this op's
 // cost, and its result is rounded to the logits' dtype (f32 at most) anyway. exps: cols scratch.
+// With forward's loss (ABI 1.14; a label in [0, cols)), the row's log-sum-exp is loss + x[label], and the
+// exps are taken from it: no pass for the maximum and none for the sum.
 template <class E, class S = typename E::storage, class A = Acc<E>>
-KESTREL_VECTOR_CLONES void cross_entropy_grad_row(const S* x, int64_t cols, int64_t label, A scale, S* grad, A* exps) {
+KESTREL_VECTOR_CLONES void cross_entropy_grad_row(const S* x, int64_t cols, int64_t label, A scale, const A* loss,
+                                                  S* grad, A* exps) {
   using C = typename E::compute;
-  shifted_exps<E, A>(x, cols, exps);
-  A sum = 0;
-  for (int64_t j = 0; j < cols; ++j) sum += exps[j];
+  A sum = 1;
+  if (loss) {
+    const A log_sum_exp = *loss + A(E::load(x[label]));
+    constexpr A negligible = A(kNegligibleShift<S>);
+    map_staged<A>(0, cols, [=](int64_t j) { return std::max(A(E::load(x[j])) - log_sum_exp, negligible); },
+                  [=](int64_t j, A e) { exps[j] = e; }, [](A shift) { return std::exp(shift); });
+  } else {
+    shifted_exps<E, A>(x, cols, exps);
+    sum = 0;
+    for (int64_t j = 0; j < cols; ++j) sum += exps[j];
+  }
   const A weight = scale / sum;
   for (int64_t j = 0; j < cols; ++j) grad[j] = E::store(C(exps[j] * weight - (j == label ? scale : A(0))));
 }
@@ -117,7 +128,7 @@ void launch_softmax(const kestrel_op& op) {
 bool supports_softmax_cross_entropy(const kestrel_op& op) {
   namespace shapes = kestrel::plugin_shapes;
   if (op.kind == KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD)
-    return shapes::softmax_cross_entropy_backward_fits(op) && shapes::softmax_cross_entropy_in_rows(op);
+    return shapes::softmax_cross_entropy_backward_fits(op, /*losses=*/true) && shapes::softmax_cross_entropy_in_rows(op);
   return shapes::softmax_cross_entropy_fits(op) && (all_contiguous(op) || shapes::softmax_cross_entropy_in_rows(op));
 }
 
@@ -136,9 +147,12 @@ void launch_cross_entropy_backward(const kestrel_op& op) {
     S* grad = mutable_data_of<S>(op.outputs[0]);
     using A = Acc<E>;
     const A* scale = data_of<A>(scales);  // f64 beside f64 logits, else f32: A
+    const A* losses = op.num_inputs == 4 ? data_of<A>(op.inputs[3]) : nullptr;  // (rows), forward's
     parallel_for_split("kestrel::softmax_cross_entropy_backward", rows, rows * cols, [=, &labels](int64_t r) {
-      cross_entropy_grad_row<E>(x + r * x_stride, cols, label_at(labels, r), scale[r * scale_stride],
-                                grad + r * grad_stride, row_scratch<A>(cols));
+      const int64_t label = label_at(labels, r);
+      const A* loss = losses && label >= 0 && label < cols ? losses + r : nullptr;
+      cross_entropy_grad_row<E>(x + r * x_stride, cols, label, scale[r * scale_stride], loss, grad + r * grad_stride,
+                                row_scratch<A>(cols));
     });
   });
 }

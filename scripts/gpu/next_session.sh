@@ -20,7 +20,7 @@ if [ "${1:-}" = more ]; then
   step 170 vulkan_quick  # issue 18: Vulkan on NVIDIA against CUDA (carry .gl/)
   exit 0
 fi
-step 130 conformance   # new since bbaec3c: column folds ending inside a pack, Adam in packs, ABI 1.14 (RELU/GELU_BACKWARD, GEMM row sums by BGRADB)
+step 130 conformance   # new since bbaec3c: column folds ending inside a pack, Adam in packs, ABI 1.14 (RELU/GELU_BACKWARD, GEMM row sums by BGRADB, CE backward from losses)
 step 30 gemm_cublas    # the gemm and fused families without cuBLASLt (row sums by a reduction)
 step 30 kernels        # issues 15/16: bias-gradient folds, GPT-2's loss and Adam, packed and generic
 step 90 mlp16          # issues 15/16: MLP and GPT-2 bf16 steps (gradients in place, fused activation gradients, packed Adam), PyTorch eager beside

@@ -215,11 +215,13 @@ void fused_cases(Runner& r) {
                 reference(x, labels, n, want_loss, softmax);
                 r.expect_close(loss, want_loss, tolerance_for(statistic, c > 5 ? 64 : 4), "loss");
               });
+        // with_losses (ABI 1.14): forward's losses as in3, each row's log-sum-exp taken from them.
         for (bool per_row : {false, true})
           for (bool strided : {false, true})
+            for (bool with_losses : {false, true})
             r.run(case_name({"softmax_cross_entropy_backward", dt, std::string(dtype_name(label_dtype)), classes,
                              per_row ? "a scale per row" : "one scale"}) +
-                      (strided ? "/rows a stride apart" : ""),
+                      (strided ? "/rows a stride apart" : "") + (with_losses ? "/from forward's losses" : ""),
                   false, [&] {
                     const int64_t n = 6;
                     auto x = r.values(n * c, -4, 4, dtype);
@@ -230,10 +232,14 @@ void fused_cases(Runner& r) {
                     Tensor grad = strided ? Tensor::empty({n, grad_width}, dtype, r.device()).slice(1, 0, c)
                                           : Tensor::empty({n, c}, dtype, r.device());
                     const Tensor logits = strided ? wide_rows(x, n, x_width) : r.upload({n, c}, x, dtype);
-                    launch(r.device(), KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr,
-                           {logits, r.upload({n}, labels, label_dtype), scale_tensor}, {grad});
                     std::vector<double> loss, want;
                     reference(x, labels, n, loss, want);
+                    std::vector<Tensor> inputs{logits, r.upload({n}, labels, label_dtype), scale_tensor};
+                    if (with_losses) {
+                      for (double& l : loss) l = round_to(statistic, l);  // as forward stored them
+                      inputs.push_back(r.upload({n}, loss, statistic));
+                    }
+                    launch(r.device(), KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr, inputs, {grad});
                     for (int64_t i = 0; i < n; ++i)
                       for (int64_t j = 0; j < c; ++j)
                         want[i * c + j] = (want[i * c + j] - (j == labels[i] ? 1.0 : 0.0)) * scales[per_row ? i : 0];

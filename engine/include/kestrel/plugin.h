@@ -92,7 +92,9 @@
  *        earlier refuses the unknown fn in supports_op, and the engine composes them as before. A rank-2
  *        GEMM may have a second output, the rows of in0 summed over K (a linear layer's bias gradient
  *        beside its weight gradient, from cuBLASLt's BGRADB epilogue on CUDA); a plugin that does not
- *        offer it refuses two outputs, and the engine reduces separately.
+ *        offer it refuses two outputs, and the engine reduces separately. SOFTMAX_CROSS_ENTROPY_BACKWARD
+ *        may take forward's per-row losses as in3, from which each row's log-sum-exp follows without
+ *        reading the row for it; a plugin that does not refuses four inputs, and the engine passes three.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -286,7 +288,9 @@ typedef enum kestrel_op_kind {
   /* Since 1.12; no params. in0 logits (N,C) of any float dtype, in1 labels (N) i32/i64, in2 each row's
    * scale (N) f32 (f64 for f64 logits; stride 0 for one scale) -> out0 dlogits (N,C) in the logits' dtype
    * = (softmax(in0) - onehot(in1)) * in2, computed in f32 or wider and rounded once. A label outside
-   * [0, C) subtracts nothing (forward has reported it). */
+   * [0, C) subtracts nothing (forward has reported it). Since 1.14 optionally in3, forward's losses (N)
+   * in in2's dtype, contiguous: a row whose label is in [0, C) then takes its log-sum-exp as in3 +
+   * in0[label] instead of two passes over the row for its maximum and sum. */
   KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD = 48
 } kestrel_op_kind;
 

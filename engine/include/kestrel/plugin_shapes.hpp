@@ -253,10 +253,16 @@ inline bool softmax_cross_entropy_fits(const kestrel_op& op) {
 }
 
 // SOFTMAX_CROSS_ENTROPY_BACKWARD (1.12): in0 logits (N,C), in1 labels (N), in2 scales (N) f32 (f64 for f64
-// logits) -> out0 dlogits (N,C) in the logits' dtype.
-inline bool softmax_cross_entropy_backward_fits(const kestrel_op& op) {
-  if (!arity(op, 3, 1)) return false;
+// logits) -> out0 dlogits (N,C) in the logits' dtype. losses: the plugin also takes 1.14's in3, forward's
+// losses (N) in the scales' dtype, contiguous.
+inline bool softmax_cross_entropy_backward_fits(const kestrel_op& op, bool losses = false) {
+  if (!arity(op, 3, 1) && !(losses && arity(op, 4, 1))) return false;
   const kestrel_tensor &logits = op.inputs[0], &scales = op.inputs[2], &grad = op.outputs[0];
+  if (op.num_inputs == 4) {
+    const kestrel_tensor& loss = op.inputs[3];
+    if (loss.rank != 1 || loss.shape[0] != logits.shape[0] || loss.dtype != scales.dtype || !is_contiguous(loss))
+      return false;
+  }
   return detail::logits_and_labels(logits, op.inputs[1]) && scales.rank == 1 && scales.shape[0] == logits.shape[0] &&
          scales.dtype == statistics_dtype(logits.dtype) && same_shape(grad, logits) &&
          grad.dtype == logits.dtype;

@@ -109,13 +109,19 @@ std::optional<Var> fused_cross_entropy(const Var& logits, const Tensor& flat_lab
   const Tensor loss = weights.mean(losses);
   if (!gradient) return Var(loss);
   return make_var(loss, {logits}, "cross_entropy",
-                  [logits = logits.node(), x, labels = weights.labels, share = weights.share, rows](const Tensor& dy) {
+                  [logits = logits.node(), x, labels = weights.labels, share = weights.share, rows,
+                   losses](const Tensor& dy) {
                     const Tensor product = math::mul(share, dy);  // () or (rows, 1)
                     const Tensor scales = product.rank() == 0 ? product.reshape({1}).expand({rows}) : product.view({rows});
                     // (rows, C) in the logits' rows: a linear layer's padded product takes it as it is.
                     Tensor grad = empty_like_rows(x);
-                    ops::launch(x.device(), ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr,
-                                                         {x, labels, scales}, {grad}));
+                    // With forward's losses where the device takes them (ABI 1.14): each row's log-sum-exp
+                    // follows from its loss, and the logits are read once instead of three times.
+                    const kestrel_op from_losses = ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr,
+                                                                {x, labels, scales, losses}, {grad});
+                    if (!ops::launch_if_supported(x.device(), from_losses))
+                      ops::launch(x.device(), ops::make_op(KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD, nullptr,
+                                                           {x, labels, scales}, {grad}));
                     accumulate_grad(*logits, rows_reshaped(grad, logits->value.shape()));
                   });
 }
