@@ -422,7 +422,7 @@ void row_sums_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out)
     kept.strides[0] = out.strides[0], kept.strides[1] = 1;
     return reduce_into(s, in, kept, KESTREL_REDUCE_SUM);
   }
-  // Splits of at least 64 rows, as many as fill about 1024 blocks with the rows' blocks (as reduce_into).
+  // Splits of at least 64 of K's columns, as many as fill about 1024 blocks with the rows' blocks (as reduce_into).
   const int64_t blocks = (m + kBlock - 1) / kBlock;
   int splits = int(std::clamp<int64_t>(std::min<int64_t>((1024 + blocks - 1) / blocks, k / 64), 1, 1024));
   if (k > 0) {  // as many splits as SplitRange's chunks reach

@@ -254,9 +254,11 @@ void gemm_cases(Runner& r) {
     for (DType result : {dtype, DType::f32}) {
       const bool widening = result != dtype;
       if (widening && dtype != DType::f16 && dtype != DType::bf16) continue;
+      // alpha 1 as a weight gradient has it (CUDA's epilogue path), and alpha 0.5 (its reduction path).
       for (const auto& s : setups)
+        for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 0.25}})
         r.run(case_name({std::string(dtype_name(dtype)), widening ? "row-sums-into-f32" : "row-sums",
-                         fmt::format("{}x{}x{}", s.m, s.k, s.n), layouts(s)}),
+                         fmt::format("{}x{}x{}", s.m, s.k, s.n), layouts(s), fmt::format("a{}b{}", alpha, beta)}),
               false, [&] {
                 auto a = r.values(s.m * s.k, -1, 1, dtype), b = r.values(s.k * s.n, -1, 1, dtype);
                 auto c = r.values(s.m * s.n, -1, 1, dtype);
@@ -264,8 +266,8 @@ void gemm_cases(Runner& r) {
                 Tensor sums = Tensor::full({s.m}, 77.0, result, r.device());  // (M), overwritten
                 kestrel_gemm_params params{};
                 params.struct_size = kestrel::abi_size<kestrel_gemm_params>;
-                params.alpha = 0.5;
-                params.beta = 0.25;
+                params.alpha = alpha;
+                params.beta = beta;
                 ops::launch(r.device(),
                             ops::make_op(KESTREL_OP_GEMM, &params,
                                          {r.upload({s.m, s.k}, a, dtype, s.a), r.upload({s.k, s.n}, b, dtype, s.b)},
@@ -275,7 +277,7 @@ void gemm_cases(Runner& r) {
                   for (int64_t p = 0; p < s.k; ++p) want_sums[i] += a[i * s.k + p];
                   want_sums[i] = round_to(result, want_sums[i]);
                 }
-                r.expect_close(out, reference(a, b, c, s.m, s.k, s.n, 0.5, 0.25),
+                r.expect_close(out, reference(a, b, c, s.m, s.k, s.n, alpha, beta),
                                tolerance_for(result, 4 * std::sqrt(s.k + 1.0)), "product");
                 r.expect_close(sums, want_sums, tolerance_for(result, 2 * std::sqrt(s.k + 1.0)), "row sums");
               });

@@ -289,8 +289,9 @@ typedef enum kestrel_op_kind {
    * scale (N) f32 (f64 for f64 logits; stride 0 for one scale) -> out0 dlogits (N,C) in the logits' dtype
    * = (softmax(in0) - onehot(in1)) * in2, computed in f32 or wider and rounded once. A label outside
    * [0, C) subtracts nothing (forward has reported it). Since 1.14 optionally in3, forward's losses (N)
-   * in in2's dtype, contiguous: a row whose label is in [0, C) then takes its log-sum-exp as in3 +
-   * in0[label] instead of two passes over the row for its maximum and sum. */
+   * in in2's dtype, contiguous: a row whose label is in [0, C) may then take its log-sum-exp as in3 +
+   * in0[label] instead of two passes over the row for its maximum and sum, where the loss is small and
+   * finite enough for that to stay accurate (the CPU and CUDA plugins: at most 16 nats). */
   KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD = 48
 } kestrel_op_kind;
 
