@@ -21,22 +21,22 @@ namespace {
 template <class S>
 constexpr double kNegligibleShift = std::is_same_v<S, double> ? -708.0 : -105.0;
 
-// Cross-entropy's backward takes a row's log-sum-exp from forward's stored loss only up to this loss (and
-// never for a NaN or infinite one): the loss was rounded once as stored, and exp(x - (loss + x[label])) is
-// off by that rounding times the loss, relatively. At 16 nats, f32's half ulp makes that under 1e-6.
-template <class A>
-constexpr A kLossShortcut = A(16);
+// exp(x[j] - shift) for one row into exps, in A, the differences clamped to kNegligibleShift. Inlined into
+// the vector-width clones below.
+template <class E, class A>
+[[gnu::always_inline]] inline void exps_below(const typename E::storage* x, int64_t cols, A shift, A* exps) {
+  constexpr A negligible = A(kNegligibleShift<typename E::storage>);
+  map_staged<A>(0, cols, [=](int64_t j) { return std::max(A(E::load(x[j])) - shift, negligible); },
+                [=](int64_t j, A e) { exps[j] = e; }, [](A d) { return std::exp(d); });
+}
 
 // exp(x[j] - top) for one row into exps, in A (double, or the accumulation type), each computed once for
-// the sum and the outputs; returns top, the row's maximum (NaN if any element is). Inlined into the
-// vector-width clones below.
+// the sum and the outputs; returns top, the row's maximum (NaN if any element is).
 template <class E, class A = double>
 [[gnu::always_inline]] inline A shifted_exps(const typename E::storage* x, int64_t cols, A* exps) {
   A top = A(E::load(x[0]));
   for (int64_t j = 1; j < cols; ++j) top = nan_max(top, A(E::load(x[j])));
-  constexpr A negligible = A(kNegligibleShift<typename E::storage>);
-  map_staged<A>(0, cols, [=](int64_t j) { return std::max(A(E::load(x[j])) - top, negligible); },
-                [=](int64_t j, A e) { exps[j] = e; }, [](A shift) { return std::exp(shift); });
+  exps_below<E>(x, cols, top, exps);
   return top;
 }
 
@@ -69,19 +69,16 @@ KESTREL_VECTOR_CLONES void cross_entropy_row(const S* x, int64_t cols, int64_t l
 // One row's gradient from its logits, (softmax - onehot) * scale, built per vector width. In the
 // accumulation type (f32 but for f64 logits), not forward's double: recomputing every exp is this op's
 // cost, and its result is rounded to the logits' dtype (f32 at most) anyway. exps: cols scratch.
-// With forward's loss (ABI 1.14; a label in [0, cols), a finite loss of at most kLossShortcut nats), the
-// row's log-sum-exp is loss + x[label], and the exps are taken from it: no pass for the maximum and none
-// for the sum.
+// With forward's loss (ABI 1.14; a label in [0, cols), a loss within kCrossEntropyLossShortcut), the row's
+// log-sum-exp is loss + x[label], and the exps are taken from it: no pass for the maximum and none for the
+// sum.
 template <class E, class S = typename E::storage, class A = Acc<E>>
 KESTREL_VECTOR_CLONES void cross_entropy_grad_row(const S* x, int64_t cols, int64_t label, A scale, const A* loss,
                                                   S* grad, A* exps) {
   using C = typename E::compute;
   A sum = 1;
   if (loss) {
-    const A log_sum_exp = *loss + A(E::load(x[label]));
-    constexpr A negligible = A(kNegligibleShift<S>);
-    map_staged<A>(0, cols, [=](int64_t j) { return std::max(A(E::load(x[j])) - log_sum_exp, negligible); },
-                  [=](int64_t j, A e) { exps[j] = e; }, [](A shift) { return std::exp(shift); });
+    exps_below<E>(x, cols, *loss + A(E::load(x[label])), exps);  // the log-sum-exp
   } else {
     shifted_exps<E, A>(x, cols, exps);
     sum = 0;
@@ -158,7 +155,7 @@ void launch_cross_entropy_backward(const kestrel_op& op) {
     const A* losses = op.num_inputs == 4 ? data_of<A>(op.inputs[3]) : nullptr;  // (rows), forward's
     parallel_for_split("kestrel::softmax_cross_entropy_backward", rows, rows * cols, [=, &labels](int64_t r) {
       const int64_t label = label_at(labels, r);
-      const A* loss = losses && label >= 0 && label < cols && losses[r] <= kLossShortcut<A> ? losses + r : nullptr;
+      const A* loss = losses && label >= 0 && label < cols && losses[r] <= A(kestrel::plugin_shapes::kCrossEntropyLossShortcut) ? losses + r : nullptr;
       cross_entropy_grad_row<E>(x + r * x_stride, cols, label, scale[r * scale_stride], loss, grad + r * grad_stride,
                                 row_scratch<A>(cols));
     });

@@ -324,16 +324,16 @@ T activate(kestrel_activation act, T x) {
 // (one dtype goes through the reduction). Each thread takes a range of rows and walks K outside it, so that
 // a transposed a (a weight gradient's dz^T, rows 1 apart) is read a contiguous run at a time; each row's sum
 // is in K's order whatever the thread count.
-template <class E, class O>
-void row_sums(const kestrel_tensor& a, const kestrel_tensor& sums) {
+template <class E>
+void widening_row_sums(const kestrel_tensor& a, const kestrel_tensor& sums) {
   const View<typename E::storage> x = view_of<typename E::storage>(a);
-  const View<typename O::storage> y = view_of<typename O::storage>(sums);
+  const View<float> y = view_of<float>(sums);
   const int64_t m = a.shape[0], k = a.shape[1], sm = a.strides[0], sk = a.strides[1];
   parallel_chunks("kestrel::gemm_row_sums", m, m * k, [=](int64_t begin, int64_t end) {
     std::vector<double> acc(size_t(end - begin), 0.0);
     for (int64_t p = 0; p < k; ++p)
       for (int64_t i = begin; i < end; ++i) acc[size_t(i - begin)] += double(E::load(x.base[i * sm + p * sk]));
-    for (int64_t i = begin; i < end; ++i) y.base[y.at(i)] = O::store(typename O::compute(acc[size_t(i - begin)]));
+    for (int64_t i = begin; i < end; ++i) y.base[y.at(i)] = float(acc[size_t(i - begin)]);
   });
 }
 
@@ -365,7 +365,7 @@ void launch_gemm(const kestrel_op& op) {
   }
   dispatch(a.dtype, [&](auto elem) {
     using E = decltype(elem);
-    if constexpr (std::is_same_v<E, F16> || std::is_same_v<E, BF16>) row_sums<E, F32>(a, sums);
+    if constexpr (std::is_same_v<E, F16> || std::is_same_v<E, BF16>) widening_row_sums<E>(a, sums);
   });
 }
 

@@ -85,11 +85,10 @@ __global__ void cross_entropy_kernel(const typename E::storage* x, int64_t x_str
 // The logits' gradient from the logits, (softmax - onehot) * the row's scale, rounded once. scales: f32, or
 // f64 beside f64 logits; scale_stride 0 gives every row the first. A label outside [0, cols) subtracts
 // nothing: forward has reported it. x's rows are x_stride apart, grad's grad_stride.
-// With losses (ABI 1.14: forward's, per row), a row whose label is in [0, cols) and whose loss is finite and
-// at most 16 nats takes its log-sum-exp as loss + x[label]: one pass over the row instead of three (GPT-2's
-// 823 MB of logits, 2026-11-27). The loss was rounded as stored, and exp(x - (loss + x[label])) is off by
-// that rounding times the loss, relatively: under 1e-6 at 16 nats in f32; larger losses (and NaN, infinity)
-// take the row's statistics as without losses.
+// With losses (ABI 1.14: forward's, per row), a row whose label is in [0, cols) and whose loss is within
+// kCrossEntropyLossShortcut takes its log-sum-exp as loss + x[label]: one pass over the row instead of
+// three (GPT-2's 823 MB of logits, 2026-11-27); larger losses (and NaN, infinity) take the row's
+// statistics as without losses.
 template <class E, class L, class Scale>
 __global__ void cross_entropy_backward_kernel(const typename E::storage* x, int64_t x_stride, const L* labels,
                                               const Scale* scales, int64_t scale_stride, const Scale* losses,
@@ -102,7 +101,7 @@ __global__ void cross_entropy_backward_kernel(const typename E::storage* x, int6
     const long long label = static_cast<long long>(labels[r]);
     const A scale = A(scales[r * scale_stride]);
     // The same for every thread of the block (one row each), so row_stats' block-wide folds stay uniform.
-    const bool from_loss = losses && label >= 0 && label < cols && losses[r] <= Scale(16);
+    const bool from_loss = losses && label >= 0 && label < cols && losses[r] <= Scale(kestrel::plugin_shapes::kCrossEntropyLossShortcut);
     const RowStats<E> row = from_loss ? RowStats<E>{A(losses[r]) + A(E::load(xr[label])), A(1)} : row_stats<E>(xr, cols);
     typename E::storage* gr = grad + r * grad_stride;
     auto gradient = [&](int64_t j, typename E::storage v) {

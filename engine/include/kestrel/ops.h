@@ -46,7 +46,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, DType out_dtype);
 void gemm_(Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1.0, double beta = 0.0);
 // The same, rank 2, and row_sums (M) = a's rows summed over K, in out's dtype, written: a linear layer's
 // bias gradient beside its weight gradient, in the product's own launch where the device offers it (ABI
-// 1.14), else reduced after it.
+// 1.14, summed in f32 or wider), else reduced after it (16-bit rows then summed in their dtype and widened,
+// as before 1.14).
 void gemm_with_row_sums_(Tensor& out, Tensor& row_sums, const Tensor& a, const Tensor& b, double alpha = 1.0,
                          double beta = 0.0);
 

@@ -252,6 +252,11 @@ inline bool softmax_cross_entropy_fits(const kestrel_op& op) {
   return op.num_outputs == 1 || (same_shape(op.outputs[1], logits) && op.outputs[1].dtype == logits.dtype);
 }
 
+// The largest forward loss (nats) from which a plugin takes a row's log-sum-exp as loss + logit[label]
+// (1.14's in3): the loss was rounded once as stored, and exp(x - (loss + x[label])) is off by that rounding
+// times the loss, relatively; at 16 nats, f32's half ulp makes that under 1e-6. NaN and infinity fail it.
+constexpr double kCrossEntropyLossShortcut = 16.0;
+
 // SOFTMAX_CROSS_ENTROPY_BACKWARD (1.12): in0 logits (N,C), in1 labels (N), in2 scales (N) f32 (f64 for f64
 // logits) -> out0 dlogits (N,C) in the logits' dtype. losses: the plugin also takes 1.14's in3, forward's
 // losses (N) in the scales' dtype, contiguous.
