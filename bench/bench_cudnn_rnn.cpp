@@ -8,6 +8,10 @@
 //
 //   build/bin/bench_cudnn_rnn --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 //
+// Since ABI 1.15 Kestrel's own layers on CUDA are cuDNN's RNN calls too (the plugin's RECURRENT_LAYER):
+// its rows then measure what the engine adds around them (weight copies into cuDNN's weight space, the
+// embedding); KESTREL_CUDA_DISABLE_CUDNN_RNN=1 gives the fused cells' rows as before.
+//
 // f32 math on both sides: cuDNN with FMA math only (no TF32), Kestrel without KESTREL_CUDA_TF32. With
 // KESTREL_CUDA_TF32=1 cuDNN gets its default math (TF32 allowed) too. Kestrel's rows run on every loaded
 // device, so the program also runs (Kestrel's CPU rows only) where there is no GPU.

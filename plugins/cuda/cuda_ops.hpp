@@ -50,6 +50,10 @@ bool supports_gru_cell(const kestrel_op& op);  // gru_cell, gru_cell_backward (A
 void launch_gru_cell(kestrel_stream& s, const kestrel_op& op);
 bool supports_conv(const kestrel_op& op);  // conv2d and its two gradients through cuDNN (ABI 1.10)
 void launch_conv(kestrel_stream& s, const kestrel_op& op);
+bool supports_recurrent_layer(const kestrel_op& op);  // recurrent_layer and its backward through cuDNN (ABI 1.15)
+void launch_recurrent_layer(kestrel_stream& s, const kestrel_op& op);
+// The bytes a recurrent_layer's saved output needs (op_saved_bytes); throws where the plugin runs no such op.
+uint64_t recurrent_layer_saved_bytes(kestrel_context& context, const kestrel_op& op);
 
 // A batch of matrices in device memory: element (b, r, c) at base + (b * bs + r * rs + c * cs) elements.
 struct MatrixView {

@@ -190,11 +190,20 @@ const kestrel::plugin_sdk::FamilyTable<Family> families{KESTREL_REQUIRED_FAMILIE
                                                         KESTREL_FAMILY(layer_norm), KESTREL_FAMILY(lstm_cell),
                                                         KESTREL_FAMILY(gru_cell),
 #ifdef KESTREL_CUDA_CUDNN
-                                                        KESTREL_FAMILY(conv),
+                                                        KESTREL_FAMILY(conv), KESTREL_FAMILY(recurrent_layer),
 #endif
                                                         };
 
 int32_t supports_op(kestrel_context*, const kestrel_op* op) { return kestrel::plugin_sdk::supports(families, op); }
+
+#ifdef KESTREL_CUDA_CUDNN
+kestrel_status op_saved_bytes(kestrel_context* context, const kestrel_op* op, uint64_t* bytes) {
+  return guarded([&] {
+    set_device(context->device);
+    *bytes = recurrent_layer_saved_bytes(*context, *op);
+  });
+}
+#endif
 
 kestrel_status launch(kestrel_stream* stream, const kestrel_op* op) {
   return guarded([&] {
@@ -301,6 +310,9 @@ KESTREL_PLUGIN_ENTRY {
 #ifdef KESTREL_CUDA_NCCL
     KESTREL_SET_COLLECTIVE_ENTRIES(api);
     KESTREL_SET_GROUP_ENTRIES(api);
+#endif
+#ifdef KESTREL_CUDA_CUDNN
+    KESTREL_SET_SAVED_BYTES_ENTRY(api);
 #endif
     api.probe = probe;
   });

@@ -5,7 +5,7 @@
 # gpu-bundle/kb.tgz. On that machine, from the repository root: bash scripts/gpu/next_session.sh (the
 # pending checks in priority order), or bash scripts/gpu/on_device.sh [ctest|conformance|sdpa|collectives|
 # memcheck|accuracy|speedup|speedup_cuda|precision|mfu|profile|exitcrash|recurrent|convnet|wgrad|floor|
-# cpustep|rnn|packed|kernels|deadline|vulkan|vulkan_quick]...
+# cpustep|rnn|cudnn_rnn|memplan|packed|kernels|deadline|vulkan|vulkan_quick]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bundler=${KESTREL_GPU_BUNDLER:-../shared/gpu/bundle}

@@ -161,6 +161,26 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                     --timeout 120
                   build/bin/bench_mfu --benchmark_filter='(mlp_8192/cuda:0/bf16/b8192|gpt2_small/cuda:0/bf16/b8)/captured' ;;
       rnn) build/bin/bench_cudnn_rnn --benchmark_filter='cuda' --benchmark_min_time=0.2 ;;
+      # Issue 16: the memory planner's predicted peak against the CUDA plugin's measured one, every shipped
+      # run config (target: within 10%; the record the issue asks of a GPU machine).
+      memplan) KESTREL_PLAN_BACKEND=cuda build/bin/test_memory_plan --gtest_filter='*EveryShippedRunConfig*:*MicroBatches*' 2>&1 |
+                 grep -E '^\[ plan \]|FAILED|PASSED|Failure' ;;
+      # Issue 15: whole recurrent layers through cuDNN (ABI 1.15's recurrent_layer) against the fused cells
+      # (KESTREL_CUDA_DISABLE_CUDNN_RNN=1): the family's cases, the layers alone, the generators' steps, and
+      # 300 steps of lstm_generator's training either way (their losses should agree to a few 1e-3), and
+      # generation from each run (tokens/s; the whole-layer op also runs each decoded token's step).
+      cudnn_rnn) build/bin/kestrel conformance --backend cuda --family recurrent_layer | tail -3
+                 build/bin/test_recurrent --gtest_filter='*EachDevicesLayersMatch*' 2>&1 | tail -4
+                 for disabled in 0 1; do
+                   echo "KESTREL_CUDA_DISABLE_CUDNN_RNN=$disabled"
+                   KESTREL_CUDA_DISABLE_CUDNN_RNN=$disabled build/bin/bench_cudnn_rnn --benchmark_filter='kestrel/cuda' --benchmark_min_time=0.2
+                   KESTREL_CUDA_DISABLE_CUDNN_RNN=$disabled build/bin/bench_train --benchmark_filter='^train_step/(lstm|gru)_generator/cuda' \
+                     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+                   KESTREL_CUDA_DISABLE_CUDNN_RNN=$disabled build/bin/kestrel train models/lstm_generator.train.json --backend cuda \
+                     --max-steps 300 --no-progress --out /tmp/rnn$disabled 2>&1 | grep -iE 'loss|error' | tail -3
+                   KESTREL_CUDA_DISABLE_CUDNN_RNN=$disabled build/bin/kestrel generate models/lstm_generator.train.json \
+                     --checkpoint /tmp/rnn$disabled --backend cuda --prompt 'The ' --tokens 256 --seed 1 2>&1 | tail -2
+                 done ;;
       vulkan_quick)
               gl_libraries
               build/bin/kestrel devices | grep -A3 'vulkan:' && build/bin/kestrel conformance --backend vulkan | tail -3

@@ -97,6 +97,7 @@ void layer_norm_cases(Runner& r);
 void lstm_cell_cases(Runner& r);
 void gru_cell_cases(Runner& r);
 void conv_cases(Runner& r);
+void recurrent_layer_cases(Runner& r);
 void capture_cases(Runner& r);
 void collective_cases(Runner& r);
 

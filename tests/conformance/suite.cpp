@@ -12,7 +12,7 @@ const std::vector<std::pair<std::string, FamilyFn>>& registry() {
       {"reduce", reduce_cases}, {"gemm", gemm_cases},   {"index", index_cases},   {"random", random_cases},
       {"window", window_cases}, {"fused", fused_cases},   {"attention", attention_cases},
       {"layer_norm", layer_norm_cases}, {"lstm_cell", lstm_cell_cases},
-      {"gru_cell", gru_cell_cases}, {"conv", conv_cases}, {"capture", capture_cases},
+      {"gru_cell", gru_cell_cases}, {"conv", conv_cases}, {"recurrent_layer", recurrent_layer_cases}, {"capture", capture_cases},
       {"collective", collective_cases}};
   return all;
 }

@@ -1,9 +1,13 @@
 // The memory planner against the memory statistics: for every shipped run config, the predicted peak of
 // training and evaluation is within 10% of the peak the CPU backend records while the run trains, with
 // and without gradient accumulation; and `kestrel plan` says what does not fit and what would.
+// KESTREL_PLAN_BACKEND=cuda (or another backend) runs the same comparison on that backend instead, for the
+// record a GPU machine makes (scripts/gpu/on_device.sh memplan); every comparison prints its figures.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "cli_run.h"
@@ -21,11 +25,17 @@ struct Peaks {
   bool fits;
 };
 
-// Plans, then trains a few steps (and evaluates once) on the CPU, from a fresh peak.
+// The backend the comparisons run on: the CPU unless KESTREL_PLAN_BACKEND names another.
+std::string plan_backend() {
+  const char* named = std::getenv("KESTREL_PLAN_BACKEND");
+  return named && *named ? named : "cpu";
+}
+
+// Plans, then trains a few steps (and evaluates once) on the plan's backend, from a fresh peak.
 // eval_batch: 0 keeps the config's (whose evaluation pass is the peak of several models).
 Peaks plan_and_train(const std::string& config_name, int64_t accumulate_steps, int64_t eval_batch = 0) {
   kestrel::RunConfig config = kestrel::RunConfig::load((models / config_name).string());
-  config.backends = {"cpu"};
+  config.backends = {plan_backend()};
   config.max_steps = 2;  // an eager warm-up step, then (where the backend captures) a captured one
   config.accumulate_steps = accumulate_steps;
   if (eval_batch) config.eval_batch_size = eval_batch;
@@ -37,20 +47,23 @@ Peaks plan_and_train(const std::string& config_name, int64_t accumulate_steps, i
   config.out_dir = (fs::temp_directory_path() / ("kestrel_memory_plan_" + config_name)).string();
   fs::remove_all(config.out_dir);
   kestrel::Engine& engine = kestrel::Engine::global();
-  const kestrel::Device cpu = engine.device("cpu");
+  const kestrel::Device device = engine.device(plan_backend());
   kestrel::Trainer trainer(config);
   const kestrel::MemoryPlan plan = trainer.plan_memory();
-  engine.reset_peak_memory_stats(cpu);
+  engine.reset_peak_memory_stats(device);
   kestrel::TrainOptions quiet;
   quiet.quiet = true;
   trainer.fit(quiet);
-  return {plan.predicted_peak, int64_t(engine.memory_stats(cpu).peak_allocated), plan.fits};
+  return {plan.predicted_peak, int64_t(engine.memory_stats(device).peak_allocated), plan.fits};
 }
 
 class EveryShippedRunConfig : public testing::TestWithParam<std::string> {};
 
 Peaks expect_within_ten_percent(const std::string& config, int64_t accumulate_steps, int64_t eval_batch = 0) {
   const Peaks peaks = plan_and_train(config, accumulate_steps, eval_batch);
+  std::printf("[ plan ] %s on %s, %lld micro-batches: predicted %lld bytes, measured %lld, ratio %.5f\n", config.c_str(),
+              plan_backend().c_str(), static_cast<long long>(accumulate_steps), static_cast<long long>(peaks.predicted),
+              static_cast<long long>(peaks.measured), double(peaks.predicted) / double(std::max<int64_t>(peaks.measured, 1)));
   EXPECT_TRUE(peaks.fits);
   EXPECT_NEAR(double(peaks.predicted), double(peaks.measured), 0.1 * double(peaks.measured))
       << config << " with " << accumulate_steps << " micro-batches: predicted " << peaks.predicted

@@ -10,6 +10,7 @@
 #include "kestrel/engine.h"
 #include "kestrel/functional.h"
 #include "kestrel/model.h"
+#include "kestrel/ops.h"
 
 namespace {
 
@@ -162,6 +163,57 @@ TEST(Recurrent, AStackedBidirectionalLstmHasTorchsParameters) {
   rng_offset = 0;
   model.forward(tokens, false, 0, rng_offset);
   EXPECT_EQ(rng_offset, 0u) << "no dropout in evaluation";
+}
+
+// Every device's recurrent layers as it runs them (one whole-layer op where the device has one, ABI 1.15:
+// cuDNN's RNN API on CUDA; else its fused cells) against the same layers composed from primitives on the
+// same device, in f32 from a carried non-zero state: outputs, the last state, and every gradient, after two
+// backward passes, so the second adds into gradients already there.
+TEST(Recurrent, EachDevicesLayersMatchItsComposedSteps) {
+  const int64_t batch = 3, steps = 6, features = 5, hidden = 7;
+  kestrel::Engine& engine = kestrel::Engine::global();
+  for (const auto& plugin : engine.plugins())
+    for (const auto& info : plugin.loaded ? plugin.devices : decltype(plugin.devices){}) {
+      const kestrel::Device device = engine.device(fmt::format("{}:{}", plugin.name, info.index));
+      for (auto [cell, gates] : {std::pair{Cell::rnn_tanh, 1}, {Cell::lstm, 4}, {Cell::gru, 3}}) {
+        SCOPED_TRACE(fmt::format("{} cell {}", device.str(), static_cast<int>(cell)));
+        const int64_t g = gates * hidden;
+        auto values = [&](Shape shape, uint64_t seed) {
+          std::vector<float> v;
+          for (double d : random_values(size_t(kestrel::shape_numel(shape)), seed)) v.push_back(float(d * 0.5));
+          return Tensor::from_vector(v, shape, device);
+        };
+        const Tensor x = values({batch, steps, features}, 11), w_ih = values({g, features}, 12),
+                     w_hh = values({g, hidden}, 13), b_ih = values({g}, 14), b_hh = values({g}, 15),
+                     h0 = values({batch, hidden}, 16), c0 = values({batch, hidden}, 17);
+        // y, the last h and c, then the gradients of x, w_ih, w_hh, b_ih and b_hh.
+        auto run = [&](bool fused) {
+          kestrel::ops::set_fused_ops_enabled(fused);
+          std::vector<Var> leaves{Var(x, true), Var(w_ih, true), Var(w_hh, true), Var(b_ih, true), Var(b_hh, true)};
+          std::vector<std::vector<double>> got;
+          for (int pass = 0; pass < 2; ++pass) {
+            fn::RecurrentState state{h0, cell == Cell::lstm ? c0 : Tensor()};
+            Var y = fn::recurrent_layer(leaves[0], {leaves[1], leaves[2], leaves[3], leaves[4]}, cell, false, &state);
+            kestrel::backward(fn::mean(fn::mul(y, y)));
+            if (pass == 1) {
+              got.push_back(y.value().to_doubles());
+              got.push_back(state.h.to_doubles());
+              got.push_back(state.c.defined() ? state.c.to_doubles() : std::vector<double>{});
+            }
+          }
+          for (const Var& leaf : leaves) got.push_back(leaf.grad().to_doubles());
+          kestrel::ops::set_fused_ops_enabled(true);
+          return got;
+        };
+        const auto composed = run(false), fused = run(true);
+        const char* what[] = {"y", "last h", "last c", "dx", "dweight_ih", "dweight_hh", "dbias_ih", "dbias_hh"};
+        for (size_t k = 0; k < composed.size(); ++k) {
+          ASSERT_EQ(fused[k].size(), composed[k].size()) << what[k];
+          for (size_t i = 0; i < composed[k].size(); ++i)
+            ASSERT_NEAR(fused[k][i], composed[k][i], 1e-5 + 1e-4 * std::abs(composed[k][i])) << what[k] << " " << i;
+        }
+      }
+    }
 }
 
 void expect_model_error(const std::string& layer, const std::string& fragment) {

@@ -5,6 +5,7 @@
 // functions ending in an underscore write into their first argument.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kestrel/plugin_shapes.hpp"
@@ -115,6 +116,12 @@ void set_fused_ops_enabled(bool enabled);
 bool fused_ops_enabled();
 // Whether the device's plugin runs `op` (a fused op may be absent and is then composed).
 bool supports(const Device& device, const kestrel_op& op);
+// The bytes of `op`'s saved output, in a layout of the plugin's own (RECURRENT_LAYER's, ABI 1.15), or
+// nothing where the plugin keeps no such thing.
+std::optional<uint64_t> saved_bytes(const Device& device, const kestrel_op& op);
+// Whether the device's plugin sizes such saved outputs at all: ops that need one are pointless to build
+// for a device that does not (a cheap check before allocating their tensors).
+bool keeps_saved_state(const Device& device);
 // Launches a prepared op on the device's default stream (used by the ops above and by tools).
 void launch(const Device& device, const kestrel_op& op);
 

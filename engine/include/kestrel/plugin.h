@@ -95,6 +95,11 @@
  *        offer it refuses two outputs, and the engine reduces separately. SOFTMAX_CROSS_ENTROPY_BACKWARD
  *        may take forward's per-row losses as in3, from which each row's log-sum-exp follows without
  *        reading the row for it; a plugin that does not refuses four inputs, and the engine passes three.
+ *   1.15 RECURRENT_LAYER and RECURRENT_LAYER_BACKWARD: a whole recurrent layer (RNN, LSTM or GRU, one
+ *        direction) over a sequence, forward and backward, for a backend whose library runs the layer in
+ *        one call (cuDNN's RNN API). Forward leaves a `saved` output of the plugin's own layout for
+ *        backward, whose size the new optional entry op_saved_bytes says. A plugin that does not offer the
+ *        family answers 0, and the engine runs the layer step by step as before.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -107,7 +112,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 14
+#define KESTREL_PLUGIN_ABI_MINOR 15
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -292,7 +297,21 @@ typedef enum kestrel_op_kind {
    * in in2's dtype, contiguous: a row whose label is in [0, C) may then take its log-sum-exp as in3 +
    * in0[label] instead of two passes over the row for its maximum and sum, where the loss is small and
    * finite enough for that to stay accurate (the CPU and CUDA plugins: at most 16 nats). */
-  KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD = 48
+  KESTREL_OP_SOFTMAX_CROSS_ENTROPY_BACKWARD = 48,
+  /* Since 1.15. One recurrent layer, one direction, from t = 0 up, as torch.nn.RNN/LSTM/GRU's with both
+   * biases (gates in torch's order): in0 x (N,T,F), in1 weight_ih (G*H,F), in2 weight_hh (G*H,H), in3
+   * bias_ih (G*H), in4 bias_hh (G*H), in5 h0 (N,H) [, in6 c0 (N,H) for LSTM] -> out0 y (N,T,H), every
+   * step's h, out1 the last h (N,H) [, out2 the last c (N,H) for LSTM] [, then `saved`: U8 (bytes) of the
+   * size op_saved_bytes gives, what backward needs, in the plugin's layout; without it the op only
+   * infers]. G = 1 (RNN), 4 (LSTM), 3 (GRU). One float dtype; every tensor contiguous.
+   * params: kestrel_recurrent_params */
+  KESTREL_OP_RECURRENT_LAYER = 49,
+  /* Since 1.15. in0 dy (N,T,H), in1 x, in2 y, in3 weight_ih, in4 weight_hh, in5 h0 [, in6 c0], then saved,
+   * as forward had and left them -> out0 dx (N,T,F), out1 dweight_ih, out2 dweight_hh, out3 dbias_ih, out4
+   * dbias_hh, written (not accumulated). The last state gets no gradient: callers that carry it on (text
+   * generation) carry it as data. Backward may write into saved (cuDNN's reserve space is its scratch
+   * too): one backward per forward. params: kestrel_recurrent_params, forward's */
+  KESTREL_OP_RECURRENT_LAYER_BACKWARD = 50
 } kestrel_op_kind;
 
 typedef enum kestrel_unary_fn {
@@ -419,6 +438,13 @@ typedef struct kestrel_sgd_params {
                        * updates included) starts the momentum buffer where step - skipped_steps == 1 */
   int64_t step;
 } kestrel_sgd_params;
+
+/* Recurrent layers (1.15): the cell of RECURRENT_LAYER and its backward. */
+typedef enum kestrel_recurrent_cell {
+  KESTREL_RECURRENT_RNN_TANH = 0, KESTREL_RECURRENT_RNN_RELU = 1, KESTREL_RECURRENT_LSTM = 2,
+  KESTREL_RECURRENT_GRU = 3
+} kestrel_recurrent_cell;
+typedef struct kestrel_recurrent_params { size_t struct_size; kestrel_recurrent_cell cell; } kestrel_recurrent_params;
 
 typedef struct kestrel_op {
   size_t struct_size;
@@ -563,6 +589,12 @@ typedef struct kestrel_plugin_api {
    * buffer_free; NULL otherwise, and when the entry is NULL: the host then copies. The host reads or
    * writes through it only after stream_synchronize, and enqueues no work on the buffer meanwhile. */
   void* (*buffer_host_address)(kestrel_buffer* buffer);
+
+  /* optional, 1.15: the bytes of the `saved` output of `op` (RECURRENT_LAYER's last), whose layout and
+   * size are the plugin's own; the descriptor is the one that will be launched, its saved output's shape
+   * ignored and its buffers possibly NULL. NULL, or a failed status: the plugin saves nothing of its own,
+   * and ops with such an output are unsupported. */
+  kestrel_status (*op_saved_bytes)(kestrel_context* context, const kestrel_op* op, uint64_t* bytes);
 } kestrel_plugin_api;
 
 typedef const kestrel_plugin_api* (*kestrel_plugin_entry_fn)(void);

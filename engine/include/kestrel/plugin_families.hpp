@@ -15,7 +15,7 @@ namespace kestrel::plugin_sdk {
 
 enum class OpFamily {
   fill, copy, unary, binary, reduce, gemm, gather, scatter_add, random, window, linear, softmax,
-  softmax_cross_entropy, optimizer, attention, layer_norm, lstm_cell, gru_cell, conv,
+  softmax_cross_entropy, optimizer, attention, layer_norm, lstm_cell, gru_cell, conv, recurrent_layer,
   count  // also the answer for a kind this header does not know (a newer ABI's)
 };
 
@@ -43,6 +43,7 @@ inline OpFamily op_family(kestrel_op_kind kind) {
     case KESTREL_OP_GRU_CELL: case KESTREL_OP_GRU_CELL_BACKWARD: return OpFamily::gru_cell;
     case KESTREL_OP_CONV2D: case KESTREL_OP_CONV2D_BACKWARD_DATA: case KESTREL_OP_CONV2D_BACKWARD_FILTER:
       return OpFamily::conv;
+    case KESTREL_OP_RECURRENT_LAYER: case KESTREL_OP_RECURRENT_LAYER_BACKWARD: return OpFamily::recurrent_layer;
   }
   return OpFamily::count;
 }
@@ -115,6 +116,8 @@ inline const char* op_kind_name(kestrel_op_kind kind) {
     case KESTREL_OP_CONV2D: return "conv2d";
     case KESTREL_OP_CONV2D_BACKWARD_DATA: return "conv2d_backward_data";
     case KESTREL_OP_CONV2D_BACKWARD_FILTER: return "conv2d_backward_filter";
+    case KESTREL_OP_RECURRENT_LAYER: return "recurrent_layer";
+    case KESTREL_OP_RECURRENT_LAYER_BACKWARD: return "recurrent_layer_backward";
   }
   return "unknown-op";
 }

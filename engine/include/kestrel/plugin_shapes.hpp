@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 
 #include "kestrel/plugin.h"
@@ -525,6 +526,77 @@ inline bool gru_cell_fits(const kestrel_op& op) {
            fits(op.outputs[0], 3 * width) && fits(op.outputs[1], 3 * width) && fits(op.outputs[2], width);
   return fits(op.inputs[0], 3 * width) && fits(op.inputs[1], 3 * width) && fits(op.outputs[0], width) &&
          fits(op.outputs[1], 3 * width);
+}
+
+// ---- whole recurrent layers (1.15) ----
+
+// The gates per hidden unit: 4 for the LSTM, 3 for the GRU, 1 for the plain RNNs; 0 for an unknown cell.
+inline int recurrent_gates(kestrel_recurrent_cell cell) {
+  switch (cell) {
+    case KESTREL_RECURRENT_RNN_TANH: case KESTREL_RECURRENT_RNN_RELU: return 1;
+    case KESTREL_RECURRENT_LSTM: return 4;
+    case KESTREL_RECURRENT_GRU: return 3;
+  }
+  return 0;
+}
+
+// A RECURRENT_LAYER or its backward as extents: x (N,T,F), hidden H, G gates; `saved`: the op names a
+// saved tensor (forward: its last output; backward: its last input), of `saved_bytes` bytes.
+struct RecurrentShape {
+  kestrel_recurrent_cell cell;
+  int gates;
+  int64_t n, t, f, h;
+  kestrel_dtype dtype;
+  bool saved;
+  uint64_t saved_bytes;
+};
+
+// The op's shape when its tensors fit the contract in plugin.h (one float dtype; every float tensor
+// contiguous; a saved tensor U8 and rank 1), else nothing.
+inline bool recurrent_layer_fits(const kestrel_op& op, RecurrentShape* shape = nullptr) {
+  auto* p = params<kestrel_recurrent_params>(op);
+  const int g = p ? recurrent_gates(p->cell) : 0;
+  if (!g) return false;
+  const bool lstm = p->cell == KESTREL_RECURRENT_LSTM, backward = op.kind == KESTREL_OP_RECURRENT_LAYER_BACKWARD;
+  const int states = lstm ? 2 : 1;  // h, and c for the LSTM
+  // Forward: x, weights, biases, the initial states -> y, the last states [, saved].
+  // Backward: dy, x, y, weights, the initial states, saved -> dx, the weights' and biases' gradients.
+  const int inputs = backward ? 5 + states + 1 : 5 + states;
+  if (op.num_inputs != inputs) return false;
+  const int outputs_without_saved = backward ? 5 : 1 + states;
+  if (op.num_outputs != outputs_without_saved && (backward || op.num_outputs != outputs_without_saved + 1))
+    return false;
+  const bool saved = backward || op.num_outputs == outputs_without_saved + 1;
+  const kestrel_tensor* saved_tensor = !saved ? nullptr : backward ? &op.inputs[inputs - 1] : &op.outputs[op.num_outputs - 1];
+  if (saved_tensor && (saved_tensor->dtype != KESTREL_DTYPE_U8 || saved_tensor->rank != 1 || !is_contiguous(*saved_tensor)))
+    return false;
+  const kestrel_tensor& x = op.inputs[backward ? 1 : 0];
+  const kestrel_tensor& w_ih = op.inputs[backward ? 3 : 1];
+  const kestrel_tensor& w_hh = op.inputs[backward ? 4 : 2];
+  if (x.rank != 3 || w_ih.rank != 2 || w_hh.rank != 2 || !is_float_dtype(x.dtype)) return false;
+  const int64_t n = x.shape[0], t = x.shape[1], f = x.shape[2], h = w_hh.shape[1];
+  auto is = [&](const kestrel_tensor& v, std::initializer_list<int64_t> dims) {
+    if (v.dtype != x.dtype || v.rank != int32_t(dims.size()) || !is_contiguous(v)) return false;
+    int d = 0;
+    for (int64_t extent : dims)
+      if (v.shape[d++] != extent) return false;
+    return true;
+  };
+  const int64_t gh = g * h;
+  bool ok = h > 0 && is(x, {n, t, f}) && is(w_ih, {gh, f}) && is(w_hh, {gh, h});
+  if (backward) {
+    ok = ok && is(op.inputs[0], {n, t, h}) && is(op.inputs[2], {n, t, h});
+    for (int i = 0; i < states; ++i) ok = ok && is(op.inputs[5 + i], {n, h});
+    ok = ok && is(op.outputs[0], {n, t, f}) && is(op.outputs[1], {gh, f}) && is(op.outputs[2], {gh, h}) &&
+         is(op.outputs[3], {gh}) && is(op.outputs[4], {gh});
+  } else {
+    ok = ok && is(op.inputs[3], {gh}) && is(op.inputs[4], {gh});
+    for (int i = 0; i < states; ++i) ok = ok && is(op.inputs[5 + i], {n, h}) && is(op.outputs[1 + i], {n, h});
+    ok = ok && is(op.outputs[0], {n, t, h});
+  }
+  if (ok && shape)
+    *shape = {p->cell, g, n, t, f, h, x.dtype, saved, saved_tensor ? uint64_t(saved_tensor->shape[0]) : 0};
+  return ok;
 }
 
 // ---- sliding windows: im2col, col2im, pool2d, pool2d_backward on (N, C, H, W) ----

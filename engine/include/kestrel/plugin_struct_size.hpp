@@ -40,8 +40,9 @@ KESTREL_ABI_STRUCT(kestrel_adam_params, scaler)
 KESTREL_ABI_STRUCT(kestrel_sgd_params, step)
 KESTREL_ABI_STRUCT(kestrel_attention_params, key_padding)
 KESTREL_ABI_STRUCT(kestrel_layer_norm_params, eps)
+KESTREL_ABI_STRUCT(kestrel_recurrent_params, cell)
 KESTREL_ABI_STRUCT(kestrel_op, params)
-KESTREL_ABI_STRUCT(kestrel_plugin_api, buffer_host_address)
+KESTREL_ABI_STRUCT(kestrel_plugin_api, op_saved_bytes)
 
 #undef KESTREL_ABI_STRUCT
 

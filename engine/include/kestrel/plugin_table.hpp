@@ -59,6 +59,7 @@
   void comm_abort(kestrel_comm* comm, int32_t exit_code)
 #define KESTREL_SET_GROUP_ENTRIES(api) ((api).group_start = group_start, (api).group_end = group_end)
 #define KESTREL_SET_HOST_ADDRESS_ENTRY(api) ((api).buffer_host_address = buffer_host_address)
+#define KESTREL_SET_SAVED_BYTES_ENTRY(api) ((api).op_saved_bytes = op_saved_bytes)
 
 namespace kestrel::plugin_sdk {
 

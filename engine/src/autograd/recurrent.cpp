@@ -1,6 +1,7 @@
 // Recurrent layers (torch.nn.RNN, LSTM, GRU) composed from primitives: one GEMM projects every step's
 // input at once, then each step adds the hidden state's GEMM and runs the gate math elementwise, so
 // backward is the autograd of those ops and every backend trains them with nothing of its own. Where
+// the device runs a whole layer as one op (plugin ABI 1.15; recurrent_layer_op.cpp), it does; where
 // the device offers the LSTM's fused cell (plugin ABI 1.7) or the GRU's (1.9) both ways, the layer's
 // steps run as one node (lstm_sequence.cpp, gru_sequence.cpp), or under autocast the cell alone replaces
 // the gate math in each step. The hidden weights' gradients of RNN and LSTM layers come out of one GEMM
@@ -197,14 +198,15 @@ Var recurrent_layer(const Var& x_in, const RecurrentWeights& w, RecurrentCell ce
   const int64_t batch = input.size(0), steps = input.size(1), hidden = hh[1];
   // RNN and LSTM cells add bias_hh to the projection before anything else, so it joins bias_ih there
   // (one bias gradient for both); GRU's reset gate scales it, so it stays in the steps.
-  const bool joined_biases = cell != RecurrentCell::gru && w.bias_hh.defined();
-  const Var bias = !joined_biases ? w.bias_ih : w.bias_ih.defined() ? add(w.bias_ih, w.bias_hh) : w.bias_hh;
-  Var projected = input_projection(x, w.weight_ih, bias, embedded);  // (N, T, G*H), a view per step
   auto initial = [&](const Tensor& carried) {  // torch's default initial state is zeros
     return carried.defined() ? carried : Tensor::zeros({batch, hidden}, input.dtype(), input.device());
   };
   const Tensor h0 = initial(state ? state->h : Tensor());
   const Tensor c0 = cell == RecurrentCell::lstm ? initial(state ? state->c : Tensor()) : Tensor();
+  if (auto whole = device_recurrent_layer(x, w, cell, reverse, h0, c0, state)) return *whole;
+  const bool joined_biases = cell != RecurrentCell::gru && w.bias_hh.defined();
+  const Var bias = !joined_biases ? w.bias_ih : w.bias_ih.defined() ? add(w.bias_ih, w.bias_hh) : w.bias_hh;
+  Var projected = input_projection(x, w.weight_ih, bias, embedded);  // (N, T, G*H), a view per step
   if (cell == RecurrentCell::lstm)
     if (auto fused = fused_lstm_sequence(projected, w.weight_hh, h0, c0, reverse, state)) return *fused;
   if (cell == RecurrentCell::gru)

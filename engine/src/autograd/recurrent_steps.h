@@ -1,5 +1,6 @@
 // Pieces of the recurrent layers shared by the composed steps (recurrent.cpp) and the fused sequences
-// (lstm_sequence.cpp, gru_sequence.cpp). Engine-internal.
+// (lstm_sequence.cpp, gru_sequence.cpp), and the device's whole-layer op (recurrent_layer_op.cpp).
+// Engine-internal.
 #pragma once
 #include <optional>
 
@@ -24,5 +25,12 @@ std::optional<Var> fused_lstm_sequence(const Var& projected, const Var& weight_h
 // bias_hh get their gradients for the whole sequence from one GEMM and one sum.
 std::optional<Var> fused_gru_sequence(const Var& projected, const Var& weight_hh, const Var& bias_hh, const Tensor& h0,
                                       bool reverse, RecurrentState* state);
+
+// A whole layer as the device's RECURRENT_LAYER op (ABI 1.15) and its backward. x: (N, T, F); h0, c0:
+// (N, H), the state before the first step (c0 only for the LSTM). Returns the outputs (N, T, H) and, with
+// `state`, leaves the final state in it; nothing when the device lacks the op either way, the layer
+// runs backwards, lacks a bias, or an autocast scope would lower its products.
+std::optional<Var> device_recurrent_layer(const Var& x, const RecurrentWeights& w, RecurrentCell cell, bool reverse,
+                                          const Tensor& h0, const Tensor& c0, RecurrentState* state);
 
 }  // namespace kestrel::fn

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "kestrel/error.h"
@@ -172,6 +173,12 @@ void DeviceRuntime::release_cached_memory() {
 }
 
 bool DeviceRuntime::supports(const kestrel_op& op) const { return api().supports_op(context_, &op) != 0; }
+
+std::optional<uint64_t> DeviceRuntime::saved_bytes(const kestrel_op& op) const {
+  uint64_t bytes = 0;
+  if (api().op_saved_bytes(context_, &op, &bytes) != KESTREL_STATUS_OK) return std::nullopt;
+  return bytes;
+}
 
 void DeviceRuntime::launch(const kestrel_op& op) const { check(api().launch(stream_, &op), "launching an op"); }
 

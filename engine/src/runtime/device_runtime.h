@@ -2,6 +2,7 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kestrel/device.h"
@@ -42,6 +43,8 @@ class DeviceRuntime {
   int64_t synchronizations() const { return synchronizations_.load(); }
 
   bool supports(const kestrel_op& op) const;
+  // The bytes of op's `saved` output in the plugin's layout (ABI 1.15), or nothing where it keeps none.
+  std::optional<uint64_t> saved_bytes(const kestrel_op& op) const;
   void launch(const kestrel_op& op) const;
 
   // Waits for the stream and destroys it and the context, once: at exit, before the drivers' own exit

@@ -60,5 +60,7 @@ std::string missing_required_entries(const kestrel_plugin_api& api);
 bool offers_capture(const kestrel_plugin_api& api);
 // Whether the plugin filled the collective entries itself (the whole 1.3 set).
 bool offers_collectives(const kestrel_plugin_api& api);
+// Whether the plugin sizes saved outputs of its own layout (op_saved_bytes, ABI 1.15).
+bool offers_saved_bytes(const kestrel_plugin_api& api);
 
 }  // namespace kestrel

@@ -64,6 +64,8 @@ void noop_comm_abort(kestrel_comm*, int32_t) {}
 kestrel_status default_group_edge() { return KESTREL_STATUS_OK; }
 // Buffers the host cannot address: tensors leave the device by copy.
 void* no_host_address(kestrel_buffer*) { return nullptr; }
+// Nothing saved in a layout of the plugin's own: the ops that would need it are unsupported.
+kestrel_status no_saved_bytes(kestrel_context*, const kestrel_op*, uint64_t*) { return KESTREL_STATUS_UNSUPPORTED; }
 
 template <class Fn>
 void default_to(Fn*& entry, Fn* fallback) {
@@ -121,11 +123,13 @@ kestrel_plugin_api complete_plugin_api(const kestrel_plugin_api& from_plugin) {
     api.group_end = default_group_edge;
   }
   default_to(api.buffer_host_address, no_host_address);
+  default_to(api.op_saved_bytes, no_saved_bytes);
   return api;
 }
 
 bool offers_capture(const kestrel_plugin_api& api) { return api.capture_begin != unsupported_capture_begin; }
 bool offers_collectives(const kestrel_plugin_api& api) { return api.comm_create != unsupported_comm_create; }
+bool offers_saved_bytes(const kestrel_plugin_api& api) { return api.op_saved_bytes != no_saved_bytes; }
 
 std::string missing_required_entries(const kestrel_plugin_api& api) {
   std::vector<const char*> missing;

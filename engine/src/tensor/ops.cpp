@@ -106,6 +106,12 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
 
 bool supports(const Device& device, const kestrel_op& op) { return device.runtime().supports(op); }
 
+std::optional<uint64_t> saved_bytes(const Device& device, const kestrel_op& op) {
+  return device.runtime().saved_bytes(op);
+}
+
+bool keeps_saved_state(const Device& device) { return offers_saved_bytes(device.runtime().api()); }
+
 kestrel_op make_op(kestrel_op_kind kind, const void* params, const std::vector<Tensor>& inputs,
                    const std::vector<Tensor>& outputs) {
   OpBuilder builder(kind, params);
