@@ -225,6 +225,24 @@ void lm_loss(benchmark::State& state, kestrel::Device device) {
                                               benchmark::Counter::kIs1024);
 }
 
+// GPT-2 small's pre-norm layer norm at batch 8 x 1024 (8192 rows of 768, f32 with its weight and bias),
+// forward and backward under bf16 autocast as its blocks run it: writing the bf16 rows the next product
+// reads itself (`lowered`, ABI 1.15) or f32 rows then cast, the gradient arriving in bf16 either way.
+void layer_norm(benchmark::State& state, kestrel::Device device, bool lowered) {
+  const Tensor x = random_tensor({8192, 768}, DType::f32, device, 3), w = random_tensor({768}, DType::f32, device, 4),
+               b = random_tensor({768}, DType::f32, device, 5), seed = random_tensor({8192, 768}, DType::bf16, device, 6);
+  kestrel::Engine::global().synchronize(device);  // the inputs' generation is not timed
+  for (auto _ : state) {
+    kestrel::Var input(x, true), weight(w, true), bias(b, true);
+    kestrel::fn::AutocastScope autocast(DType::bf16);
+    const kestrel::Var y = lowered ? kestrel::fn::layer_norm(input, weight, bias, 1, 1e-5, true)
+                                   : kestrel::fn::cast(kestrel::fn::layer_norm(input, weight, bias, 1, 1e-5), DType::bf16);
+    kestrel::backward(y, seed);
+    kestrel::Engine::global().synchronize(device);
+  }
+  state.counters["rows/s"] = benchmark::Counter(8192, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // f16 loss scaling's overflow check reads every gradient: one MAX_ABS reduction (ABI 1.11) or, on a plugin
 // without it, a max and a min. Both over the seeds' MLP's 3.15M flat gradients, side by side.
 void overflow_check(benchmark::State& state, kestrel::Device device, std::vector<kestrel_reduce_fn> fns, int64_t n) {
@@ -344,6 +362,11 @@ void register_device_benchmarks(const kestrel::Device& device) {
     benchmark::RegisterBenchmark(fmt::format("lm_loss/{}/bf16/8192x50257/padded", d).c_str(), lm_loss, device)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
+    for (bool lowered : {true, false})
+      benchmark::RegisterBenchmark(fmt::format("layer_norm/{}/f32/8192x768/{}", d, lowered ? "bf16_rows" : "f32_rows_cast").c_str(),
+                                   layer_norm, device, lowered)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
     // GPT-2 small's feed-forward layers at batch 8 x 1024 (768 -> 3072 and back).
     for (const auto& [in, out] : {std::pair<int64_t, int64_t>{768, 3072}, {3072, 768}})
       for (bool separate : {false, true})

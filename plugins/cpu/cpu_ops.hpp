@@ -179,14 +179,19 @@ void map_scaled_staged(const kestrel_tensor& in0, const kestrel_tensor& in1, con
                   [=](int64_t begin, int64_t end) { scaled_piece_staged<E>(a, b, y, begin, end, f); });
 }
 
-template <class E, class F>
+// B: in1's element type, E's own or (ABI 1.15's widening add) a 16-bit one whose values f gets in E's
+// compute type.
+template <class E, class F, class B = E>
 void map_binary(const kestrel_tensor& in0, const kestrel_tensor& in1, const kestrel_tensor& out, F f,
                 const char* label) {
   using S = typename E::storage;
-  View<S> a = view_of<S>(in0), b = view_of<S>(in1), y = view_of<S>(out);
+  using SB = typename B::storage;
+  using C = typename E::compute;
+  View<S> a = view_of<S>(in0), y = view_of<S>(out);
+  View<SB> b = view_of<SB>(in1);
   if (a.contiguous && b.contiguous && y.contiguous) {
     parallel_chunks(label, y.numel, y.numel, [=](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) y.base[i] = E::store(f(E::load(a.base[i]), E::load(b.base[i])));
+      for (int64_t i = begin; i < end; ++i) y.base[i] = E::store(f(E::load(a.base[i]), C(B::load(b.base[i]))));
     });
     return;
   }
@@ -196,9 +201,9 @@ void map_binary(const kestrel_tensor& in0, const kestrel_tensor& in1, const kest
   const int64_t ys = inner_stride(y.rank, y.strides);
   parallel_for_split(label, rows, y.numel, [=](int64_t r) {
     const S* ar = a.base + a.at(r * inner);
-    const S* br = b.base + b.at(r * inner);
+    const SB* br = b.base + b.at(r * inner);
     S* yr = y.base + y.at(r * inner);
-    for (int64_t j = 0; j < inner; ++j) yr[j * ys] = E::store(f(E::load(ar[j * as]), E::load(br[j * bs])));
+    for (int64_t j = 0; j < inner; ++j) yr[j * ys] = E::store(f(E::load(ar[j * as]), C(B::load(br[j * bs]))));
   });
 }
 

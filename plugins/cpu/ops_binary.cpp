@@ -1,4 +1,5 @@
-// Binary element-wise ops, every function for every dtype.
+// Binary element-wise ops, every function for every dtype; since ABI 1.15 also ADD of an f32 and a 16-bit
+// operand (a residual stream and a mixed-precision block's output).
 #include <cmath>
 
 #include "cpu_ops.hpp"
@@ -41,12 +42,17 @@ void run_binary(kestrel_binary_fn fn, const kestrel_tensor& a, const kestrel_ten
 
 }  // namespace
 
-bool supports_binary(const kestrel_op& op) { return kestrel::plugin_shapes::binary_fits(op); }
+bool supports_binary(const kestrel_op& op) { return kestrel::plugin_shapes::binary_fits(op, /*widening_add=*/true); }
 
 void launch_binary(const kestrel_op& op) {
   auto fn = params_of<kestrel_binary_params>(op, "binary").fn;
-  dispatch(op.outputs[0].dtype,
-           [&](auto elem) { run_binary<decltype(elem)>(fn, op.inputs[0], op.inputs[1], op.outputs[0]); });
+  const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &out = op.outputs[0];
+  if (b.dtype != out.dtype) {  // ABI 1.15: an f32 plus a 16-bit operand, widened as it is read
+    auto add = [](float x, float y) { return x + y; };
+    if (b.dtype == KESTREL_DTYPE_BF16) return map_binary<F32, decltype(add), BF16>(a, b, out, add, "kestrel::binary");
+    return map_binary<F32, decltype(add), F16>(a, b, out, add, "kestrel::binary");
+  }
+  dispatch(out.dtype, [&](auto elem) { run_binary<decltype(elem)>(fn, a, b, out); });
 }
 
 }  // namespace kestrel_cpu

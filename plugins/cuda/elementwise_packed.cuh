@@ -45,13 +45,15 @@ __global__ void map_packed(const X* x, Y* y, int64_t n, F f) {
   KESTREL_GRID_STRIDE_LOOP(i, n - packs * K) y[packs * K + i] = f(x[packs * K + i]);
 }
 
-// y[i] = f(a[i], b[i]) for i < n, as map_packed.
-template <class X, class Y, class F>
-__global__ void zip_packed(const X* a, const X* b, Y* y, int64_t n, F f) {
-  constexpr int K = pack_elements<X, Y>();
+// y[i] = f(a[i], b[i]) for i < n, as map_packed; b's elements may be narrower than a's (ABI 1.15's
+// widening add), each operand then moving packs of K of its own.
+template <class X, class Z, class Y, class F>
+__global__ void zip_packed(const X* a, const Z* b, Y* y, int64_t n, F f) {
+  constexpr int K = pack_elements<X, Z, Y>();
   const int64_t packs = n / K;
   KESTREL_GRID_STRIDE_LOOP(p, packs) {
-    const Pack<X, K> left = reinterpret_cast<const Pack<X, K>*>(a)[p], right = reinterpret_cast<const Pack<X, K>*>(b)[p];
+    const Pack<X, K> left = reinterpret_cast<const Pack<X, K>*>(a)[p];
+    const Pack<Z, K> right = reinterpret_cast<const Pack<Z, K>*>(b)[p];
     Pack<Y, K> out;
 #pragma unroll
     for (int j = 0; j < K; ++j) out.v[j] = f(left.v[j], right.v[j]);

@@ -123,6 +123,20 @@ __global__ void binary_kernel(Indexer<3> ix, const typename E::storage* a, const
   }
 }
 
+// out (f32) = a (f32) + b (16-bit, widened as it is read): ABI 1.15's widening add, any strides.
+template <class B>
+__global__ void widening_add_kernel(Indexer<3> ix, const float* a, const typename B::storage* b, float* y, int64_t n) {
+  KESTREL_GRID_STRIDE_LOOP(i, n) {
+    int64_t off[3];
+    ix.offsets(i, off);
+    y[off[2]] = a[off[0]] + B::load(b[off[1]]);
+  }
+}
+template <class B>
+struct WideningAddFn {
+  __device__ __forceinline__ float operator()(float a, typename B::storage b) const { return a + B::load(b); }
+};
+
 // The functions above on storage values, for the packed kernels (elementwise_packed.cuh).
 template <class From, class To>
 struct CastFn {
@@ -255,7 +269,7 @@ void unary_into(kestrel_stream& s, const TensorRef& in, const TensorRef& out, in
   check_launch("unary");
 }
 
-bool supports_binary(const kestrel_op& op) { return kestrel::plugin_shapes::binary_fits(op); }
+bool supports_binary(const kestrel_op& op) { return kestrel::plugin_shapes::binary_fits(op, /*widening_add=*/true); }
 
 void launch_binary(kestrel_stream& s, const kestrel_op& op) {
   const int fn = params_of<kestrel_binary_params>(op, "binary").fn;
@@ -264,6 +278,26 @@ void launch_binary(kestrel_stream& s, const kestrel_op& op) {
   if (n == 0) return;
   const int64_t* strides[3] = {a.strides, b.strides, out.strides};
   const Indexer<3> ix = make_indexer<3>(out.rank, out.shape, strides);
+  if (b.dtype != out.dtype) {  // ABI 1.15: f32 + f16/bf16 (binary_fits allows nothing else)
+    auto widening = [&](auto narrow) {
+      using B = decltype(narrow);
+      using SB = typename B::storage;
+      const auto* left = reinterpret_cast<const float*>(a.base);
+      const auto* right = reinterpret_cast<const SB*>(b.base);
+      auto* y = reinterpret_cast<float*>(out.base);
+      constexpr int per_pack = pack_elements<float, SB>();
+      if (packed<3>(ix, {a.base, b.base, out.base}, {sizeof(float), sizeof(SB), sizeof(float)}, per_pack))
+        zip_packed<<<grid_for(n / per_pack + 1), kBlock, 0, s.cuda>>>(left, right, y, n, WideningAddFn<B>{});
+      else
+        widening_add_kernel<B><<<grid_for(n), kBlock, 0, s.cuda>>>(ix, left, right, y, n);
+    };
+    if (b.dtype == KESTREL_DTYPE_BF16)
+      widening(BF16{});
+    else
+      widening(F16{});
+    check_launch("binary (widening add)");
+    return;
+  }
   dispatch(out.dtype, [&](auto elem) {
     using E = decltype(elem);
     using S = typename E::storage;

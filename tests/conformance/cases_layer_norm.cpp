@@ -1,6 +1,7 @@
 // The fused layer norm ops (plugin ABI 1.7), optional: forward (output, mean, inverse standard
 // deviation) and backward (input, weight and bias gradients), without and with an affine part, against
-// torch.nn.functional.layer_norm's definition in double.
+// torch.nn.functional.layer_norm's definition in double; since ABI 1.15 also an f32 norm writing 16-bit
+// rows and reading a 16-bit gradient.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -44,51 +45,61 @@ Reference reference(int64_t rows, int64_t cols, double eps, const std::vector<do
   return r;
 }
 
+// One case: x, the parameters and dx in `dtype`, y (forward) or dy (backward) in `rows` (dtype's own, or
+// since ABI 1.15 f16/bf16 beside an f32 x).
+void one_case(Runner& r, DType dtype, DType rows_dtype, const Shape& shape, int affine, bool backward) {
+  const int64_t rows = shape[0], cols = shape[1];
+  auto x = r.values(rows * cols, -2, 2, dtype), dy = r.values(rows * cols, -1, 1, rows_dtype);
+  auto weight = affine ? r.values(cols, 0.5, 1.5, dtype) : std::vector<double>();
+  auto bias = affine == 2 ? r.values(cols, -1, 1, dtype) : std::vector<double>();
+  const kestrel_layer_norm_params p{abi_size<kestrel_layer_norm_params>, 1e-5};
+  const Tensor tx = r.upload(shape, x, dtype);
+  std::vector<Tensor> inputs{tx};
+  if (affine) inputs.push_back(r.upload({cols}, weight, dtype));
+  if (affine == 2) inputs.push_back(r.upload({cols}, bias, dtype));
+  Tensor y = Tensor::empty(shape, rows_dtype, r.device()), mean = Tensor::empty({rows}, statistics_of(dtype), r.device()),
+         rstd = Tensor::empty({rows}, statistics_of(dtype), r.device());
+  ops::launch(r.device(), op_of(KESTREL_OP_LAYER_NORM, &p, inputs, {y, mean, rstd}));
+  const Reference want = reference(rows, cols, p.eps, x, weight, bias, dy);
+  const Tolerance tol = tolerance_for(dtype, 8);
+  if (!backward) {
+    r.expect_close(y, want.y, rows_dtype == dtype ? tol : tolerance_for(rows_dtype), "output");
+    r.expect_close(mean, want.mean, tolerance_for(statistics_of(dtype), 4), "mean");
+    r.expect_close(rstd, want.rstd, tolerance_for(statistics_of(dtype), 4), "rstd");
+    return;
+  }
+  std::vector<Tensor> grad_inputs{r.upload(shape, dy, rows_dtype), tx, mean, rstd};
+  if (affine) grad_inputs.push_back(inputs[1]);
+  std::vector<Tensor> grads{Tensor::empty(shape, dtype, r.device())};
+  for (int i = 0; i < affine; ++i) grads.push_back(Tensor::empty({cols}, dtype, r.device()));
+  ops::launch(r.device(), op_of(KESTREL_OP_LAYER_NORM_BACKWARD, &p, grad_inputs, grads));
+  r.expect_close(grads[0], want.dx, tol, "dx");
+  // The column sums run over every row: their error grows with the row count.
+  const Tolerance sums = tolerance_for(dtype, 8 * std::sqrt(double(rows)));
+  if (affine) r.expect_close(grads[1], want.dweight, sums, "dweight");
+  if (affine == 2) r.expect_close(grads[2], want.dbias, sums, "dbias");
+}
+
 }  // namespace
 
 void layer_norm_cases(Runner& r) {
   // A row shorter than a warp, one longer than a GPU block, enough rows for the weight gradient's sums to
   // be split over row ranges, and no rows (zero weight and bias gradients).
   const Shape shapes[] = {{4, 7}, {3, 300}, {257, 33}, {0, 5}};
-  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
+  // Every float dtype alone, and f32 with 16-bit rows (ABI 1.15: a pre-norm block's norm under autocast).
+  const std::pair<DType, DType> dtypes[] = {{DType::f32, DType::f32},  {DType::f64, DType::f64},
+                                            {DType::f16, DType::f16},  {DType::bf16, DType::bf16},
+                                            {DType::f32, DType::bf16}, {DType::f32, DType::f16}};
+  for (auto [dtype, rows_dtype] : dtypes)
     for (const Shape& shape : shapes)
       for (int affine : {0, 1, 2})  // none, weight, weight and bias
-        for (bool backward : {false, true})
-          r.run(case_name({backward ? "backward" : "forward", std::string(dtype_name(dtype)), shape_str(shape),
+        for (bool backward : {false, true}) {
+          const std::string dtypes_name = rows_dtype == dtype ? std::string(dtype_name(dtype))
+                                                              : fmt::format("{} rows {}", dtype_name(dtype), dtype_name(rows_dtype));
+          r.run(case_name({backward ? "backward" : "forward", dtypes_name, shape_str(shape),
                            affine == 0 ? "plain" : affine == 1 ? "weight" : "weight+bias"}),
-                false, [&] {
-                  const int64_t rows = shape[0], cols = shape[1];
-                  auto x = r.values(rows * cols, -2, 2, dtype), dy = r.values(rows * cols, -1, 1, dtype);
-                  auto weight = affine ? r.values(cols, 0.5, 1.5, dtype) : std::vector<double>();
-                  auto bias = affine == 2 ? r.values(cols, -1, 1, dtype) : std::vector<double>();
-                  const kestrel_layer_norm_params p{abi_size<kestrel_layer_norm_params>, 1e-5};
-                  const Tensor tx = r.upload(shape, x, dtype);
-                  std::vector<Tensor> inputs{tx};
-                  if (affine) inputs.push_back(r.upload({cols}, weight, dtype));
-                  if (affine == 2) inputs.push_back(r.upload({cols}, bias, dtype));
-                  Tensor y = Tensor::empty(shape, dtype, r.device()),
-                         mean = Tensor::empty({rows}, statistics_of(dtype), r.device()),
-                         rstd = Tensor::empty({rows}, statistics_of(dtype), r.device());
-                  ops::launch(r.device(), op_of(KESTREL_OP_LAYER_NORM, &p, inputs, {y, mean, rstd}));
-                  const Reference want = reference(rows, cols, p.eps, x, weight, bias, dy);
-                  const Tolerance tol = tolerance_for(dtype, 8);
-                  if (!backward) {
-                    r.expect_close(y, want.y, tol, "output");
-                    r.expect_close(mean, want.mean, tolerance_for(statistics_of(dtype), 4), "mean");
-                    r.expect_close(rstd, want.rstd, tolerance_for(statistics_of(dtype), 4), "rstd");
-                    return;
-                  }
-                  std::vector<Tensor> grad_inputs{r.upload(shape, dy, dtype), tx, mean, rstd};
-                  if (affine) grad_inputs.push_back(inputs[1]);
-                  std::vector<Tensor> grads{Tensor::empty(shape, dtype, r.device())};
-                  for (int i = 0; i < affine; ++i) grads.push_back(Tensor::empty({cols}, dtype, r.device()));
-                  ops::launch(r.device(), op_of(KESTREL_OP_LAYER_NORM_BACKWARD, &p, grad_inputs, grads));
-                  r.expect_close(grads[0], want.dx, tol, "dx");
-                  // The column sums run over every row: their error grows with the row count.
-                  const Tolerance sums = tolerance_for(dtype, 8 * std::sqrt(double(rows)));
-                  if (affine) r.expect_close(grads[1], want.dweight, sums, "dweight");
-                  if (affine == 2) r.expect_close(grads[2], want.dbias, sums, "dbias");
-                });
+                false, [&] { one_case(r, dtype, rows_dtype, shape, affine, backward); });
+        }
 }
 
 }  // namespace kestrel::conformance

@@ -131,6 +131,38 @@ TEST(MixedPrecision, GradientsReachTheF32WeightsThroughTheCasts) {
   EXPECT_GT(close(weight16, weight32), 0) << "the products did run in bf16";
 }
 
+// A pre-norm block's norm feeds only products, so under autocast it comes out 16-bit (ABI 1.15's lowered
+// rows where the device has them): the same bits as the f32 norm cast, and the same gradients for x and
+// the norm's weight and bias, on every device; only the f32 copy and the casts are gone.
+TEST(MixedPrecision, ANormThatFeedsProductsComesOut16BitWithTheCastsBits) {
+  kestrel::Engine& engine = kestrel::Engine::global();
+  for (const auto& plugin : engine.plugins())
+    for (const auto& info : plugin.loaded ? plugin.devices : decltype(plugin.devices){}) {
+      const kestrel::Device device = engine.device(plugin.name + ":" + std::to_string(info.index));
+      for (DType precision : {DType::bf16, DType::f16}) {
+        SCOPED_TRACE(device.str() + " " + std::string(kestrel::dtype_name(precision)));
+        const Tensor x = random_f32({6, 40}, 21).to(device), w = random_f32({40}, 22).to(device),
+                     b = random_f32({40}, 23).to(device), seed = random_f32({6, 40}, 24).to(device).to(precision);
+        // y, then the gradients of x, the weight and the bias.
+        auto run = [&](bool feeds_product) {
+          Var input(x, true), weight(w, true), bias(b, true);
+          fn::AutocastScope autocast(precision);
+          const Var y = feeds_product ? fn::layer_norm(input, weight, bias, 1, 1e-5, true)
+                                      : fn::cast(fn::layer_norm(input, weight, bias, 1, 1e-5), precision);
+          EXPECT_EQ(y.value().dtype(), precision);
+          kestrel::backward(y, seed);
+          return std::vector<std::vector<float>>{y.value().to_vector<float>(), input.grad().to_vector<float>(),
+                                                 weight.grad().to_vector<float>(), bias.grad().to_vector<float>()};
+        };
+        const auto lowered = run(true), cast = run(false);
+        EXPECT_EQ(lowered[0], cast[0]) << "y";
+        for (size_t k = 1; k < 4; ++k)
+          for (size_t i = 0; i < cast[k].size(); ++i)
+            ASSERT_NEAR(lowered[k][i], cast[k][i], 1e-6 * (1 + std::abs(cast[k][i]))) << "gradient " << k << " at " << i;
+      }
+    }
+}
+
 kestrel::RunConfig mlp_config(const std::string& precision, const std::string& name) {
   kestrel::RunConfig config =
       kestrel::RunConfig::load(std::string(KESTREL_SOURCE_DIR) + "/models/fashion_mlp.train.json");

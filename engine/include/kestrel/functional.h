@@ -51,8 +51,12 @@ Var batch_norm2d(const Var& x, const Var& weight, const Var& bias, Tensor& runni
                  bool training, double momentum, double eps);
 // Layer normalisation over the last `normalized` axes of x (torch.nn.LayerNorm): weight and bias have
 // those axes' shape, or are undefined: both (elementwise_affine false) or the bias alone (bias false, as
-// in a Transformer block built without biases). Same in training and inference.
-Var layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized, double eps);
+// in a Transformer block built without biases). Same in training and inference. `feeds_product`: the
+// result goes only into products (a pre-norm block's attention or feed-forward), so under autocast it
+// comes out in the scope's 16-bit dtype, the same bits the product's cast would give, without an f32
+// copy and a cast; its gradient comes back 16-bit, as torch.autocast's cast of the product's input
+// gives it.
+Var layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized, double eps, bool feeds_product = false);
 
 // tokens: (N, ...) i64 ids in [0, V), weight: (V, D) -> (N, ..., D), the rows of weight (torch.nn.Embedding).
 // The row padding_idx (when >= 0) receives no gradient.

@@ -99,7 +99,12 @@
  *        direction) over a sequence, forward and backward, for a backend whose library runs the layer in
  *        one call (cuDNN's RNN API). Forward leaves a `saved` output of the plugin's own layout for
  *        backward, whose size the new optional entry op_saved_bytes says. A plugin that does not offer the
- *        family answers 0, and the engine runs the layer step by step as before.
+ *        family answers 0, and the engine runs the layer step by step as before. LAYER_NORM's y and
+ *        LAYER_NORM_BACKWARD's dy may be f16 or bf16 where x is f32: under mixed precision a pre-norm
+ *        block's norm feeds a 16-bit product, so its output need not be written in f32 and cast, nor its
+ *        gradient widened. BINARY's ADD may take an f16/bf16 in1 beside an f32 in0 and out (a residual
+ *        stream plus a mixed-precision block's output), widening it as it reads. A plugin built against
+ *        1.14 or earlier answers 0 to both, and the engine casts.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -222,7 +227,8 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_FILL = 0,           /* out = value                                  params: kestrel_fill_params */
   KESTREL_OP_COPY = 1,           /* out = cast(in0), any strides and dtypes      params: none */
   KESTREL_OP_UNARY = 2,          /* out = f(in0)                                 params: kestrel_unary_params */
-  KESTREL_OP_BINARY = 3,         /* out = f(in0, in1), same dtype everywhere     params: kestrel_binary_params */
+  KESTREL_OP_BINARY = 3,         /* out = f(in0, in1), same dtype everywhere (1.15: or ADD of an f32 in0
+                                  * and out with an f16/bf16 in1)             params: kestrel_binary_params */
   KESTREL_OP_REDUCE = 4,         /* out = reduce(in0) over dims where out.shape[d] == 1 != in0.shape[d] */
   KESTREL_OP_GEMM = 5,           /* out = alpha * in0 @ in1 + beta * out; rank 2, or rank 3 batched;
                                   * one dtype, or since 1.6 f16/bf16 in0 and in1 with an f32 out;
@@ -257,10 +263,12 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_ATTENTION_BACKWARD = 38,
   /* Since 1.7. in0 x (R,C) [, in1 weight (C) [, in2 bias (C)]], one float dtype, contiguous -> out0 y (R,C)
    * = (x - mean) * rstd [* weight [+ bias]], out1 mean (R), out2 rstd (R), both f32 (f64 for f64),
-   * where rstd = 1 / sqrt(biased variance + eps).                params: kestrel_layer_norm_params */
+   * where rstd = 1 / sqrt(biased variance + eps). Since 1.15 y may be f16/bf16 for an f32 x (computed
+   * in f32 or wider, rounded once).                              params: kestrel_layer_norm_params */
   KESTREL_OP_LAYER_NORM = 39,
   /* Since 1.7. in0 dy (R,C), in1 x, in2 mean, in3 rstd [, in4 weight (C)] -> out0 dx (R,C) [, out1
-   * dweight (C) [, out2 dbias (C)]]: as many outputs as forward had inputs; written, not accumulated. */
+   * dweight (C) [, out2 dbias (C)]]: as many outputs as forward had inputs; written, not accumulated.
+   * Since 1.15 dy may be f16/bf16 for an f32 x (the outputs stay in x's dtype). */
   KESTREL_OP_LAYER_NORM_BACKWARD = 40,
   /* Since 1.7; no params. An LSTM step after its two products: in0 (N,4H) the input's product and in1
    * (N,4H) the state's (biases included; gates i, f, g, o in torch's order), in2 c (N,H) -> out0 h' (N,H)

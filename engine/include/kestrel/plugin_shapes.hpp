@@ -62,6 +62,7 @@ inline bool is_float_dtype(kestrel_dtype d) {
   return d == KESTREL_DTYPE_F32 || d == KESTREL_DTYPE_F64 || d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16;
 }
 inline bool is_index_dtype(kestrel_dtype d) { return d == KESTREL_DTYPE_I64 || d == KESTREL_DTYPE_I32; }
+inline bool is_16bit_float(kestrel_dtype d) { return d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16; }
 inline size_t dtype_bytes(kestrel_dtype d) {
   switch (d) {
     case KESTREL_DTYPE_F32: case KESTREL_DTYPE_I32: return 4;
@@ -144,11 +145,14 @@ inline bool unary_fits(const kestrel_op& op) {
 
 // Broadcast operands arrive expanded (stride 0), so all three share a shape and a dtype. Integer
 // division and power are not defined by the ABI (torch would promote to float).
-inline bool binary_fits(const kestrel_op& op) {
+// With `widening_add` (1.15, a plugin that takes it): ADD of an f32 in0 and out with an f16/bf16 in1.
+inline bool binary_fits(const kestrel_op& op, bool widening_add = false) {
   auto* p = params<kestrel_binary_params>(op);
   if (!p || !arity(op, 2, 1)) return false;
   const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &out = op.outputs[0];
-  if (!same_shape(a, out) || !same_shape(b, out) || a.dtype != out.dtype || b.dtype != out.dtype) return false;
+  if (!same_shape(a, out) || !same_shape(b, out) || a.dtype != out.dtype) return false;
+  if (b.dtype != out.dtype)
+    return widening_add && p->fn == KESTREL_BINARY_ADD && out.dtype == KESTREL_DTYPE_F32 && is_16bit_float(b.dtype);
   if (p->fn < KESTREL_BINARY_ADD || p->fn > KESTREL_BINARY_GELU_BACKWARD) return false;
   const bool float_only = p->fn == KESTREL_BINARY_DIV || p->fn == KESTREL_BINARY_POW || p->fn >= KESTREL_BINARY_RELU_BACKWARD;
   return is_float_dtype(out.dtype) || !float_only;
@@ -238,7 +242,7 @@ inline bool logits_and_labels(const kestrel_tensor& logits, const kestrel_tensor
   return logits.rank == 2 && is_float_dtype(logits.dtype) && is_index_dtype(labels.dtype) && labels.rank == 1 &&
          labels.shape[0] == logits.shape[0] && logits.shape[1] >= 1;
 }
-inline bool is_16bit_float(kestrel_dtype d) { return d == KESTREL_DTYPE_F16 || d == KESTREL_DTYPE_BF16; }
+using plugin_shapes::is_16bit_float;
 }  // namespace detail
 
 // SOFTMAX_CROSS_ENTROPY: in0 logits (N,C) float, in1 labels (N) i32/i64 -> out0 loss (N) [, out1 dlogits
@@ -457,8 +461,10 @@ inline bool attention_fits(const kestrel_op& op) {
 
 // LAYER_NORM: in0 x (R,C) [, in1 weight (C) [, in2 bias (C)]] -> out0 y (R,C), out1 mean (R), out2 rstd (R).
 // LAYER_NORM_BACKWARD: in0 dy, in1 x, in2 mean, in3 rstd [, in4 weight] -> out0 dx [, out1 dweight [, out2
-// dbias]]. One float dtype but for the statistics (statistics_dtype); every tensor contiguous.
-inline bool layer_norm_fits(const kestrel_op& op) {
+// dbias]]. One float dtype but for the statistics (statistics_dtype); every tensor contiguous. With
+// `lowered` (1.15: a plugin that writes and reads 16-bit rows of an f32 layer norm) forward's y and
+// backward's dy may be f16 or bf16 where x is f32.
+inline bool layer_norm_fits(const kestrel_op& op, bool lowered = false) {
   if (!params<kestrel_layer_norm_params>(op) || !all_contiguous(op)) return false;
   const bool backward = op.kind == KESTREL_OP_LAYER_NORM_BACKWARD;
   const int affine = backward ? op.num_outputs - 1 : op.num_inputs - 1;  // 0, 1 (weight) or 2 (and bias)
@@ -474,12 +480,17 @@ inline bool layer_norm_fits(const kestrel_op& op) {
   const kestrel_tensor& rstd = backward ? op.inputs[3] : op.outputs[2];
   const kestrel_dtype stats = statistics_dtype(x.dtype);
   if (!vector_of(mean, x.shape[0], stats) || !vector_of(rstd, x.shape[0], stats)) return false;
+  // y (forward) or dy (backward): x's dtype, or 16-bit beside an f32 x where the plugin takes that.
+  auto rows_like_x = [&](const kestrel_tensor& t) {
+    return same_shape(t, x) &&
+           (t.dtype == x.dtype || (lowered && x.dtype == KESTREL_DTYPE_F32 && detail::is_16bit_float(t.dtype)));
+  };
   if (!backward) {
     for (int i = 1; i <= affine; ++i)
       if (!vector_of(op.inputs[i], x.shape[1], x.dtype)) return false;
-    return like(op.outputs[0], x);
+    return rows_like_x(op.outputs[0]);
   }
-  if (!like(op.inputs[0], x) || !like(op.outputs[0], x)) return false;
+  if (!rows_like_x(op.inputs[0]) || !like(op.outputs[0], x)) return false;
   if (affine && !vector_of(op.inputs[4], x.shape[1], x.dtype)) return false;
   for (int i = 1; i <= affine; ++i)
     if (!vector_of(op.outputs[i], x.shape[1], x.dtype)) return false;

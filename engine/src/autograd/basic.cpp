@@ -1,11 +1,14 @@
 // Arithmetic and shape ops on Vars.
 #include <fmt/format.h>
 
+#include <optional>
 #include <utility>
 
 #include "autocast.h"
 #include "padded_rows.h"
 #include "kestrel/functional.h"
+#include "kestrel/ops.h"
+#include "kestrel/plugin_struct_size.hpp"
 #include "tensor_math.h"
 
 namespace kestrel::fn {
@@ -18,7 +21,33 @@ std::pair<Var, Var> promoted(const Var& a, const Var& b) {
 }
 }  // namespace
 
+namespace {
+// An f32 operand plus a 16-bit one of its shape (a residual stream and a mixed-precision block's output):
+// one BINARY ADD that widens the 16-bit operand as it reads it (ABI 1.15) where the device has it, instead
+// of a widened copy and an f32 addition. The 16-bit operand's gradient is cast where it lands.
+std::optional<Var> widening_add(const Var& a, const Var& b) {
+  const bool a_wide = a.value().dtype() == DType::f32;
+  const Var& wide = a_wide ? a : b;
+  const Var& narrow = a_wide ? b : a;
+  const DType low = narrow.value().dtype();
+  if (wide.value().dtype() != DType::f32 || (low != DType::bf16 && low != DType::f16) ||
+      wide.value().shape() != narrow.value().shape() || wide.value().device() != narrow.value().device())
+    return std::nullopt;
+  Tensor sum = Tensor::empty(wide.value().shape(), DType::f32, wide.value().device());
+  auto params = abi_init<kestrel_binary_params>();
+  params.fn = KESTREL_BINARY_ADD;
+  if (!ops::launch_if_supported(sum.device(), ops::make_op(KESTREL_OP_BINARY, &params, {wide.value(), narrow.value()}, {sum})))
+    return std::nullopt;
+  return make_var(sum, {a, b}, "add", [a = a.node(), b = b.node()](const Tensor& dy) {
+    accumulate_grad(*a, dy);
+    accumulate_grad(*b, dy);
+  });
+}
+}  // namespace
+
 Var add(const Var& a_in, const Var& b_in) {
+  if (a_in.value().dtype() != b_in.value().dtype())
+    if (std::optional<Var> sum = widening_add(a_in, b_in)) return *sum;
   const auto [a, b] = promoted(a_in, b_in);
   return make_var(math::add(a.value(), b.value()), {a, b}, "add", [a = a.node(), b = b.node()](const Tensor& dy) {
     accumulate_broadcast_grad(*a, dy);

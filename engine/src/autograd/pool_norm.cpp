@@ -77,7 +77,9 @@ namespace {
 
 // The fused LAYER_NORM op (plugin ABI 1.7) over x viewed as (rows, the normalised axes' product) where
 // the device has it both ways; nothing otherwise (or for a bias without a weight), and the caller composes.
-std::optional<Var> fused_layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized, double eps) {
+// y comes out in `out` (x's dtype, or since 1.15 a 16-bit one beside an f32 x), its gradient in the same.
+std::optional<Var> fused_layer_norm(const Var& x, const Var& weight, const Var& bias, int normalized, double eps,
+                                    DType out) {
   const Tensor& input = x.value();
   if (!ops::fused_ops_enabled() || (bias.defined() && !weight.defined())) return std::nullopt;
   if ((weight.defined() && weight.value().dtype() != input.dtype()) || (bias.defined() && bias.value().dtype() != input.dtype()))
@@ -88,13 +90,13 @@ std::optional<Var> fused_layer_norm(const Var& x, const Var& weight, const Var& 
   const Tensor x2 = input.contiguous().view({rows, cols});                                // (R, C)
   const Tensor w = weight.defined() ? weight.value().contiguous().view({cols}) : Tensor();  // (C)
   const Tensor b = bias.defined() ? bias.value().contiguous().view({cols}) : Tensor();      // (C)
-  Tensor y = Tensor::empty({rows, cols}, input.dtype(), input.device());
+  Tensor y = Tensor::empty({rows, cols}, out, input.device());
   const DType statistics = math::statistics_dtype(input.dtype());
   Tensor mean = Tensor::empty({rows}, statistics, input.device()), rstd = Tensor::empty({rows}, statistics, input.device());
   const kestrel_layer_norm_params params{abi_size<kestrel_layer_norm_params>, eps};
   kestrel_op forward = ops::make_op(KESTREL_OP_LAYER_NORM, &params, {x2}, {y, mean, rstd});
   // Backward's descriptor, forward's tensors standing in for the gradients (same shapes and dtypes).
-  kestrel_op backward = ops::make_op(KESTREL_OP_LAYER_NORM_BACKWARD, &params, {y, x2, mean, rstd}, {y});
+  kestrel_op backward = ops::make_op(KESTREL_OP_LAYER_NORM_BACKWARD, &params, {y, x2, mean, rstd}, {x2});
   for (const Tensor& t : {w, b}) {
     if (!t.defined()) continue;
     forward.inputs[forward.num_inputs++] = t.descriptor();
@@ -130,12 +132,18 @@ std::optional<Var> fused_layer_norm(const Var& x, const Var& weight, const Var& 
 
 // Over the last `normalized` axes, per position: the statistics are the sample's own, so training and
 // inference compute the same thing and there are no running buffers.
-Var layer_norm(const Var& x_in, const Var& weight, const Var& bias, int normalized, double eps) {
+Var layer_norm(const Var& x_in, const Var& weight, const Var& bias, int normalized, double eps, bool feeds_product) {
   const Var x = widened(x_in);
   const Tensor& input = x.value();  // (..., *normalized_shape)
   if (normalized < 1 || normalized > input.rank())
     throw InvalidArgument(fmt::format("layer_norm: cannot normalise the last {} axes of {}", normalized, input.describe()));
-  if (std::optional<Var> fused = fused_layer_norm(x, weight, bias, normalized, eps)) return *fused;
+  // Into products alone under autocast: the result in the scope's dtype, as the products would cast it.
+  if (feeds_product && autocasts(x_in)) {
+    if (input.dtype() == DType::f32)
+      if (std::optional<Var> fused = fused_layer_norm(x, weight, bias, normalized, eps, autocast_dtype())) return *fused;
+    return lowered(layer_norm(x, weight, bias, normalized, eps));
+  }
+  if (std::optional<Var> fused = fused_layer_norm(x, weight, bias, normalized, eps, input.dtype())) return *fused;
   std::vector<int> dims;  // the normalised axes
   for (int d = input.rank() - normalized; d < input.rank(); ++d) dims.push_back(d);
   Tensor mean = math::mean(input, dims, true);                                                    // (..., 1, ..)

@@ -23,9 +23,9 @@ Var feedforward(const Var& x, Params& p, const BlockConfig& b, LayerContext& c) 
 
 }  // namespace
 
-Var norm(const Var& x, Params& p, double eps) {
+Var norm(const Var& x, Params& p, double eps, bool feeds_product) {
   Var weight = p.take(), bias = p.take_bias();
-  return fn::layer_norm(x, weight, bias, 1, eps);
+  return fn::layer_norm(x, weight, bias, 1, eps, feeds_product);
 }
 
 void attention_params(std::vector<ParamSpec>& p, const std::string& prefix, int64_t e, bool bias) {
@@ -116,9 +116,9 @@ Var encoder_block(const Var& x, Params& p, const BlockConfig& b, const Masking& 
   };
   Params ff = p;
   Var out;
-  if (b.norm_first) {
-    out = fn::add(x, self_attend(norm(x, rest, b.eps)));
-    out = fn::add(out, drop(feedforward(norm(out, rest, b.eps), ff, b, c), b.dropout, c));
+  if (b.norm_first) {  // the norms feed the attention's and the feed-forward's products alone
+    out = fn::add(x, self_attend(norm(x, rest, b.eps, true)));
+    out = fn::add(out, drop(feedforward(norm(out, rest, b.eps, true), ff, b, c), b.dropout, c));
   } else {
     out = norm(fn::add(x, self_attend(x)), rest, b.eps);
     out = norm(fn::add(out, drop(feedforward(out, ff, b, c), b.dropout, c)), rest, b.eps);
@@ -201,10 +201,10 @@ Var decoder_block(const Var& x, const Var& memory, Params& p, const BlockConfig&
                 b.dropout, c);
   };
   Var out;
-  if (b.norm_first) {
-    out = fn::add(x, self_attend(norm(x, rest, b.eps)));
-    out = fn::add(out, attend_memory(norm(out, rest, b.eps)));
-    out = fn::add(out, drop(feedforward(norm(out, rest, b.eps), ff, b, c), b.dropout, c));
+  if (b.norm_first) {  // the norms feed the attentions' and the feed-forward's products alone
+    out = fn::add(x, self_attend(norm(x, rest, b.eps, true)));
+    out = fn::add(out, attend_memory(norm(out, rest, b.eps, true)));
+    out = fn::add(out, drop(feedforward(norm(out, rest, b.eps, true), ff, b, c), b.dropout, c));
   } else {
     out = norm(fn::add(x, self_attend(x)), rest, b.eps);
     out = norm(fn::add(out, attend_memory(out)), rest, b.eps);

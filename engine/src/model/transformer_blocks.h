@@ -42,8 +42,9 @@ struct BlockConfig {
   explicit BlockConfig(const Args& a);  // throws ShapeError unless nhead divides d_model
 };
 
-// A layer norm over the last axis with the next weight and bias of `p` (torch's LayerNorm).
-Var norm(const Var& x, Params& p, double eps);
+// A layer norm over the last axis with the next weight and bias of `p` (torch's LayerNorm); see
+// fn::layer_norm for `feeds_product` (a pre-norm block's norms, whose results only go into products).
+Var norm(const Var& x, Params& p, double eps, bool feeds_product = false);
 
 // One use of dropout in training: the next range of the context's Philox stream.
 Var drop(const Var& x, double p, LayerContext& c);
