@@ -94,8 +94,7 @@ void backward_rows(const kestrel_op& op) {
   });
 }
 
-// Runs body.template operator()<E, R>() for x's dtype E and the rows' dtype R (y's or dy's): E's own, or
-// f16/bf16 beside f32.
+// Runs body(E{}, R{}) for x's dtype E and the rows' dtype R (y's or dy's): E's own, or f16/bf16 beside f32.
 template <class Body>
 void with_row_dtypes(kestrel_dtype x, kestrel_dtype rows, Body body) {
   if (x == KESTREL_DTYPE_F32 && rows == KESTREL_DTYPE_F16) return body(F32{}, F16{});

@@ -149,7 +149,13 @@ __global__ void layer_norm_warp_grad_rows(const typename R::storage* dy, const t
     d[k] = in ? R::load(dy[row * cols + c]) : typename R::compute(0);
     xv[k] = in ? E::load(x[row * cols + c]) : typename E::compute(0);
   }
-  auto g = [&](int k, int64_t c) { return A(d[k]) * (weight ? A(E::load(weight[c])) : A(1)); };
+  typename E::compute w[K];  // the weight's columns, read once
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t c = lane + 32 * k;
+    w[k] = weight && c < cols ? E::load(weight[c]) : typename E::compute(1);
+  }
+  auto g = [&](int k, int64_t) { return A(d[k]) * A(w[k]); };
   auto xhat = [&](int k) { return (A(xv[k]) - mu) * inv; };
   A sum_g = 0, sum_gx = 0;
 #pragma unroll
@@ -235,11 +241,15 @@ bool block_rows() {
 }
 
 // Runs body(E{}, R{}) for x's dtype E and the rows' dtype R (y's or dy's): E's own, or f16/bf16 beside f32.
+// f64, whose statistics would be f64, is composed (supports_layer_norm declines it): no kernel is built for it.
 template <class Body>
 void with_row_dtypes(kestrel_dtype x, kestrel_dtype rows, Body body) {
   if (x == KESTREL_DTYPE_F32 && rows == KESTREL_DTYPE_F16) return body(F32{}, F16{});
   if (x == KESTREL_DTYPE_F32 && rows == KESTREL_DTYPE_BF16) return body(F32{}, BF16{});
-  dispatch_float(x, [&](auto elem) { body(elem, elem); });
+  if (x == KESTREL_DTYPE_F32) return body(F32{}, F32{});
+  if (x == KESTREL_DTYPE_F16) return body(F16{}, F16{});
+  if (x == KESTREL_DTYPE_BF16) return body(BF16{}, BF16{});
+  fail("layer_norm: the cuda backend normalises f32, f16 and bf16 rows", KESTREL_STATUS_UNSUPPORTED);
 }
 
 // in0 x (R,C) [, in1 weight [, in2 bias]] -> out0 y, out1 mean, out2 rstd.

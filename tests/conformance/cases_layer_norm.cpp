@@ -83,9 +83,10 @@ void one_case(Runner& r, DType dtype, DType rows_dtype, const Shape& shape, int 
 }  // namespace
 
 void layer_norm_cases(Runner& r) {
-  // A row shorter than a warp, one longer than a GPU block, enough rows for the weight gradient's sums to
-  // be split over row ranges, and no rows (zero weight and bias gradients).
-  const Shape shapes[] = {{4, 7}, {3, 300}, {257, 33}, {0, 5}};
+  // A row shorter than a warp; rows a GPU's warp holds at 8, 16, 24 (GPT-2's 768) and 32 elements a lane,
+  // and one just wider that takes a block per row; enough rows for the weight gradient's sums to be split
+  // over row ranges; no rows (zero weight and bias gradients).
+  const Shape shapes[] = {{4, 7}, {5, 256}, {3, 300}, {9, 768}, {3, 1024}, {2, 1025}, {257, 33}, {0, 5}};
   // Every float dtype alone, and f32 with 16-bit rows (ABI 1.15: a pre-norm block's norm under autocast).
   const std::pair<DType, DType> dtypes[] = {{DType::f32, DType::f32},  {DType::f64, DType::f64},
                                             {DType::f16, DType::f16},  {DType::bf16, DType::bf16},

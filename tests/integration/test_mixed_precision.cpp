@@ -132,8 +132,10 @@ TEST(MixedPrecision, GradientsReachTheF32WeightsThroughTheCasts) {
 }
 
 // A pre-norm block's norm feeds only products, so under autocast it comes out 16-bit (ABI 1.15's lowered
-// rows where the device has them): the same bits as the f32 norm cast, and the same gradients for x and
-// the norm's weight and bias, on every device; only the f32 copy and the casts are gone.
+// rows where the device has them): the same bits as the f32 norm cast, and, given the same 16-bit gradient
+// of y, the same gradients for x and the norm's weight and bias, on every device. (Behind a product that
+// gradient is now its 16-bit input's, as under torch.autocast; before, the product handed the f32 y an
+// unrounded f32 gradient.)
 TEST(MixedPrecision, ANormThatFeedsProductsComesOut16BitWithTheCastsBits) {
   kestrel::Engine& engine = kestrel::Engine::global();
   for (const auto& plugin : engine.plugins())

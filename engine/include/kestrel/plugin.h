@@ -263,8 +263,8 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_ATTENTION_BACKWARD = 38,
   /* Since 1.7. in0 x (R,C) [, in1 weight (C) [, in2 bias (C)]], one float dtype, contiguous -> out0 y (R,C)
    * = (x - mean) * rstd [* weight [+ bias]], out1 mean (R), out2 rstd (R), both f32 (f64 for f64),
-   * where rstd = 1 / sqrt(biased variance + eps). Since 1.15 y may be f16/bf16 for an f32 x (computed
-   * in f32 or wider, rounded once).                              params: kestrel_layer_norm_params */
+   * where rstd = 1 / sqrt(biased variance + eps). Since 1.15 y may be f16/bf16 for an f32 x: rounded
+   * to f32, then to the 16-bit dtype, the bits a cast of the f32 y gives.   params: kestrel_layer_norm_params */
   KESTREL_OP_LAYER_NORM = 39,
   /* Since 1.7. in0 dy (R,C), in1 x, in2 mean, in3 rstd [, in4 weight (C)] -> out0 dx (R,C) [, out1
    * dweight (C) [, out2 dbias (C)]]: as many outputs as forward had inputs; written, not accumulated.
