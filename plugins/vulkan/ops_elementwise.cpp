@@ -1,5 +1,6 @@
 // fill, copy (with casts), unary and binary element-wise ops (shaders/fill, copy, unary, binary.comp).
-// Every pair of the device's dtypes has a copy variant; f16 unary/binary compute in f32.
+// Every pair of the device's dtypes has a copy variant; f16 unary/binary compute in f32; an f32 plus a
+// 16-bit operand (ABI 1.15) has variants of its own.
 #include <cmath>
 
 #include "vk_ops.hpp"
@@ -75,15 +76,19 @@ void launch_unary(kestrel_stream* stream, const kestrel_op& op) {
   run_elementwise(stream, d, numel(out));
 }
 
+// Since ABI 1.15 also ADD of an f32 and a 16-bit operand (binary_fits' widening add), where the device
+// stores the 16-bit dtype.
 bool supports_binary(const kestrel_op& op, uint32_t dtypes) {
-  return kestrel::plugin_shapes::binary_fits(op) && in_mask(dtypes, op.outputs[0].dtype);
+  return kestrel::plugin_shapes::binary_fits(op, /*widening_add=*/true) && in_mask(dtypes, op.outputs[0].dtype) &&
+         in_mask(dtypes, op.inputs[1].dtype);
 }
 
 void launch_binary(kestrel_stream* stream, const kestrel_op& op) {
   const auto fn = params_of<kestrel_binary_params>(op, "binary").fn;
   const kestrel_tensor &a = op.inputs[0], &b = op.inputs[1], &out = op.outputs[0];
   Dispatch d;
-  d.shader = std::string("binary_") + dtype_suffix(out.dtype);
+  d.shader = b.dtype == out.dtype ? std::string("binary_") + dtype_suffix(out.dtype)
+                                  : std::string("binary_f32_widening_") + dtype_suffix(b.dtype);
   d.params.tensors[0] = describe(a);
   d.params.tensors[1] = describe(b);
   d.params.tensors[2] = describe(out);

@@ -8,9 +8,12 @@ namespace kestrel_vk {
 
 // LAYER_NORM: in0 x (R,C) [, in1 weight (C) [, in2 bias (C)]] -> out0 y (R,C), out1 mean (R), out2 rstd (R).
 // LAYER_NORM_BACKWARD: in0 dy, in1 x, in2 mean, in3 rstd [, in4 weight] -> out0 dx [, out1 dweight [, out2 dbias]].
+// Since ABI 1.15 y (forward) or dy (backward) may be 16-bit beside an f32 x, where the device stores it.
 bool supports_layer_norm(const kestrel_op& op, uint32_t dtypes) {
-  if (!kestrel::plugin_shapes::layer_norm_fits(op)) return false;
-  const kestrel_tensor& x = op.inputs[op.kind == KESTREL_OP_LAYER_NORM_BACKWARD ? 1 : 0];
+  if (!kestrel::plugin_shapes::layer_norm_fits(op, /*lowered=*/true)) return false;
+  const bool backward = op.kind == KESTREL_OP_LAYER_NORM_BACKWARD;
+  if (!in_mask(dtypes, (backward ? op.inputs[0] : op.outputs[0]).dtype)) return false;
+  const kestrel_tensor& x = op.inputs[backward ? 1 : 0];
   const bool within_budget = (dtypes & kLoopBudget) == 0 ||
                              (5 * x.shape[1] + 5 <= kMaxLoopIterations && x.shape[0] + 1 <= kMaxLoopIterations);
   return float_dtype(x.dtype) && in_mask(dtypes, x.dtype) && x.shape[1] >= 1 && x.shape[1] <= kMaxLoopIterations &&
@@ -21,12 +24,16 @@ void launch_layer_norm(kestrel_stream* stream, const kestrel_op& op) {
   const bool backward = op.kind == KESTREL_OP_LAYER_NORM_BACKWARD;
   const kestrel_tensor& x = op.inputs[backward ? 1 : 0];
   const int64_t rows = x.shape[0], cols = x.shape[1];
+  const kestrel_dtype row_dtype = (backward ? op.inputs[0] : op.outputs[0]).dtype;  // y's or dy's
+  // The variant for x's dtype, with 16-bit y or dy rows beside an f32 x (ABI 1.15) a variant of its own.
+  const std::string dtypes = row_dtype == x.dtype ? std::string(dtype_suffix(x.dtype))
+                                                  : std::string("f32_lowered_") + dtype_suffix(row_dtype);
   // A dispatch of `shader` over `count` rows or columns, the tensors at bindings 1, 2, ... in order (null:
   // a binding left empty), `weighted` and `biased` saying which optional ones are there.
   auto dispatch = [&](const char* shader, int64_t count, std::initializer_list<const kestrel_tensor*> tensors,
                       bool weighted, bool biased) {
     Dispatch d;
-    d.shader = std::string(shader) + dtype_suffix(x.dtype);
+    d.shader = std::string(shader) + dtypes;
     int binding = 0;
     for (const kestrel_tensor* t : tensors) {
       if (t) {

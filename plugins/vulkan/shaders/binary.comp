@@ -8,14 +8,26 @@
 // kestrel-variant: binary_bf16 -DT=float -DBF16=1 -DIS_FLOAT=1
 // kestrel-variant: binary_i32 -DT=int
 // kestrel-variant: binary_i64 -DT=int64_t
+// ABI 1.15's widening add: f32 a and out, b f16 or bf16 widened as it is read (the host sends only ADD).
+// kestrel-variant: binary_f32_widening_f16 -DT=float -DIS_FLOAT=1 -DB_STORE_T=float16_t
+// kestrel-variant: binary_f32_widening_bf16 -DT=float -DIS_FLOAT=1 -DB_BF16=1
 #include "common.glsl"
 #include "math.glsl"
 #ifndef STORE_T
 #define STORE_T T
 #endif
+#if defined(B_BF16)
+#define B_STORE_T uint16_t
+#define B_LOAD(x) T(BF16_LOAD(x))
+#elif defined(B_STORE_T)
+#define B_LOAD(x) T(x)
+#else
+#define B_STORE_T STORE_T
+#define B_LOAD(x) LOAD(x)
+#endif
 layout(local_size_x = KESTREL_LOCAL_SIZE) in;
 layout(std430, set = 0, binding = 1) readonly buffer InA { STORE_T data[]; } a_buf;
-layout(std430, set = 0, binding = 2) readonly buffer InB { STORE_T data[]; } b_buf;
+layout(std430, set = 0, binding = 2) readonly buffer InB { B_STORE_T data[]; } b_buf;
 layout(std430, set = 0, binding = 3) writeonly buffer Out { STORE_T data[]; } out_buf;
 
 T apply(int fn, T a, T b) {
@@ -47,7 +59,7 @@ T apply(int fn, T a, T b) {
 
 void element(uint i) {
   T a = LOAD(a_buf.data[element_offset(0, i)]);
-  T b = LOAD(b_buf.data[element_offset(1, i)]);
+  T b = B_LOAD(b_buf.data[element_offset(1, i)]);
   out_buf.data[element_offset(2, i)] = STORE(apply(PINT(0), a, b));
 }
 

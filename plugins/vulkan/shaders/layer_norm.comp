@@ -19,19 +19,39 @@
 // kestrel-variant: layer_norm_columns_f32 -DSTORE_T=float -DCOLUMNS=1
 // kestrel-variant: layer_norm_columns_f16 -DSTORE_T=float16_t -DCOLUMNS=1
 // kestrel-variant: layer_norm_columns_bf16 -DBF16=1 -DCOLUMNS=1
+// ABI 1.15: an f32 layer norm whose y (forward) or dy (backward) rows are 16-bit (R_*).
+// kestrel-variant: layer_norm_f32_lowered_f16 -DSTORE_T=float -DR_STORE_T=float16_t
+// kestrel-variant: layer_norm_f32_lowered_bf16 -DSTORE_T=float -DR_BF16=1
+// kestrel-variant: layer_norm_rows_f32_lowered_f16 -DSTORE_T=float -DR_STORE_T=float16_t -DROWS=1
+// kestrel-variant: layer_norm_rows_f32_lowered_bf16 -DSTORE_T=float -DR_BF16=1 -DROWS=1
+// kestrel-variant: layer_norm_columns_f32_lowered_f16 -DSTORE_T=float -DR_STORE_T=float16_t -DCOLUMNS=1
+// kestrel-variant: layer_norm_columns_f32_lowered_bf16 -DSTORE_T=float -DR_BF16=1 -DCOLUMNS=1
 #define T float
 #include "common.glsl"
+// y's and dy's elements: x's dtype, or 16-bit beside an f32 x (rounded once from the f32 value, as a cast).
+#if defined(R_BF16)
+#define R_STORE_T uint16_t
+#define R_LOAD(x) T(BF16_LOAD(x))
+#define R_STORE(v) BF16_STORE(v)
+#elif defined(R_STORE_T)
+#define R_LOAD(x) T(x)
+#define R_STORE(v) R_STORE_T(v)
+#else
+#define R_STORE_T STORE_T
+#define R_LOAD(x) LOAD(x)
+#define R_STORE(v) STORE(v)
+#endif
 layout(local_size_x = KESTREL_LOCAL_SIZE) in;
 
 #if !defined(ROWS) && !defined(COLUMNS)
 layout(std430, set = 0, binding = 1) readonly buffer X { STORE_T data[]; } x_buf;
 layout(std430, set = 0, binding = 2) readonly buffer Weight { STORE_T data[]; } weight_buf;
 layout(std430, set = 0, binding = 3) readonly buffer Bias { STORE_T data[]; } bias_buf;
-layout(std430, set = 0, binding = 4) writeonly buffer Y { STORE_T data[]; } y_buf;
+layout(std430, set = 0, binding = 4) writeonly buffer Y { R_STORE_T data[]; } y_buf;
 layout(std430, set = 0, binding = 5) writeonly buffer Mean { float data[]; } mean_buf;
 layout(std430, set = 0, binding = 6) writeonly buffer Rstd { float data[]; } rstd_buf;
 #else
-layout(std430, set = 0, binding = 1) readonly buffer Dy { STORE_T data[]; } dy_buf;
+layout(std430, set = 0, binding = 1) readonly buffer Dy { R_STORE_T data[]; } dy_buf;
 layout(std430, set = 0, binding = 2) readonly buffer X { STORE_T data[]; } x_buf;
 layout(std430, set = 0, binding = 3) readonly buffer Mean { float data[]; } mean_buf;
 layout(std430, set = 0, binding = 4) readonly buffer Rstd { float data[]; } rstd_buf;
@@ -67,7 +87,7 @@ void main() {
       float v = (LOAD(x_buf.data[x_at + c]) - mu) * inv;
       if (weighted) v *= LOAD(weight_buf.data[offset_of(2) + c]);
       if (biased) v += LOAD(bias_buf.data[offset_of(3) + c]);
-      y_buf.data[y_at + c] = STORE(v);
+      y_buf.data[y_at + c] = R_STORE(v);
     }
     mean_buf.data[offset_of(5) + r] = mu;
     rstd_buf.data[offset_of(6) + r] = inv;
@@ -76,7 +96,7 @@ void main() {
     float mu = mean_buf.data[offset_of(3) + r], inv = rstd_buf.data[offset_of(4) + r];
     float g_sum = 0.0, gx_sum = 0.0;  // sums of g and of g * xhat over the row
     for (uint c = 0u; c < cols; ++c) {
-      float g = LOAD(dy_buf.data[dy_at + c]);
+      float g = R_LOAD(dy_buf.data[dy_at + c]);
       if (weighted) g *= LOAD(weight_buf.data[offset_of(5) + c]);
       g_sum += g;
       gx_sum += g * (LOAD(x_buf.data[x_at + c]) - mu) * inv;
@@ -84,7 +104,7 @@ void main() {
     float g_mean = g_sum / float(cols), gx_mean = gx_sum / float(cols);
     uint dx_at = offset_of(6) + r * cols;
     for (uint c = 0u; c < cols; ++c) {
-      float g = LOAD(dy_buf.data[dy_at + c]);
+      float g = R_LOAD(dy_buf.data[dy_at + c]);
       if (weighted) g *= LOAD(weight_buf.data[offset_of(5) + c]);
       float xhat = (LOAD(x_buf.data[x_at + c]) - mu) * inv;
       dx_buf.data[dx_at + c] = STORE(inv * (g - g_mean - xhat * gx_mean));
@@ -95,7 +115,7 @@ void main() {
   for (uint c = flat_index(); c < cols; c += flat_stride()) {
     float dw = 0.0, db = 0.0;
     for (uint r = 0u; r < rows; ++r) {
-      float g = LOAD(dy_buf.data[offset_of(1) + r * cols + c]);
+      float g = R_LOAD(dy_buf.data[offset_of(1) + r * cols + c]);
       dw += g * (LOAD(x_buf.data[offset_of(2) + r * cols + c]) - mean_buf.data[offset_of(3) + r]) *
             rstd_buf.data[offset_of(4) + r];
       db += g;
