@@ -37,6 +37,13 @@ std::pair<std::string, std::string> cell_of(const std::string& case_name) {
   for (const auto& p : parts) {
     std::string head = p.substr(0, p.find("->"));
     if (is_dtype(head)) return {row, head};
+    // Mixed dtypes (ABI 1.15): "f32 rows bf16" (a layer norm's 16-bit rows) and "f32+bf16" (the widening
+    // add) go in the first dtype's column, on a row of their own that names the second.
+    const size_t rows_at = p.find(" rows "), plus = p.find('+');
+    if (rows_at != std::string::npos && is_dtype(p.substr(0, rows_at)))
+      return {row + " (" + p.substr(rows_at + 6) + " rows)", p.substr(0, rows_at)};
+    if (plus != std::string::npos && is_dtype(p.substr(0, plus)) && is_dtype(p.substr(plus + 1)))
+      return {row + " (+" + p.substr(plus + 1) + ")", p.substr(0, plus)};
     row += (row.empty() ? "" : " ") + p;
   }
   return {row, ""};
@@ -45,7 +52,8 @@ std::pair<std::string, std::string> cell_of(const std::string& case_name) {
 std::string render(const std::string& row, const Cell& c) {
   // The families of optional fused ops: "fused linear", "attention forward", "layer_norm backward", ...
   bool fused = false;
-  for (const char* family : {"fused", "attention", "layer_norm", "lstm_cell", "gru_cell", "conv"}) fused = fused || row.rfind(family, 0) == 0;
+  for (const char* family : {"fused", "attention", "layer_norm", "lstm_cell", "gru_cell", "conv", "recurrent_layer"})
+    fused = fused || row.rfind(family, 0) == 0;
   if (c.failed) return fmt::format("FAIL {}/{}", c.failed, c.failed + c.passed);
   if (c.passed) return fmt::format("{} {}", fused ? "fused" : "yes", c.passed);
   if (c.unsupported) return fused ? "composed" : "-";
