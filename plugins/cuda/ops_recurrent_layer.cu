@@ -85,7 +85,7 @@ struct Plan {
   RnnDescriptor rnn;
   DataDescriptor x, y;
   StateDescriptor state;  // (1, N, H): h's and c's
-  size_t weight_bytes = 0, train_work = 0, reserve = 0, infer_work = 0, unused = 0;
+  size_t weight_bytes = 0, train_work = 0, reserve = 0, infer_work = 0;
   std::vector<Block> blocks;  // empty until the first launch
   std::mutex layout_mutex;    // streams of two threads may launch the plan's first layers at once
 
@@ -110,7 +110,8 @@ struct Plan {
     check_cudnn(cudnnGetRNNWeightSpaceSize(dnn, rnn, &weight_bytes), "cudnnGetRNNWeightSpaceSize");
     check_cudnn(cudnnGetRNNTempSpaceSizes(dnn, rnn, CUDNN_FWD_MODE_TRAINING, x, &train_work, &reserve),
                 "cudnnGetRNNTempSpaceSizes (training)");
-    check_cudnn(cudnnGetRNNTempSpaceSizes(dnn, rnn, CUDNN_FWD_MODE_INFERENCE, x, &infer_work, &unused),
+    size_t no_reserve = 0;  // inference keeps nothing for backward
+    check_cudnn(cudnnGetRNNTempSpaceSizes(dnn, rnn, CUDNN_FWD_MODE_INFERENCE, x, &infer_work, &no_reserve),
                 "cudnnGetRNNTempSpaceSizes (inference)");
   }
 
