@@ -275,8 +275,42 @@ void adam_update(benchmark::State& state, kestrel::Device device, int64_t n) {
                                               benchmark::Counter::kIs1024);
 }
 
-// The ConvNet's max-pooling backward: 2 x 2 windows of stride 2 over (batch, 32, 28, 28) images, the
-// gradient of every element of x from the pooled outputs' gradients and their argmax.
+// The fused LSTM cell at lstm_generator's step shape (batch 32, hidden 256), forward or backward: a
+// step's gate math after its two products, launched 256 times a training step each way.
+void lstm_cell(benchmark::State& state, kestrel::Device device, bool backward) {
+  constexpr int64_t batch = 32, hidden = 256;
+  const Tensor projected = random_tensor({batch, 4 * hidden}, DType::f32, device, 10);  // (N, 4H)
+  const Tensor recurrent = random_tensor({batch, 4 * hidden}, DType::f32, device, 11);  // (N, 4H)
+  const Tensor cell = random_tensor({batch, hidden}, DType::f32, device, 12);           // (N, H)
+  Tensor h_next = Tensor::empty({batch, hidden}, DType::f32, device), c_next = Tensor::empty({batch, hidden}, DType::f32, device);
+  Tensor gates = Tensor::empty({batch, 4 * hidden}, DType::f32, device);
+  kestrel::ops::launch(device, kestrel::ops::make_op(KESTREL_OP_LSTM_CELL, nullptr, {projected, recurrent, cell},
+                                                     {h_next, c_next, gates}));
+  Tensor dgates = Tensor::empty({batch, 4 * hidden}, DType::f32, device), dc = Tensor::empty({batch, hidden}, DType::f32, device);
+  const kestrel_op op =
+      backward ? kestrel::ops::make_op(KESTREL_OP_LSTM_CELL_BACKWARD, nullptr, {h_next, c_next, gates, cell, c_next},
+                                       {dgates, dc})
+               : kestrel::ops::make_op(KESTREL_OP_LSTM_CELL, nullptr, {projected, recurrent, cell}, {h_next, c_next, gates});
+  kestrel::Engine::global().synchronize(device);
+  for (auto _ : state) {
+    kestrel::ops::launch(device, op);
+    kestrel::Engine::global().synchronize(device);
+  }
+}
+
+// The ConvNet's first max pooling: 2 x 2 windows of stride 2 over (batch, 32, 28, 28) images, the
+// pooled values and each window's argmax.
+void pool_forward(benchmark::State& state, kestrel::Device device, int64_t batch) {
+  const kestrel::ops::Window window{2, 2, 2, 2, 0, 0, 1, 1};
+  const Tensor x = random_tensor({batch, 32, 28, 28}, DType::f32, device, 8);  // (N, C, H, W)
+  kestrel::Engine::global().synchronize(device);
+  for (auto _ : state) {
+    const kestrel::ops::PoolResult pooled = kestrel::ops::pool2d(x, window, KESTREL_POOL_MAX);
+    kestrel::Engine::global().synchronize(device);
+  }
+}
+
+// Its backward: the gradient of every element of x from the pooled outputs' gradients and their argmax.
 void pool_backward(benchmark::State& state, kestrel::Device device, int64_t batch) {
   const kestrel::ops::Window window{2, 2, 2, 2, 0, 0, 1, 1};
   const Tensor x = random_tensor({batch, 32, 28, 28}, DType::f32, device, 8);  // (N, C, H, W)
@@ -317,7 +351,7 @@ void register_device_benchmarks(const kestrel::Device& device) {
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   }
-  for (int64_t n : {1 << 16, 1 << 22}) {
+  for (int64_t n : {1 << 8, 1 << 16, 1 << 22}) {
     benchmark::RegisterBenchmark(fmt::format("add/{}/f32/{}", d, n).c_str(), elementwise, device, DType::f32, n, true)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
@@ -385,11 +419,31 @@ void register_device_benchmarks(const kestrel::Device& device) {
   benchmark::RegisterBenchmark(fmt::format("adam_update/{}/f32/3150346", d).c_str(), adam_update, device, 3150346)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
-  for (int64_t batch : {64, 512})
+  for (bool backward : {false, true}) {
+    // Only where the device has the fused cell.
+    try {
+      Tensor probe = Tensor::zeros({1, 4}, DType::f32, device), c = Tensor::zeros({1, 1}, DType::f32, device);
+      if (!kestrel::ops::supports(device, kestrel::ops::make_op(KESTREL_OP_LSTM_CELL, nullptr, {probe, probe, c},
+                                                                {c, c, probe})))
+        break;
+    } catch (const kestrel::Error&) {
+      break;
+    }
+    benchmark::RegisterBenchmark(fmt::format("lstm_cell{}/{}/f32/32x256", backward ? "_backward" : "", d).c_str(),
+                                 lstm_cell, device, backward)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  }
+  for (int64_t batch : {64, 512}) {
+    benchmark::RegisterBenchmark(fmt::format("pool2d/{}/f32/{}x32x28x28", d, batch).c_str(), pool_forward, device,
+                                 batch)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
     benchmark::RegisterBenchmark(fmt::format("pool2d_backward/{}/f32/{}x32x28x28", d, batch).c_str(), pool_backward,
                                  device, batch)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
+  }
 }
 
 }  // namespace
