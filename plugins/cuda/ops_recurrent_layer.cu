@@ -88,6 +88,9 @@ struct Plan {
   size_t weight_bytes = 0, train_work = 0, reserve = 0, infer_work = 0;
   std::vector<Block> blocks;  // empty until the first launch
   std::mutex layout_mutex;    // streams of two threads may launch the plan's first layers at once
+  // Held while a launch enqueues its cuDNN calls: cuDNN promises thread safety for threads on handles of
+  // their own, and says nothing of an RNN descriptor two of them use at once.
+  std::mutex launch_mutex;
 
   Plan(cudnnHandle_t dnn, const RecurrentShape& s) : shape(s) {
     // No dropout: one layer has none inside it. A zero rate needs no random states (torch does the same).
@@ -231,6 +234,7 @@ void forward(kestrel_stream& s, const kestrel_op& op) {
   const RecurrentShape shape = shape_of(op);
   const cudnnHandle_t dnn = handle_of(s);
   Plan& plan = plan_for(s.context->device, dnn, shape);
+  std::lock_guard<std::mutex> in_use(plan.launch_mutex);
   const bool lstm = shape.cell == KESTREL_RECURRENT_LSTM;
   if (shape.saved && shape.saved_bytes < plan.saved_bytes())
     fail("recurrent_layer: the saved output has " + std::to_string(shape.saved_bytes) + " bytes, cuDNN needs " +
@@ -262,6 +266,7 @@ void backward(kestrel_stream& s, const kestrel_op& op) {
   const RecurrentShape shape = shape_of(op);
   const cudnnHandle_t dnn = handle_of(s);
   Plan& plan = plan_for(s.context->device, dnn, shape);
+  std::lock_guard<std::mutex> in_use(plan.launch_mutex);
   const bool lstm = shape.cell == KESTREL_RECURRENT_LSTM;
   if (shape.saved_bytes < plan.saved_bytes())
     fail("recurrent_layer_backward: the saved input has " + std::to_string(shape.saved_bytes) + " bytes, forward left " +
@@ -318,11 +323,10 @@ uint64_t recurrent_layer_saved_bytes(kestrel_context& context, const kestrel_op&
   if (op.kind != KESTREL_OP_RECURRENT_LAYER || !supports_recurrent_layer(op))
     fail("op_saved_bytes: only a recurrent_layer the cuda backend runs saves bytes of its own", KESTREL_STATUS_UNSUPPORTED);
   kestrel::plugin_shapes::recurrent_layer_fits(op, &shape);
-  cudnnHandle_t dnn = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(context.mutex);
-    if (!context.streams.empty()) dnn = context.streams.front()->dnn;
-  }
+  // Sized on the first stream's handle, under the context's lock, which stream_destroy takes before it
+  // destroys a handle.
+  std::lock_guard<std::mutex> lock(context.mutex);
+  cudnnHandle_t dnn = context.streams.empty() ? nullptr : context.streams.front()->dnn;
   if (!dnn) fail("op_saved_bytes: the context has no stream with cuDNN to size the layer on", KESTREL_STATUS_UNAVAILABLE);
   return plan_for(context.device, dnn, shape).saved_bytes();
 }

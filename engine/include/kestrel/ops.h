@@ -110,6 +110,11 @@ kestrel_op make_op(kestrel_op_kind kind, const void* params, const std::vector<T
 // Launches `op` when the device's plugin offers it and returns true; false (nothing done) otherwise,
 // so the caller composes it from primitives.
 bool launch_if_supported(const Device& device, const kestrel_op& op);
+// Runs the optional op `kind` into a new tensor of `like`'s shape, dtype and device, and returns it, when
+// fused ops are on and the device's plugin offers the op; nothing otherwise, so the caller composes it.
+// The plugin is asked with `like` in the output's place, so nothing is allocated for a device that declines.
+std::optional<Tensor> launch_new_if_supported(kestrel_op_kind kind, const void* params,
+                                              const std::vector<Tensor>& inputs, const Tensor& like);
 // Fused ops can be switched off (the engine then always composes them from primitives), to compare
 // the two paths or to debug a plugin's fused kernels. Initially on unless KESTREL_DISABLE_FUSED=1.
 void set_fused_ops_enabled(bool enabled);

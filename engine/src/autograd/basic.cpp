@@ -35,14 +35,11 @@ std::optional<Var> widening_add(const Var& a, const Var& b) {
     return std::nullopt;
   auto params = abi_init<kestrel_binary_params>();
   params.fn = KESTREL_BINARY_ADD;
-  // Asked with the f32 operand standing in for the sum, so nothing is allocated for a device that declines.
-  const Device& device = wide.value().device();
-  if (!ops::fused_ops_enabled() ||
-      !ops::supports(device, ops::make_op(KESTREL_OP_BINARY, &params, {wide.value(), narrow.value()}, {wide.value()})))
-    return std::nullopt;
-  Tensor sum = Tensor::empty(wide.value().shape(), DType::f32, device);
-  ops::launch(device, ops::make_op(KESTREL_OP_BINARY, &params, {wide.value(), narrow.value()}, {sum}));
-  return make_var(sum, {a, b}, "add", [a = a.node(), b = b.node()](const Tensor& dy) {
+  // The sum is f32, of the f32 operand's shape.
+  const std::optional<Tensor> sum =
+      ops::launch_new_if_supported(KESTREL_OP_BINARY, &params, {wide.value(), narrow.value()}, wide.value());
+  if (!sum) return std::nullopt;
+  return make_var(*sum, {a, b}, "add", [a = a.node(), b = b.node()](const Tensor& dy) {
     accumulate_grad(*a, dy);
     accumulate_grad(*b, dy);
   });

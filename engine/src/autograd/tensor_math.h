@@ -18,14 +18,8 @@ inline Tensor unary(kestrel_unary_fn fn, const Tensor& x) { return ops::unary(fn
 // pass and a product, as before 1.14.
 inline Tensor activation_backward(kestrel_binary_fn fn, const Tensor& dy, const Tensor& at) {
   const kestrel_binary_params params{abi_size<kestrel_binary_params>, fn};
-  // Asked with dy standing in for the result (same shape and dtype), so that nothing is allocated for a
-  // device that declines.
-  if (dy.shape() == at.shape() && dy.dtype() == at.dtype() && ops::fused_ops_enabled() &&
-      ops::supports(dy.device(), ops::make_op(KESTREL_OP_BINARY, &params, {dy, at}, {dy}))) {
-    Tensor out = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
-    ops::launch(dy.device(), ops::make_op(KESTREL_OP_BINARY, &params, {dy, at}, {out}));
-    return out;
-  }
+  if (dy.shape() == at.shape() && dy.dtype() == at.dtype())
+    if (std::optional<Tensor> out = ops::launch_new_if_supported(KESTREL_OP_BINARY, &params, {dy, at}, dy)) return *out;
   return mul(dy, unary(fn == KESTREL_BINARY_RELU_BACKWARD ? KESTREL_UNARY_STEP : KESTREL_UNARY_GELU_GRAD, at));
 }
 inline Tensor sum(const Tensor& x, std::vector<int> dims, bool keepdim) {

@@ -137,6 +137,15 @@ bool launch_if_supported(const Device& device, const kestrel_op& op) {
   return true;
 }
 
+std::optional<Tensor> launch_new_if_supported(kestrel_op_kind kind, const void* params,
+                                              const std::vector<Tensor>& inputs, const Tensor& like) {
+  const Device& device = like.device();
+  if (!fused_flag() || !device.runtime().supports(make_op(kind, params, inputs, {like}))) return std::nullopt;
+  Tensor out = Tensor::empty(like.shape(), like.dtype(), device);
+  launch(device, make_op(kind, params, inputs, {out}));
+  return out;
+}
+
 void launch(const Device& device, const kestrel_op& op) { run(op_kind_name(op.kind), device, op); }
 
 void fill_(Tensor& out, double value) {
