@@ -16,6 +16,7 @@
 #include "kestrel/functional.h"
 #include "kestrel/ops.h"
 #include "kestrel/optim.h"
+#include "kestrel/plugin_struct_size.hpp"
 
 namespace {
 
@@ -243,6 +244,31 @@ void layer_norm(benchmark::State& state, kestrel::Device device, bool lowered) {
   state.counters["rows/s"] = benchmark::Counter(8192, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// A pre-norm block's norm backward at GPT-2 small's rows (8192 x 768, f32), its dx joining the residual
+// stream's gradient: added in the same pass (ABI 1.16) or by a separate ADD after it, as before.
+void norm_into_residual(benchmark::State& state, kestrel::Device device, bool adds) {
+  const Tensor x = random_tensor({8192, 768}, DType::f32, device, 3), w = random_tensor({768}, DType::f32, device, 4),
+               dy = random_tensor({8192, 768}, DType::f32, device, 6),
+               residual = random_tensor({8192, 768}, DType::f32, device, 7);  // the skip's gradient
+  Tensor y = Tensor::empty({8192, 768}, DType::f32, device), mean = Tensor::empty({8192}, DType::f32, device),
+         rstd = Tensor::empty({8192}, DType::f32, device);
+  const kestrel_layer_norm_params params{kestrel::abi_size<kestrel_layer_norm_params>, 1e-5};
+  kestrel::ops::launch(device, kestrel::ops::make_op(KESTREL_OP_LAYER_NORM, &params, {x, w}, {y, mean, rstd}));
+  Tensor dx = Tensor::empty({8192, 768}, DType::f32, device), sum = Tensor::empty({8192, 768}, DType::f32, device);
+  Tensor dw = Tensor::empty({768}, DType::f32, device);
+  std::vector<Tensor> inputs{dy, x, mean, rstd, w};
+  if (adds) inputs.push_back(residual);
+  const kestrel_op backward =
+      kestrel::ops::make_op(KESTREL_OP_LAYER_NORM_BACKWARD, &params, inputs, {adds ? sum : dx, dw});
+  if (!kestrel::ops::supports(device, backward)) return state.SkipWithError("the device does not add in its norm");
+  kestrel::Engine::global().synchronize(device);
+  for (auto _ : state) {
+    kestrel::ops::launch(device, backward);
+    if (!adds) kestrel::ops::binary_(KESTREL_BINARY_ADD, sum, dx, residual);
+    kestrel::Engine::global().synchronize(device);
+  }
+}
+
 // f16 loss scaling's overflow check reads every gradient: one MAX_ABS reduction (ABI 1.11) or, on a plugin
 // without it, a max and a min. Both over the seeds' MLP's 3.15M flat gradients, side by side.
 void overflow_check(benchmark::State& state, kestrel::Device device, std::vector<kestrel_reduce_fn> fns, int64_t n) {
@@ -414,6 +440,11 @@ void register_device_benchmarks(const kestrel::Device& device) {
                                   {"max_and_min", {KESTREL_REDUCE_MAX, KESTREL_REDUCE_MIN}}})
     benchmark::RegisterBenchmark(fmt::format("overflow_check/{}/f32/3150346/{}", d, name).c_str(), overflow_check, device,
                                  fns, 3150346)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  for (bool adds : {true, false})
+    benchmark::RegisterBenchmark(fmt::format("norm_into_residual/{}/f32/8192x768/{}", d, adds ? "adds" : "then_add").c_str(),
+                                 norm_into_residual, device, adds)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   benchmark::RegisterBenchmark(fmt::format("adam_update/{}/f32/3150346", d).c_str(), adam_update, device, 3150346)

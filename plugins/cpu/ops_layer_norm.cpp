@@ -1,5 +1,6 @@
 // Fused layer normalisation over the last axis (ABI 1.7), forward and backward side by side; since 1.15
-// an f32 layer norm may write 16-bit rows and read a 16-bit gradient. Rows are
+// an f32 layer norm may write 16-bit rows and read a 16-bit gradient, since 1.16 backward may add dx to
+// a gradient already there (the residual stream's). Rows are
 // independent, so each is one task; the weight and bias gradients sum over rows, column block by column
 // block. Statistics and sums in double, as the composed ops' reductions.
 #include <algorithm>
@@ -50,7 +51,8 @@ void forward_rows(const kestrel_op& op) {
 
 // With xhat = (x - mean) * rstd and g = dy * weight (dy without a weight):
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); dweight = sum over rows of dy * xhat; dbias = sum of dy.
-// E the dtype of x, dx and the parameters, D of dy (E's, or 16-bit beside an f32 x: ABI 1.15).
+// E the dtype of x, dx and the parameters, D of dy (E's, or 16-bit beside an f32 x: ABI 1.15). With an
+// added gradient (1.16) dx is rounded to E, then added to it, in E's compute type, as a separate ADD would.
 template <class E, class D>
 void backward_rows(const kestrel_op& op) {
   const kestrel_tensor& x_desc = op.inputs[1];
@@ -59,7 +61,9 @@ void backward_rows(const kestrel_op& op) {
   const auto* dy = data_of<typename D::storage>(op.inputs[0]);
   const S* x = data_of<S>(op.inputs[1]);
   const Acc<E>*mean = data_of<Acc<E>>(op.inputs[2]), *rstd = data_of<Acc<E>>(op.inputs[3]);
-  const S* weight = op.num_inputs > 4 ? data_of<S>(op.inputs[4]) : nullptr;
+  const S* weight = op.num_outputs > 1 ? data_of<S>(op.inputs[4]) : nullptr;  // (C), with dweight
+  const kestrel_tensor* added_desc = kestrel::plugin_shapes::layer_norm_added_gradient(op);
+  const S* added = added_desc ? data_of<S>(*added_desc) : nullptr;  // (R, C)
   S* dx = mutable_data_of<S>(op.outputs[0]);
   S* dweight = op.num_outputs > 1 ? mutable_data_of<S>(op.outputs[1]) : nullptr;
   S* dbias = op.num_outputs > 2 ? mutable_data_of<S>(op.outputs[2]) : nullptr;
@@ -73,8 +77,11 @@ void backward_rows(const kestrel_op& op) {
     }
     mean_g /= double(cols);
     mean_gx /= double(cols);
-    for (int64_t c = 0; c < cols; ++c)
-      dx[r * cols + c] = E::store(typename E::compute(double(rstd[r]) * (g(c) - mean_g - xhat(r, c) * mean_gx)));
+    using C = typename E::compute;
+    for (int64_t c = 0; c < cols; ++c) {
+      const S own = E::store(C(double(rstd[r]) * (g(c) - mean_g - xhat(r, c) * mean_gx)));
+      dx[r * cols + c] = added ? E::store(C(E::load(own)) + C(E::load(added[r * cols + c]))) : own;
+    }
   });
   if (!dweight) return;
   const int64_t blocks = (cols + kColumnBlock - 1) / kColumnBlock;
@@ -104,7 +111,9 @@ void with_row_dtypes(kestrel_dtype x, kestrel_dtype rows, Body body) {
 
 }  // namespace
 
-bool supports_layer_norm(const kestrel_op& op) { return kestrel::plugin_shapes::layer_norm_fits(op, /*lowered=*/true); }
+bool supports_layer_norm(const kestrel_op& op) {
+  return kestrel::plugin_shapes::layer_norm_fits(op, /*lowered=*/true, /*adds=*/true);
+}
 
 void launch_layer_norm(const kestrel_op& op) {
   if (op.kind == KESTREL_OP_LAYER_NORM_BACKWARD)

@@ -2,7 +2,8 @@
 // row of up to 1024 columns (a block per row beyond) for the normalisation and for the input gradient;
 // the weight and bias gradients sum over rows in column tiles, split over row ranges whose partial sums
 // a second kernel adds in a fixed order (the same bits every run). f32 and f64 rows are accumulated in double, f16/bf16 in f32. Since ABI 1.15 an f32
-// layer norm may write 16-bit rows (y) and read a 16-bit gradient (dy): E is x's dtype, R the rows'.
+// layer norm may write 16-bit rows (y) and read a 16-bit gradient (dy): E is x's dtype, R the rows'. Since
+// 1.16 backward may add dx (rounded to E) to a gradient already there, in E's compute type, as an ADD would.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -55,11 +56,18 @@ __global__ void layer_norm_rows(const typename E::storage* x, const typename E::
   }
 }
 
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight (dy without one).
+// dx element i: `value` rounded to E, plus added[i] where there is an added gradient (ABI 1.16).
+template <class E, class A>
+__device__ __forceinline__ typename E::storage dx_element(A value, const typename E::storage* added, int64_t i) {
+  const typename E::storage own = E::store(typename E::compute(value));
+  return added ? E::store(E::load(own) + E::load(added[i])) : own;
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight (dy without one) [+ added].
 template <class E, class R>
 __global__ void layer_norm_grad_rows(const typename R::storage* dy, const typename E::storage* x, const float* mean,
-                                     const float* rstd, const typename E::storage* weight, typename E::storage* dx,
-                                     int64_t cols) {
+                                     const float* rstd, const typename E::storage* weight,
+                                     const typename E::storage* added, typename E::storage* dx, int64_t cols) {
   using A = Acc<E>;
   const int64_t row = blockIdx.x;
   const A mu = mean[row], inv = rstd[row];
@@ -72,7 +80,7 @@ __global__ void layer_norm_grad_rows(const typename R::storage* dy, const typena
   }
   const A mean_g = block_sum(sum_g) / A(cols), mean_gx = block_sum(sum_gx) / A(cols);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    dx[row * cols + c] = E::store(typename E::compute(inv * (g(c) - mean_g - xhat(c) * mean_gx)));
+    dx[row * cols + c] = dx_element<E>(inv * (g(c) - mean_g - xhat(c) * mean_gx), added, row * cols + c);
 }
 
 // ---- rows of at most 32 * K columns: a warp each ----
@@ -135,8 +143,9 @@ __global__ void __launch_bounds__(kRowThreads, 2) layer_norm_warp_rows(const typ
 // the sums and the write.
 template <class E, class R, int K>
 __global__ void __launch_bounds__(kRowThreads, 2) layer_norm_warp_grad_rows(const typename R::storage* dy, const typename E::storage* x, const float* mean,
-                                          const float* rstd, const typename E::storage* weight, typename E::storage* dx,
-                                          int64_t rows, int64_t cols) {
+                                          const float* rstd, const typename E::storage* weight,
+                                          const typename E::storage* added, typename E::storage* dx, int64_t rows,
+                                          int64_t cols) {
   using A = Acc<E>;
   const int lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / 32;
@@ -168,7 +177,7 @@ __global__ void __launch_bounds__(kRowThreads, 2) layer_norm_warp_grad_rows(cons
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int64_t c = lane + 32 * k;
-    if (c < cols) dx[row * cols + c] = E::store(typename E::compute(inv * (g(k, c) - mean_g - xhat(k) * mean_gx)));
+    if (c < cols) dx[row * cols + c] = dx_element<E>(inv * (g(k, c) - mean_g - xhat(k) * mean_gx), added, row * cols + c);
   }
 }
 
@@ -273,7 +282,8 @@ void layer_norm_forward(kestrel_stream& s, const kestrel_op& op) {
   check_launch("layer_norm");
 }
 
-// in0 dy, in1 x, in2 mean, in3 rstd [, in4 weight] -> out0 dx [, out1 dweight [, out2 dbias]].
+// in0 dy, in1 x, in2 mean, in3 rstd [, in4 weight] [, the gradient dx adds to] -> out0 dx [, out1 dweight
+// [, out2 dbias]].
 void layer_norm_backward(kestrel_stream& s, const kestrel_op& op) {
   const int64_t rows = op.inputs[1].shape[0], cols = op.inputs[1].shape[1];
   with_row_dtypes(op.inputs[1].dtype, op.inputs[0].dtype, [&](auto elem, auto row) {
@@ -284,15 +294,17 @@ void layer_norm_backward(kestrel_stream& s, const kestrel_op& op) {
     const S* x = input<S>(op, 1);
     const float *mean = input<float>(op, 2), *rstd = input<float>(op, 3);
     if (rows > 0) {
-      const S* weight = input<S>(op, 4);
+      const S* weight = op.num_outputs > 1 ? input<S>(op, 4) : nullptr;  // (C), with dweight
+      // (R, C), the last input where there is one
+      const S* added = kestrel::plugin_shapes::layer_norm_added_gradient(op) ? input<S>(op, op.num_inputs - 1) : nullptr;
       S* dx = output<S>(op, 0);
       const bool warps = !block_rows() && with_warp_width(cols, [&](auto width) {
         const unsigned blocks = unsigned((rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
         layer_norm_warp_grad_rows<E, R, decltype(width)::value>
-            <<<blocks, kRowThreads, 0, s.cuda>>>(dy, x, mean, rstd, weight, dx, rows, cols);
+            <<<blocks, kRowThreads, 0, s.cuda>>>(dy, x, mean, rstd, weight, added, dx, rows, cols);
       });
       if (!warps)
-        layer_norm_grad_rows<E, R><<<unsigned(rows), kRowThreads, 0, s.cuda>>>(dy, x, mean, rstd, weight, dx, cols);
+        layer_norm_grad_rows<E, R><<<unsigned(rows), kRowThreads, 0, s.cuda>>>(dy, x, mean, rstd, weight, added, dx, cols);
       check_launch("layer_norm_backward");
     }
     if (op.num_outputs < 2 || cols == 0) return;
@@ -314,7 +326,7 @@ void layer_norm_backward(kestrel_stream& s, const kestrel_op& op) {
 // Rows are blocks of the grid (at most 2^31 - 1 of them).
 // f32, f16 and bf16 (f64, whose statistics are f64, is composed).
 bool supports_layer_norm(const kestrel_op& op) {
-  if (!kestrel::plugin_shapes::layer_norm_fits(op, /*lowered=*/true)) return false;
+  if (!kestrel::plugin_shapes::layer_norm_fits(op, /*lowered=*/true, /*adds=*/true)) return false;
   const kestrel_tensor& x = op.inputs[op.kind == KESTREL_OP_LAYER_NORM_BACKWARD ? 1 : 0];
   return x.dtype != KESTREL_DTYPE_F64 && x.shape[0] <= INT32_MAX;
 }

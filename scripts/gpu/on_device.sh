@@ -155,9 +155,10 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
       kernels) for generic in 0 1; do
                  KESTREL_CUDA_GENERIC_ELEMENTWISE=$generic build/bin/bench_ops --benchmark_filter='(sum_columns|lm_loss|adam_update|weight_and_bias_grad)/cuda'
                done
-               # Layer norm at GPT-2's shape: a warp per row (default) against a block per row, 16-bit rows or cast.
+               # Layer norm at GPT-2's shape: a warp per row (default) against a block per row, 16-bit rows or cast,
+               # and its backward adding into the residual stream's gradient (ABI 1.16) or an ADD after.
                for blocks in 0 1; do
-                 KESTREL_CUDA_LAYER_NORM_BLOCKS=$blocks build/bin/bench_ops --benchmark_filter='layer_norm/cuda'
+                 KESTREL_CUDA_LAYER_NORM_BLOCKS=$blocks build/bin/bench_ops --benchmark_filter='(layer_norm|norm_into_residual)/cuda'
                  KESTREL_CUDA_LAYER_NORM_BLOCKS=$blocks build/bin/kestrel conformance --backend cuda --family layer_norm | tail -1
                done ;;
       # Issues 15/16: PyTorch at its best (whole-step torch.compile with CUDA graphs) on the MLP and GPT-2

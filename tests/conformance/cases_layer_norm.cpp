@@ -1,7 +1,8 @@
 // The fused layer norm ops (plugin ABI 1.7), optional: forward (output, mean, inverse standard
 // deviation) and backward (input, weight and bias gradients), without and with an affine part, against
 // torch.nn.functional.layer_norm's definition in double; since ABI 1.15 also an f32 norm writing 16-bit
-// rows and reading a 16-bit gradient.
+// rows and reading a 16-bit gradient; since 1.16 a backward adding dx to a gradient already there, which
+// must give the bits of dx then a separate ADD.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -46,8 +47,8 @@ Reference reference(int64_t rows, int64_t cols, double eps, const std::vector<do
 }
 
 // One case: x, the parameters and dx in `dtype`, y (forward) or dy (backward) in `rows` (dtype's own, or
-// since ABI 1.15 f16/bf16 beside an f32 x).
-void one_case(Runner& r, DType dtype, DType rows_dtype, const Shape& shape, int affine, bool backward) {
+// since ABI 1.15 f16/bf16 beside an f32 x). `adds`: backward again, adding dx to a gradient (ABI 1.16).
+void one_case(Runner& r, DType dtype, DType rows_dtype, const Shape& shape, int affine, bool backward, bool adds) {
   const int64_t rows = shape[0], cols = shape[1];
   auto x = r.values(rows * cols, -2, 2, dtype), dy = r.values(rows * cols, -1, 1, rows_dtype);
   auto weight = affine ? r.values(cols, 0.5, 1.5, dtype) : std::vector<double>();
@@ -78,6 +79,21 @@ void one_case(Runner& r, DType dtype, DType rows_dtype, const Shape& shape, int 
   const Tolerance sums = tolerance_for(dtype, 8 * std::sqrt(double(rows)));
   if (affine) r.expect_close(grads[1], want.dweight, sums, "dweight");
   if (affine == 2) r.expect_close(grads[2], want.dbias, sums, "dbias");
+  if (!adds) return;
+  // dx rounded to dtype, plus the gradient there, rounded once more: exactly the sum of the plain op's dx
+  // and it (two values of one float dtype sum exactly in double, then round as the dtype's own sum would).
+  const std::vector<double> so_far = r.values(rows * cols, -1, 1, dtype), plain = grads[0].to_doubles();
+  std::vector<double> sum(plain.size());
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = round_to(dtype, plain[i] + so_far[i]);
+  const Tensor added = r.upload(shape, so_far, dtype);
+  grad_inputs.push_back(added);
+  std::vector<Tensor> summed{Tensor::empty(shape, dtype, r.device())};
+  for (int i = 0; i < affine; ++i) summed.push_back(Tensor::empty({cols}, dtype, r.device()));
+  ops::launch(r.device(), op_of(KESTREL_OP_LAYER_NORM_BACKWARD, &p, grad_inputs, summed));
+  r.expect_close(summed[0], sum, Tolerance{0, 0}, "dx + added");
+  r.expect_close(added, so_far, Tolerance{0, 0}, "the added gradient, unchanged");
+  for (int i = 1; i <= affine; ++i)
+    r.expect_close(summed[size_t(i)], grads[size_t(i)].to_doubles(), Tolerance{0, 0}, "dweight, dbias as without");
 }
 
 }  // namespace
@@ -94,12 +110,12 @@ void layer_norm_cases(Runner& r) {
   for (auto [dtype, rows_dtype] : dtypes)
     for (const Shape& shape : shapes)
       for (int affine : {0, 1, 2})  // none, weight, weight and bias
-        for (bool backward : {false, true}) {
+        for (int pass : {0, 1, 2}) {  // forward, backward, backward adding to a gradient (ABI 1.16)
           const std::string dtypes_name = rows_dtype == dtype ? std::string(dtype_name(dtype))
                                                               : fmt::format("{} rows {}", dtype_name(dtype), dtype_name(rows_dtype));
-          r.run(case_name({backward ? "backward" : "forward", dtypes_name, shape_str(shape),
+          r.run(case_name({pass == 0 ? "forward" : pass == 1 ? "backward" : "backward+add", dtypes_name, shape_str(shape),
                            affine == 0 ? "plain" : affine == 1 ? "weight" : "weight+bias"}),
-                false, [&] { one_case(r, dtype, rows_dtype, shape, affine, backward); });
+                false, [&] { one_case(r, dtype, rows_dtype, shape, affine, pass > 0, pass == 2); });
         }
 }
 

@@ -193,6 +193,37 @@ kestrel::ModelSpec padded_gpt() {
                                    "padded_gpt.json");
 }
 
+// A pre-norm block's residual stream x feeds the norm and the skip connection. The skip's gradient is
+// there when the norm's backward runs, which adds its dx to it in the same pass where the device takes
+// that (ABI 1.16). The gradient must be the bits of the norm's dx and a separate addition: the same as
+// when the skip's gradient arrives after the norm's backward (through x * 1, which the backward reaches
+// later), in f32 and in bf16, on every device.
+TEST(Transformer, TheNormAddsItsGradientToTheResidualStreamsWithTheSameBits) {
+  kestrel::Engine& engine = kestrel::Engine::global();
+  for (const auto& plugin : engine.plugins())
+    for (const auto& info : plugin.loaded ? plugin.devices : decltype(plugin.devices){})
+      for (kestrel::DType dtype : {kestrel::DType::f32, kestrel::DType::bf16}) {
+        const kestrel::Device device = engine.device(plugin.name + ":" + std::to_string(info.index));
+        SCOPED_TRACE(device.str() + " " + std::string(kestrel::dtype_name(dtype)));
+        auto tensor = [&](Shape shape, uint64_t seed) {
+          const size_t count = size_t(shape[0] * shape[1]);
+          return Tensor::from_vector(random_values(count, seed), shape, cpu()).to(dtype).to(device);
+        };
+        const Tensor x = tensor({10, 48}, 31), w = tensor({48, 1}, 32), b = tensor({48, 1}, 33),
+                     mix = tensor({48, 48}, 34);
+        auto gradient_of_x = [&](bool skip_after_norm) {
+          Var input(x, true), weight(w.view({48}), true), bias(b.view({48}), true), product(mix, true);
+          const Var skip = skip_after_norm ? fn::mul(input, Var(Tensor::full({}, 1.0, dtype, device))) : input;
+          const Var block = fn::linear(fn::layer_norm(input, weight, bias, 1, 1e-5), product, Var());  // (10, 48)
+          kestrel::backward(fn::mean(fn::tanh(fn::add(skip, block))));
+          return input.grad().to_doubles();
+        };
+        const std::vector<double> added = gradient_of_x(false), after = gradient_of_x(true);
+        ASSERT_EQ(added.size(), after.size());
+        for (size_t i = 0; i < added.size(); ++i) ASSERT_EQ(added[i], after[i]) << "element " << i;
+      }
+}
+
 TEST(Transformer, ParametersHaveTorchsNames) {
   kestrel::Model model(gpt(), cpu(), 1);
   std::vector<std::string> names;

@@ -81,6 +81,13 @@ Var make_var(Tensor value, std::vector<Var> parents, const char* op, BackwardFn 
 // gradient, that is one copy.
 void accumulate_grad(VarNode& node, const Tensor& grad);
 
+// The gradient accumulated into `node` so far, for an op that adds its own contribution to it in the same
+// pass (a layer norm's backward, ABI 1.16): a tensor in the node's shape and dtype, which the op must not
+// write (it may be another node's gradient too); undefined where there is none yet or a leaf's storage
+// holds it (accumulate_grad then). replace_grad makes the op's sum the node's gradient.
+Tensor gradient_so_far(const VarNode& node);
+void replace_grad(VarNode& node, const Tensor& total);
+
 // Where an op that makes a leaf's whole gradient in `dtype` (a fused layer's weight and bias gradients,
 // a bias gradient's reduction) writes it: the leaf's gradient storage itself when nothing is there to
 // add to and the dtype is the storage's, so that no temporary and copy follow; else a new tensor of the

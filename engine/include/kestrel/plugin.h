@@ -105,6 +105,11 @@
  *        gradient widened. BINARY's ADD may take an f16/bf16 in1 beside an f32 in0 and out (a residual
  *        stream plus a mixed-precision block's output), widening it as it reads. A plugin built against
  *        1.14 or earlier answers 0 to both, and the engine casts.
+ *   1.16 LAYER_NORM_BACKWARD may take one more input, a gradient already accumulated for x, and write
+ *        dx plus it: a pre-norm block's norm reads the residual stream, whose gradient from the skip
+ *        connection is there before the norm's backward runs, and the separate addition (a write and
+ *        two reads of dx) goes. A plugin built against 1.15 or earlier refuses the extra input, and the
+ *        engine adds as before.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -117,7 +122,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 15
+#define KESTREL_PLUGIN_ABI_MINOR 16
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -268,7 +273,9 @@ typedef enum kestrel_op_kind {
   KESTREL_OP_LAYER_NORM = 39,
   /* Since 1.7. in0 dy (R,C), in1 x, in2 mean, in3 rstd [, in4 weight (C)] -> out0 dx (R,C) [, out1
    * dweight (C) [, out2 dbias (C)]]: as many outputs as forward had inputs; written, not accumulated.
-   * Since 1.15 dy may be f16/bf16 for an f32 x (the outputs stay in x's dtype). */
+   * Since 1.15 dy may be f16/bf16 for an f32 x (the outputs stay in x's dtype). Since 1.16 optionally
+   * one more input after the others, a gradient (R,C) in x's dtype, contiguous, not overlapping out0:
+   * out0 is then dx rounded to x's dtype plus it, rounded once more (the bits of the separate ADD). */
   KESTREL_OP_LAYER_NORM_BACKWARD = 40,
   /* Since 1.7; no params. An LSTM step after its two products: in0 (N,4H) the input's product and in1
    * (N,4H) the state's (biases included; gates i, f, g, o in torch's order), in2 c (N,H) -> out0 h' (N,H)

@@ -464,12 +464,14 @@ inline bool attention_fits(const kestrel_op& op) {
 // dbias]]. One float dtype but for the statistics (statistics_dtype); every tensor contiguous. With
 // `lowered` (1.15: a plugin that writes and reads 16-bit rows of an f32 layer norm) forward's y and
 // backward's dy may be f16 or bf16 where x is f32.
-inline bool layer_norm_fits(const kestrel_op& op, bool lowered = false) {
+inline bool layer_norm_fits(const kestrel_op& op, bool lowered = false, bool adds = false) {
   if (!params<kestrel_layer_norm_params>(op) || !all_contiguous(op)) return false;
   const bool backward = op.kind == KESTREL_OP_LAYER_NORM_BACKWARD;
   const int affine = backward ? op.num_outputs - 1 : op.num_inputs - 1;  // 0, 1 (weight) or 2 (and bias)
   if (affine < 0 || affine > 2) return false;
-  if (backward ? op.num_inputs != (affine ? 5 : 4) : op.num_outputs != 3) return false;
+  const int base_inputs = affine ? 5 : 4;  // backward's, before 1.16's added gradient
+  if (backward ? op.num_inputs != base_inputs && !(adds && op.num_inputs == base_inputs + 1) : op.num_outputs != 3)
+    return false;
   const kestrel_tensor& x = op.inputs[backward ? 1 : 0];
   if (x.rank != 2 || !is_float_dtype(x.dtype)) return false;
   auto like = [](const kestrel_tensor& t, const kestrel_tensor& model) { return same_shape(t, model) && t.dtype == model.dtype; };
@@ -494,7 +496,21 @@ inline bool layer_norm_fits(const kestrel_op& op, bool lowered = false) {
   if (affine && !vector_of(op.inputs[4], x.shape[1], x.dtype)) return false;
   for (int i = 1; i <= affine; ++i)
     if (!vector_of(op.outputs[i], x.shape[1], x.dtype)) return false;
+  // 1.16: the gradient dx is added to, apart from dx itself.
+  if (op.num_inputs == base_inputs + 1) {
+    const kestrel_tensor& added = op.inputs[base_inputs];
+    const kestrel_tensor& dx = op.outputs[0];  // both contiguous and of x's shape: element ranges of one length
+    const bool overlap = added.buffer == dx.buffer && added.offset < dx.offset + numel(dx) && dx.offset < added.offset + numel(added);
+    if (!like(added, x) || (numel(dx) > 0 && overlap)) return false;
+  }
   return true;
+}
+
+// The gradient LAYER_NORM_BACKWARD adds dx to (ABI 1.16), or null.
+inline const kestrel_tensor* layer_norm_added_gradient(const kestrel_op& op) {
+  const int base_inputs = op.num_outputs > 1 ? 5 : 4;
+  return op.kind == KESTREL_OP_LAYER_NORM_BACKWARD && op.num_inputs == base_inputs + 1 ? &op.inputs[base_inputs]
+                                                                                       : nullptr;
 }
 
 // ---- LSTM cell (1.7) ----

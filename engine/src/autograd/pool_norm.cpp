@@ -121,8 +121,20 @@ std::optional<Var> fused_layer_norm(const Var& x, const Var& weight, const Var& 
                       op.outputs[op.num_outputs++] = dw.tensor.view(w.shape()).descriptor();  // (C)
                     }
                     if (b.defined()) op.outputs[op.num_outputs++] = db.tensor.view(b.shape()).descriptor();  // (C)
+                    // A pre-norm block's residual stream already has its gradient from the skip connection:
+                    // the op adds dx to it (ABI 1.16) where the device takes that, instead of an ADD after.
+                    const Tensor so_far = x->requires_grad ? gradient_so_far(*x) : Tensor();
+                    bool added = false;
+                    if (so_far.defined() && so_far.is_contiguous()) {
+                      op.inputs[op.num_inputs++] = so_far.view(x2.shape()).descriptor();  // (R, C)
+                      added = ops::supports(x2.device(), op);
+                      if (!added) --op.num_inputs;
+                    }
                     ops::launch(x2.device(), op);
-                    if (x->requires_grad) accumulate_grad(*x, dx.view(x->value.shape()));
+                    if (added)
+                      replace_grad(*x, dx.view(x->value.shape()));
+                    else if (x->requires_grad)
+                      accumulate_grad(*x, dx.view(x->value.shape()));
                     if (weight && weight->requires_grad) land_grad(*weight, dw);
                     if (bias && bias->requires_grad) land_grad(*bias, db);
                   });

@@ -100,6 +100,18 @@ void accumulate_grad(VarNode& node, const Tensor& grad) {
     node.grad = ops::binary(KESTREL_BINARY_ADD, node.grad, cast);
 }
 
+Tensor gradient_so_far(const VarNode& node) {
+  if (!node.requires_grad || node.grad_buffer || !node.grad.defined() || node.grad.dtype() != node.value.dtype())
+    return {};
+  return node.grad;
+}
+
+void replace_grad(VarNode& node, const Tensor& total) {
+  if (total.shape() != node.value.shape() || total.dtype() != node.value.dtype())
+    throw InvalidArgument(fmt::format("internal: gradient {} for {} ({})", total.describe(), node.value.describe(), node.op));
+  node.grad = total;
+}
+
 GradDestination grad_destination(VarNode& leaf, DType dtype) {
   if (leaf.requires_grad && leaf.grad_buffer && dtype == leaf.value.dtype())
     if (Tensor storage = leaf.grad_buffer->overwritable(); storage.defined()) return {storage, true};
