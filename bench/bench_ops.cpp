@@ -260,7 +260,9 @@ void norm_into_residual(benchmark::State& state, kestrel::Device device, bool ad
   if (adds) inputs.push_back(residual);
   const kestrel_op backward =
       kestrel::ops::make_op(KESTREL_OP_LAYER_NORM_BACKWARD, &params, inputs, {adds ? sum : dx, dw});
-  if (!kestrel::ops::supports(device, backward)) return state.SkipWithError("the device does not add in its norm");
+  if (!kestrel::ops::supports(device, backward))
+    return state.SkipWithError(adds ? "the device does not add into the gradient in its norm's backward"
+                                    : "the device has no fused layer norm backward");
   kestrel::Engine::global().synchronize(device);
   for (auto _ : state) {
     kestrel::ops::launch(device, backward);

@@ -7,10 +7,11 @@
 namespace kestrel_vk {
 
 // LAYER_NORM: in0 x (R,C) [, in1 weight (C) [, in2 bias (C)]] -> out0 y (R,C), out1 mean (R), out2 rstd (R).
-// LAYER_NORM_BACKWARD: in0 dy, in1 x, in2 mean, in3 rstd [, in4 weight] -> out0 dx [, out1 dweight [, out2 dbias]].
+// LAYER_NORM_BACKWARD: in0 dy, in1 x, in2 mean, in3 rstd [, in4 weight] [, the gradient dx adds to (ABI 1.16)]
+// -> out0 dx [, out1 dweight [, out2 dbias]].
 // Since ABI 1.15 y (forward) or dy (backward) may be 16-bit beside an f32 x, where the device stores it.
 bool supports_layer_norm(const kestrel_op& op, uint32_t dtypes) {
-  if (!kestrel::plugin_shapes::layer_norm_fits(op, /*lowered=*/true)) return false;
+  if (!kestrel::plugin_shapes::layer_norm_fits(op, /*lowered=*/true, /*adds=*/true)) return false;
   const bool backward = op.kind == KESTREL_OP_LAYER_NORM_BACKWARD;
   if (!in_mask(dtypes, (backward ? op.inputs[0] : op.outputs[0]).dtype)) return false;
   const kestrel_tensor& x = op.inputs[backward ? 1 : 0];
@@ -59,11 +60,18 @@ void launch_layer_norm(kestrel_stream* stream, const kestrel_op& op) {
     return;
   }
   const kestrel_tensor *dy = &op.inputs[0], *mean = &op.inputs[2], *rstd = &op.inputs[3];
-  const kestrel_tensor* weight = op.num_inputs > 4 ? &op.inputs[4] : nullptr;
+  const kestrel_tensor* weight = op.num_outputs > 1 ? &op.inputs[4] : nullptr;  // with dweight
   std::vector<Dispatch> dispatches;
-  if (rows > 0)
+  if (rows > 0) {
     dispatches.push_back(
         dispatch("layer_norm_rows_", rows, {dy, &x, mean, rstd, weight, &op.outputs[0]}, weight != nullptr, false));
+    // Binding 7, whose offset cannot sit in ints[6] (the weight's flag): ints[8], and ints[9] says it is there.
+    if (const kestrel_tensor* added = kestrel::plugin_shapes::layer_norm_added_gradient(op)) {
+      dispatches.back().buffers[6] = added->buffer;
+      dispatches.back().params.ints[8] = static_cast<int32_t>(added->offset);
+      dispatches.back().params.ints[9] = 1;
+    }
+  }
   if (op.num_outputs > 1) {  // without rows the gradients are zeros, which the columns' empty sums write
     const kestrel_tensor* dbias = op.num_outputs > 2 ? &op.outputs[2] : nullptr;
     dispatches.push_back(

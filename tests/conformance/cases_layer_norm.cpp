@@ -81,11 +81,19 @@ void one_case(Runner& r, DType dtype, DType rows_dtype, const Shape& shape, int 
   if (affine == 2) r.expect_close(grads[2], want.dbias, sums, "dbias");
   if (!adds) return;
   // dx rounded to dtype, plus the gradient there, rounded once more: exactly the sum of the plain op's dx
-  // and it (two values of one float dtype sum exactly in double, then round as the dtype's own sum would).
+  // and it. The double sum rounded to the dtype is that sum's correctly rounded value: rounding twice
+  // (to double, then to f32; to f32, then to 16 bits, as round_to and the 16-bit kernels do) is harmless
+  // where the wider format has at least 2p + 1 bits of the narrower's p.
   const std::vector<double> so_far = r.values(rows * cols, -1, 1, dtype), plain = grads[0].to_doubles();
   std::vector<double> sum(plain.size());
   for (size_t i = 0; i < sum.size(); ++i) sum[i] = round_to(dtype, plain[i] + so_far[i]);
-  const Tensor added = r.upload(shape, so_far, dtype);
+  // The gradient as the engine hands it: rows of a larger buffer (an offset), here the one dy is in too.
+  std::vector<double> both = dy;
+  const bool shares_dy = rows_dtype == dtype;
+  if (!shares_dy) both.assign(dy.size(), 0.0);
+  both.insert(both.end(), so_far.begin(), so_far.end());
+  const Tensor buffer = r.upload({2 * rows, cols}, both, dtype), added = buffer.slice(0, rows, 2 * rows);
+  if (shares_dy) grad_inputs[0] = buffer.slice(0, 0, rows);
   grad_inputs.push_back(added);
   std::vector<Tensor> summed{Tensor::empty(shape, dtype, r.device())};
   for (int i = 0; i < affine; ++i) summed.push_back(Tensor::empty({cols}, dtype, r.device()));

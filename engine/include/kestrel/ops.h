@@ -112,7 +112,8 @@ kestrel_op make_op(kestrel_op_kind kind, const void* params, const std::vector<T
 bool launch_if_supported(const Device& device, const kestrel_op& op);
 // Runs the optional op `kind` into a new tensor of `like`'s shape, dtype and device, and returns it, when
 // fused ops are on and the device's plugin offers the op; nothing otherwise, so the caller composes it.
-// The plugin is asked with `like` in the output's place, so nothing is allocated for a device that declines.
+// The plugin is asked with `like` in the output's place, so nothing is allocated for a device that declines;
+// `like` may be one of the inputs (an op that refuses an output overlapping an input must not use this).
 std::optional<Tensor> launch_new_if_supported(kestrel_op_kind kind, const void* params,
                                               const std::vector<Tensor>& inputs, const Tensor& like);
 // Fused ops can be switched off (the engine then always composes them from primitives), to compare

@@ -108,8 +108,8 @@
  *   1.16 LAYER_NORM_BACKWARD may take one more input, a gradient already accumulated for x, and write
  *        dx plus it: a pre-norm block's norm reads the residual stream, whose gradient from the skip
  *        connection is there before the norm's backward runs, and the separate addition (a write and
- *        two reads of dx) goes. A plugin built against 1.15 or earlier refuses the extra input, and the
- *        engine adds as before.
+ *        two reads of dx) goes. The engine offers the extra input only to plugins built against 1.16 or
+ *        later; with others, or where supports_op refuses it, it adds as before.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H

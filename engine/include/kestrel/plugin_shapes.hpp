@@ -463,7 +463,9 @@ inline bool attention_fits(const kestrel_op& op) {
 // LAYER_NORM_BACKWARD: in0 dy, in1 x, in2 mean, in3 rstd [, in4 weight] -> out0 dx [, out1 dweight [, out2
 // dbias]]. One float dtype but for the statistics (statistics_dtype); every tensor contiguous. With
 // `lowered` (1.15: a plugin that writes and reads 16-bit rows of an f32 layer norm) forward's y and
-// backward's dy may be f16 or bf16 where x is f32.
+// backward's dy may be f16 or bf16 where x is f32. With `adds` (1.16: a plugin whose backward adds dx to a
+// gradient already there) backward may take one more input after the others, that gradient (R,C) in x's
+// dtype, apart from out0.
 inline bool layer_norm_fits(const kestrel_op& op, bool lowered = false, bool adds = false) {
   if (!params<kestrel_layer_norm_params>(op) || !all_contiguous(op)) return false;
   const bool backward = op.kind == KESTREL_OP_LAYER_NORM_BACKWARD;

@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "../runtime/device_runtime.h"
 #include "autocast.h"
 #include "kestrel/functional.h"
 #include "tensor_math.h"
@@ -125,7 +126,9 @@ std::optional<Var> fused_layer_norm(const Var& x, const Var& weight, const Var& 
                     // the op adds dx to it (ABI 1.16) where the device takes that, instead of an ADD after.
                     const Tensor so_far = x->requires_grad ? gradient_so_far(*x) : Tensor();
                     bool added = false;
-                    if (so_far.defined() && so_far.is_contiguous()) {
+                    // Only a plugin built against 1.16 or later is asked: an earlier one might read the extra
+                    // input as the weight rather than refuse it.
+                    if (so_far.defined() && so_far.is_contiguous() && x2.device().runtime().api().abi_minor >= 16) {
                       op.inputs[op.num_inputs++] = so_far.view(x2.shape()).descriptor();  // (R, C)
                       added = ops::supports(x2.device(), op);
                       if (!added) --op.num_inputs;

@@ -4,8 +4,11 @@
 // per column for the weight and bias gradients, each sum in a fixed order (no atomics).
 //   forward:            bindings 1 x (R,C), 2 weight (C), 3 bias (C), 4 y (R,C), 5 mean (R), 6 rstd (R) f32;
 //                       mean first, then the centred squares (two passes, as the CPU).
-//   ROWS (backward):    1 dy, 2 x, 3 mean, 4 rstd, 5 weight, 6 dx. With xhat = (x - mean) rstd and
-//                       g = dy weight: dx = rstd (g - mean(g) - xhat mean(g xhat)).
+//   ROWS (backward):    1 dy, 2 x, 3 mean, 4 rstd, 5 weight, 6 dx, 7 the gradient dx adds to (ABI 1.16;
+//                       its offset in ints[8], ints[9] != 0 when it is there). With xhat = (x - mean) rstd
+//                       and g = dy weight: dx = rstd (g - mean(g) - xhat mean(g xhat)), rounded to x's
+//                       dtype [+ the added gradient, rounded again]. Both `precise`: the driver may not
+//                       fuse dx's last product into the addition, which would change the sum's bits.
 //   COLUMNS (backward): 1 dy, 2 x, 3 mean, 4 rstd, 5 dweight = sum over rows of dy xhat, 6 dbias = sum of dy.
 // ints[n - 1] is the element offset of binding n's tensor; ints[6] and ints[7] say whether the weight
 // (forward, ROWS: read; COLUMNS: its gradient written) and the bias (its gradient) are there; uints[0] = R,
@@ -58,6 +61,7 @@ layout(std430, set = 0, binding = 4) readonly buffer Rstd { float data[]; } rstd
 #ifdef ROWS
 layout(std430, set = 0, binding = 5) readonly buffer Weight { STORE_T data[]; } weight_buf;
 layout(std430, set = 0, binding = 6) writeonly buffer Dx { STORE_T data[]; } dx_buf;
+layout(std430, set = 0, binding = 7) readonly buffer Added { STORE_T data[]; } added_buf;
 #else
 layout(std430, set = 0, binding = 5) writeonly buffer Dweight { STORE_T data[]; } dweight_buf;
 layout(std430, set = 0, binding = 6) writeonly buffer Dbias { STORE_T data[]; } dbias_buf;
@@ -102,12 +106,19 @@ void main() {
       gx_sum += g * (LOAD(x_buf.data[x_at + c]) - mu) * inv;
     }
     float g_mean = g_sum / float(cols), gx_mean = gx_sum / float(cols);
-    uint dx_at = offset_of(6) + r * cols;
+    uint dx_at = offset_of(6) + r * cols, added_at = uint(PINT(8)) + r * cols;
+    bool adding = PINT(9) != 0;
     for (uint c = 0u; c < cols; ++c) {
       float g = R_LOAD(dy_buf.data[dy_at + c]);
       if (weighted) g *= LOAD(weight_buf.data[offset_of(5) + c]);
       float xhat = (LOAD(x_buf.data[x_at + c]) - mu) * inv;
-      dx_buf.data[dx_at + c] = STORE(inv * (g - g_mean - xhat * gx_mean));
+      precise float own = inv * (g - g_mean - xhat * gx_mean);
+      if (adding) {
+        precise float total = LOAD(STORE(own)) + LOAD(added_buf.data[added_at + c]);
+        dx_buf.data[dx_at + c] = STORE(total);
+      } else {
+        dx_buf.data[dx_at + c] = STORE(own);
+      }
     }
 #endif
   }
