@@ -32,6 +32,10 @@ void add_train_commands(CLI::App& app, Action& action) {
   add_integer_flag(t, "--max-steps", train.max_steps, "Stop after this many optimizer steps (0: no limit)", 0);
   add_integer_flag(t, "--seed", train.seed, "Random seed", 0);
   add_number_flag(t, "--lr", train.lr, "Learning rate", 0, kMaxLearningRate);
+  add_number_flag(t, "--clip-grad-norm", train.clip_grad_norm,
+                  "Clip the gradients' global L2 norm to this before each update, as torch's clip_grad_norm_ "
+                  "(0: no clipping)",
+                  0, kMaxClipNorm);
   t->add_option("--out", train.out, "Output folder for metrics, checkpoints, summary and plot");
   t->add_flag("--resume", train.resume, "Continue from OUT/checkpoint.json");
   t->add_flag("--progress", train.progress, "Always draw a progress bar");

@@ -34,6 +34,7 @@ RunConfig resolve(const RunFlags& f) {
   if (f.max_steps) config.max_steps = *f.max_steps;
   if (f.seed) config.seed = static_cast<uint64_t>(*f.seed);
   if (f.lr) config.optimizer.lr = *f.lr;
+  if (f.clip_grad_norm) config.optimizer.clip_grad_norm = *f.clip_grad_norm;
   if (f.bucket_mb) config.distributed.bucket_cap_mb = *f.bucket_mb;
   if (f.collective_timeout) config.distributed.timeout_seconds = *f.collective_timeout;
   // Subsets cut file datasets and size synthetic ones.

@@ -11,7 +11,7 @@ namespace kestrel::cli {
 struct RunFlags {
   std::string config, backend, out, checkpoint, precision, devices;
   std::optional<int64_t> epochs, batch_size, accumulate_steps, max_steps, seed, count, train_subset, test_subset;
-  std::optional<double> lr, bucket_mb, collective_timeout;
+  std::optional<double> lr, clip_grad_norm, bucket_mb, collective_timeout;
   bool resume = false, quiet = false, no_progress = false, progress = false, no_capture = false,
        detect_anomaly = false, fit = false;
 };

@@ -2,6 +2,7 @@
 // Fashion-MNIST subset (the full-size targets are benchmarks, see bench/results/).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -176,6 +177,50 @@ TEST(Training, ConvNetLearnsOnASubset) {
   config.out_dir = fresh_dir("convnet").string();
   kestrel::TrainSummary summary = kestrel::Trainer(config).fit(quiet());
   EXPECT_GE(summary.test.accuracy, 0.65) << "test loss " << summary.test.loss;
+}
+
+// optimizer.clip_grad_norm: one SGD step of lr 1 moves the parameters by the clipped gradient, so the
+// step's difference is the gradient times min(1, max_norm / (norm + 1e-6)), as clip_grad_norm_ makes it;
+// under f16 loss scaling the norm compared is the unscaled one.
+TEST(Training, ClippingScalesTheGradientToItsMaximumNorm) {
+  auto step_of = [](const std::string& name, double clip, const std::string& precision) {
+    kestrel::RunConfig config = small_mlp_config(fresh_dir(name));
+    config.optimizer = {};
+    config.optimizer.type = kestrel::OptimizerKind::sgd;
+    config.optimizer.lr = 1.0;
+    config.optimizer.clip_grad_norm = clip;
+    config.precision = kestrel::parse_dtype(precision);
+    config.loss_scale.init_scale = 256;  // f16: a first step that cannot overflow (it would be skipped)
+    config.max_steps = 1;
+    config.checkpoint_every = 0;
+    kestrel::Trainer trainer(config);
+    const std::vector<float> before = parameters(trainer);
+    trainer.fit(quiet());
+    const std::vector<float> after = parameters(trainer);
+    std::vector<double> step(before.size());
+    for (size_t i = 0; i < step.size(); ++i) step[i] = double(before[i]) - double(after[i]);
+    return step;
+  };
+  auto norm = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x * x;
+    return std::sqrt(sum);
+  };
+  const std::vector<double> plain = step_of("clip_none", 0, "f32");
+  const double gradient_norm = norm(plain);
+  ASSERT_GT(gradient_norm, 0);
+  // Above the norm: nothing changes, bit for bit.
+  EXPECT_EQ(step_of("clip_above", 2 * gradient_norm, "f32"), plain);
+  // A quarter of it: every element a quarter as large (the parameters' rounding aside).
+  const std::vector<double> clipped = step_of("clip_quarter", gradient_norm / 4, "f32");
+  const double factor = (gradient_norm / 4) / (gradient_norm + 1e-6);
+  double largest = 0;
+  for (double x : plain) largest = std::max(largest, std::abs(x));
+  for (size_t i = 0; i < plain.size(); ++i)
+    ASSERT_NEAR(clipped[i], plain[i] * factor, 1e-5 * largest) << "parameter " << i;
+  EXPECT_NEAR(norm(clipped), gradient_norm / 4, 1e-4 * gradient_norm);
+  // f16 with loss scaling (256): clipped to a quarter of the f32 norm too, not 256 times less.
+  EXPECT_NEAR(norm(step_of("clip_f16", gradient_norm / 4, "f16")), gradient_norm / 4, 2e-2 * gradient_norm);
 }
 
 TEST(Training, LinearRegressionFitsItsData) {

@@ -43,6 +43,8 @@ TEST(RunConfig, MistakesNameTheFileThePathAndWhatBelongsThere) {
       {R"({"model": "m.json", "data": {"workers": 0}})", "runs/c.train.json: /data/workers: expected an integer from 1 to 256, got 0"},
       {R"({"model": "m.json", "seed": 18446744073709551615})", "/seed: expected an integer >= 0, got 18446744073709551615"},
       {R"({"model": "m.json", "optimizer": {"lr": "big"}})", "/optimizer/lr: expected a number in [0, 10], got \"big\""},
+      {R"({"model": "m.json", "optimizer": {"clip_grad_norm": -0.5}})",
+       "/optimizer/clip_grad_norm: expected a number in [0, 1000000000], got -0.5"},
       {R"({"model": "m.json", "schedule": {"type": "linear"}})",
        "/schedule/type: expected one of constant, step, cosine, got \"linear\""},
       {R"({"model": "m.json", "loss": 3})", "/loss: expected one of cross_entropy, mse, got 3"},
@@ -116,6 +118,8 @@ TEST(RunConfig, OverridesAreCheckedAsTheFileIs) {
             std::string::npos);
   EXPECT_NE(error_after([](RunConfig& c) { c.max_steps = -5; }).find("/max_steps"), std::string::npos);
   EXPECT_NE(error_after([](RunConfig& c) { c.optimizer.lr = 1e30; }).find("/optimizer/lr"), std::string::npos);
+  EXPECT_NE(error_after([](RunConfig& c) { c.optimizer.clip_grad_norm = -1; }).find("/optimizer/clip_grad_norm"),
+            std::string::npos);
   EXPECT_NE(error_after([](RunConfig& c) { c.data.train_subset = -5; }).find("/data/train_subset"), std::string::npos);
   EXPECT_NE(error_after([](RunConfig& c) { c.data.workers = 1 << 30; }).find("/data/workers"), std::string::npos);
   EXPECT_NE(error_after([](RunConfig& c) { c.set_accumulate_steps(3); }).find("/accumulate_steps: 3 micro-batches"),

@@ -21,6 +21,9 @@ struct OptimizerConfig {
   double weight_decay = 0.0;                      // L2 for sgd/adam, decoupled for adamw
   double momentum = 0.0, dampening = 0.0;         // sgd
   bool nesterov = false;                          // sgd
+  // > 0: before each update the gradients' global L2 norm is clipped to this, as
+  // torch.nn.utils.clip_grad_norm_(parameters, max_norm) does (the trainer's step; 0: no clipping).
+  double clip_grad_norm = 0.0;
 };
 
 class Optimizer {

@@ -77,6 +77,7 @@ void RunConfig::check() const {
   at_least("/data/workers", data.workers, 1);
   if (data.workers > kMaxLoaderWorkers) refuse("/data/workers", std::to_string(data.workers), fmt::format("at most {}", kMaxLoaderWorkers));
   within("/optimizer/lr", optimizer.lr, 0, kMaxLearningRate);
+  within("/optimizer/clip_grad_norm", optimizer.clip_grad_norm, 0, kMaxClipNorm);
   within("/distributed/bucket_cap_mb", distributed.bucket_cap_mb, 0.001, 1 << 16);
   within("/distributed/timeout_seconds", distributed.timeout_seconds, 0.1, 86400);
   if (backends.empty()) throw ConfigError(fmt::format("{}: /backend/preference: name at least one backend", source));
@@ -190,6 +191,7 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& source) {
   o.momentum = opt.number("momentum", o.momentum, 0, 1);
   o.dampening = opt.number("dampening", o.dampening, 0, 1);
   o.nesterov = opt.boolean("nesterov", o.nesterov);
+  o.clip_grad_norm = opt.number("clip_grad_norm", o.clip_grad_norm, 0, kMaxClipNorm);
   opt.finish();
 
   JsonReader schedule = top.child("schedule");

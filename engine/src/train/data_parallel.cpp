@@ -85,12 +85,12 @@ void check_same_run(World& world, const RunConfig& config, Model& model, int64_t
   const OptimizerConfig& o = config.optimizer;
   std::string settings = fmt::format(
       "model file {} (SHA-256 {})\nbatch_size {}\naccumulate_steps {}\nseed {}\nepochs {}\nmax_steps {}\n"
-      "optimizer {} lr {} betas {} {} eps {} weight_decay {} momentum {}\ntraining samples {}\nlog_every {}\n"
+      "optimizer {} lr {} betas {} {} eps {} weight_decay {} momentum {} clip_grad_norm {}\ntraining samples {}\nlog_every {}\n"
       "checkpoint every_steps {}\ndistributed bucket_cap_mb {} timeout_seconds {} deterministic {} shards {} shard_optimizer {}\nout {}\n"
       "drop_last {}\nprecision {}\nloss_scale {} {} {} {}\nschedule {} step_size {} gamma {} warmup_steps {} min_lr {}\n",
       model.spec().source(), model.spec().fingerprint(), config.batch_size, config.accumulate_steps, config.seed,
       config.epochs, config.max_steps, optimizer_kind_names[int(o.type)], o.lr, o.beta1, o.beta2, o.eps,
-      o.weight_decay, o.momentum, train_samples, config.log_every, config.checkpoint_every,
+      o.weight_decay, o.momentum, o.clip_grad_norm, train_samples, config.log_every, config.checkpoint_every,
       config.distributed.bucket_cap_mb, config.distributed.timeout_seconds, config.distributed.deterministic,
       config.distributed.shards, config.distributed.shard_optimizer, config.out_dir, config.drop_last,
       dtype_name(config.precision), config.loss_scale.init_scale, config.loss_scale.growth_factor,

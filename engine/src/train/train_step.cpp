@@ -9,6 +9,7 @@
 #include "kestrel/graph.h"
 #include "kestrel/ops.h"
 #include "data_parallel.h"
+#include "gradient_clipping.h"
 #include "scoring.h"
 
 namespace kestrel {
@@ -75,13 +76,17 @@ void TrainStep::run(const data::Batch& batch, double lr, uint64_t& rng_offset, i
 }
 
 // With loss scaling the overflow check, the update (skipped on overflow) and the scale's change follow
-// each other on the device; every rank has the same summed gradients, so every rank decides alike.
+// each other on the device; every rank has the same summed gradients, so every rank decides alike, and
+// clips them alike (after the check, which must see the gradients as backward left them).
 void TrainStep::update(double lr) {
+  const double clip = config_.optimizer.clip_grad_norm;
   if (scaler_) {
     scaler_->check(model_.flat_gradients());
+    if (clip > 0) clip_gradient_norm(model_.flat_gradients(), clip, &scaler_->state());
     optimizer_.step(lr, scaler_->state());
     scaler_->update();
   } else {
+    if (clip > 0) clip_gradient_norm(model_.flat_gradients(), clip, nullptr);
     optimizer_.step(lr);
   }
   if (shards_) shards_->gather_parameters(step_);
