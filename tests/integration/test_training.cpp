@@ -219,6 +219,17 @@ TEST(Training, ClippingScalesTheGradientToItsMaximumNorm) {
   for (size_t i = 0; i < plain.size(); ++i)
     ASSERT_NEAR(clipped[i], plain[i] * factor, 1e-5 * largest) << "parameter " << i;
   EXPECT_NEAR(norm(clipped), gradient_norm / 4, 1e-4 * gradient_norm);
+  // metrics.jsonl logs the norm before clipping ("grad_norm"), and only when clipping.
+  auto logged_norm = [](const std::string& name) {
+    std::ifstream in(fs::temp_directory_path() / ("kestrel_test_" + name) / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.value("kind", "") == "train") return record.contains("grad_norm") ? record["grad_norm"].get<double>() : -1.0;
+    }
+    return -2.0;  // no training record
+  };
+  EXPECT_NEAR(logged_norm("clip_quarter"), gradient_norm, 1e-4 * gradient_norm);
+  EXPECT_EQ(logged_norm("clip_none"), -1.0);
   // f16 with loss scaling (256): clipped to a quarter of the f32 norm too, not 256 times less.
   EXPECT_NEAR(norm(step_of("clip_f16", gradient_norm / 4, "f16")), gradient_norm / 4, 2e-2 * gradient_norm);
 }

@@ -49,6 +49,7 @@ MetricsWindow::Figures MetricsWindow::close() {
   figures.loss = read(loss_sum_) / steps_;
   figures.accuracy =
       labels_per_sample_ > 0 ? read(correct_) / (double(samples_) * double(labels_per_sample_)) : NAN;
+  if (gradient_norm_.defined()) figures.gradient_norm = gradient_norm_.to_doubles()[0];  // every rank's alike
   ops::fill_(loss_sum_, 0.0);
   ops::fill_(correct_, 0.0);
   ops::fill_(finite_steps_, 0.0);

@@ -1,5 +1,7 @@
 // The training metrics since the last report. Engine-internal.
 #pragma once
+#include <cmath>
+
 #include "kestrel/distributed.h"
 #include "kestrel/tensor.h"
 #include "stopwatch.h"
@@ -28,8 +30,13 @@ class MetricsWindow {
     samples_ += samples;
   }
 
+  // After the update, with clipping on: the gradients' norm before clipping (a device scalar, the same on
+  // every rank), kept until the window closes.
+  void note_gradient_norm(const Tensor& norm) { gradient_norm_ = norm; }
+
   struct Figures {
     double loss = 0, accuracy = 0, samples_per_second = 0;  // accuracy over labels: NaN without them
+    double gradient_norm = NAN;  // the last step's norm before clipping; NaN without clipping
   };
   // The window's mean loss, accuracy and rate; then a new window opens.
   Figures close();
@@ -50,6 +57,7 @@ class MetricsWindow {
   Tensor finite_steps_;        // f32 scalar: steps of the window after which the sum was still finite
   Tensor zero_;                // f32 scalar 0, to multiply and compare with
   Tensor finite_scratch_;      // f32 scalar: this step's 1 (sum finite) or 0
+  Tensor gradient_norm_;       // the last noted norm (undefined: none)
   int64_t window_start_;       // steps done before the window opened
   int64_t steps_, samples_;
   Stopwatch clock_;

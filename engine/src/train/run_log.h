@@ -1,6 +1,7 @@
 // What a training run reports: OUT/metrics.jsonl, TensorBoard events beside it, a progress bar (or plain
 // lines when not on a terminal) and OUT/plot.svg of loss and accuracy per epoch. Engine-internal.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -18,6 +19,7 @@ struct MetricRecord {
   int64_t epoch = 0, step = 0;
   double loss = 0, accuracy = 0, lr = 0, samples_per_second = 0, seconds = 0;
   double loss_scale = 0;  // f16's loss scale after the step (0: none)
+  double grad_norm = NAN; // the gradients' global L2 norm before clipping, at the logged step (NaN: not clipping)
 };
 
 // One line of a metrics.jsonl (`path` names it in messages); nullopt for a line that is not a record (cut

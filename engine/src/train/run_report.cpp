@@ -54,7 +54,7 @@ void RunReport::stepped(const TrainState& state, double lr, int64_t samples, Met
     last_loss_ = figures.loss;
     last_accuracy_ = figures.accuracy;
     log_.record({"train", state.epoch, state.step, figures.loss, figures.accuracy, lr, figures.samples_per_second,
-                 run_clock_.seconds(), state.loss_scale.scale});
+                 run_clock_.seconds(), state.loss_scale.scale, figures.gradient_norm});
     show_progress(state, figures.loss, figures.accuracy, figures.samples_per_second);
   } else if (log_.live() && redraw_clock_.seconds() > 0.1) {
     show_progress(state, last_loss_, last_accuracy_, run_rate());

@@ -82,11 +82,11 @@ void TrainStep::update(double lr) {
   const double clip = config_.optimizer.clip_grad_norm;
   if (scaler_) {
     scaler_->check(model_.flat_gradients());
-    if (clip > 0) clip_gradient_norm(model_.flat_gradients(), clip, &scaler_->state());
+    if (clip > 0) metrics_.note_gradient_norm(clip_gradient_norm(model_.flat_gradients(), clip, &scaler_->state()));
     optimizer_.step(lr, scaler_->state());
     scaler_->update();
   } else {
-    if (clip > 0) clip_gradient_norm(model_.flat_gradients(), clip, nullptr);
+    if (clip > 0) metrics_.note_gradient_norm(clip_gradient_norm(model_.flat_gradients(), clip, nullptr));
     optimizer_.step(lr);
   }
   if (shards_) shards_->gather_parameters(step_);
