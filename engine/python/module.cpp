@@ -224,6 +224,10 @@ PYBIND11_MODULE(_kestrel, m) {
       .def_property(
           "lr", [](const RunConfig& c) { return c.optimizer.lr; }, [](RunConfig& c, double lr) { c.optimizer.lr = lr; })
       .def_property(
+          "clip_grad_norm", [](const RunConfig& c) { return c.optimizer.clip_grad_norm; },
+          [](RunConfig& c, double norm) { c.optimizer.clip_grad_norm = norm; },
+          "Clip the gradients' global L2 norm to this before each update, as torch's clip_grad_norm_ (0: no clipping)")
+      .def_property(
           "train_subset", [](const RunConfig& c) { return c.data.train_subset; },
           [](RunConfig& c, int64_t n) { c.data.train_subset = n; })
       .def_property(

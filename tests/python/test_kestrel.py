@@ -95,6 +95,17 @@ def test_train_stop_resume_evaluate_predict(tmp_path):
     np.testing.assert_array_equal(other.predict(images), scores)
 
 
+def test_gradient_clipping_is_set_and_logged(tmp_path):
+    config = small_config(tmp_path, epochs=1)
+    assert config.clip_grad_norm == 0
+    config.clip_grad_norm = 0.5
+    config.max_steps = 3
+    kestrel.Trainer(config).fit()
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    norms = [r["grad_norm"] for r in records if r["kind"] == "train"]
+    assert norms and all(n > 0 for n in norms)
+
+
 def test_two_devices_of_one_process_train_as_one_device(tmp_path):
     if not any(d["id"] == "cpu:1" for d in kestrel.devices()):
         pytest.skip("one CPU device: KESTREL_CPU_DEVICES=2 shows the host as two (ctest sets it)")
