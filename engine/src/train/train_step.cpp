@@ -76,19 +76,20 @@ void TrainStep::run(const data::Batch& batch, double lr, uint64_t& rng_offset, i
 }
 
 // With loss scaling the overflow check, the update (skipped on overflow) and the scale's change follow
-// each other on the device; every rank has the same summed gradients, so every rank decides alike, and
-// clips them alike (after the check, which must see the gradients as backward left them).
+// each other on the device; every rank has the same summed gradients, so every rank decides alike. With
+// clipping the update reads clip_gradient_norm's state, which carries the loss scale's too.
 void TrainStep::update(double lr) {
   const double clip = config_.optimizer.clip_grad_norm;
-  if (scaler_) {
-    scaler_->check(model_.flat_gradients());
-    if (clip > 0) metrics_.note_gradient_norm(clip_gradient_norm(model_.flat_gradients(), clip, &scaler_->state()));
-    optimizer_.step(lr, scaler_->state());
-    scaler_->update();
+  if (scaler_) scaler_->check(model_.flat_gradients());
+  if (clip > 0) {
+    const GradientClipping clipping =
+        clip_gradient_norm(model_.flat_gradients(), clip, scaler_ ? &scaler_->state() : nullptr);
+    metrics_.note_gradient_norm(clipping.norm);
+    optimizer_.step(lr, clipping.update_state);
   } else {
-    if (clip > 0) metrics_.note_gradient_norm(clip_gradient_norm(model_.flat_gradients(), clip, nullptr));
-    optimizer_.step(lr);
+    scaler_ ? optimizer_.step(lr, scaler_->state()) : optimizer_.step(lr);
   }
+  if (scaler_) scaler_->update();
   if (shards_) shards_->gather_parameters(step_);
 }
 
