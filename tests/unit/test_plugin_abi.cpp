@@ -78,6 +78,51 @@ TEST(PluginAbi, EveryPluginRefusesAParameterBlockShorterThanItsVersion) {
   }
 }
 
+// A row-major (rows, cols) f32 descriptor in `buffer` from element `offset` (supports_op reads only the
+// descriptor and compares buffers by address).
+kestrel_tensor matrix_f32(kestrel_buffer* buffer, int64_t rows, int64_t cols, int64_t offset = 0) {
+  kestrel_tensor t = kestrel::abi_init<kestrel_tensor>();
+  t.buffer = buffer;
+  t.offset = offset;
+  t.dtype = KESTREL_DTYPE_F32;
+  t.rank = 2;
+  t.shape[0] = rows, t.shape[1] = cols;
+  t.strides[0] = cols, t.strides[1] = 1;
+  return t;
+}
+
+// ABI 1.16: the layer norm's backward may add dx to a gradient given as one more input, but never one
+// that overlaps dx, which it writes while reading the other (the engine hands it another node's
+// gradient); the plugins that add (the CPU's among them) take it apart from dx.
+TEST(PluginAbi, NoPluginAddsIntoAGradientThatOverlapsDx) {
+  const auto tables = kestrel_test::loaded_plugin_tables();
+  ASSERT_FALSE(tables.empty());
+  static char places[8];  // buffers' addresses only: supports_op never dereferences them
+  auto buffer = [](int i) { return reinterpret_cast<kestrel_buffer*>(places + i); };
+  const kestrel_layer_norm_params params = kestrel::abi_init<kestrel_layer_norm_params>();
+  kestrel_op op = kestrel::abi_init<kestrel_op>();
+  op.kind = KESTREL_OP_LAYER_NORM_BACKWARD;
+  op.params = &params;
+  op.num_inputs = 5;
+  op.inputs[0] = matrix_f32(buffer(1), 3, 8);  // dy
+  op.inputs[1] = matrix_f32(buffer(2), 3, 8);  // x
+  op.inputs[2] = op.inputs[3] = vector_f32(3);  // mean, rstd
+  op.inputs[2].buffer = op.inputs[3].buffer = buffer(3);
+  op.num_outputs = 1;
+  op.outputs[0] = matrix_f32(buffer(4), 3, 8, 8);  // dx: rows 1 to 3 of a buffer of 7
+  for (const kestrel_plugin_api* api : tables) {
+    op.inputs[4] = matrix_f32(buffer(5), 3, 8);  // apart
+    const int32_t apart = api->supports_op(nullptr, &op);
+    op.inputs[4] = matrix_f32(buffer(4), 3, 8, 8);  // dx itself
+    EXPECT_EQ(api->supports_op(nullptr, &op), 0) << api->name;
+    op.inputs[4] = matrix_f32(buffer(4), 3, 8, 16);  // half of it
+    EXPECT_EQ(api->supports_op(nullptr, &op), 0) << api->name;
+    op.inputs[4] = matrix_f32(buffer(4), 3, 8, 32);  // the rows after it, in the same buffer
+    EXPECT_EQ(api->supports_op(nullptr, &op), apart) << api->name;
+    if (std::string(api->name) == "cpu") EXPECT_EQ(apart, 1);
+  }
+}
+
 TEST(PluginAbi, AnOpKindAPluginDoesNotKnowIsUnsupported) {
   for (const kestrel_plugin_api* api : kestrel_test::loaded_plugin_tables()) {
     kestrel_fill_params params = kestrel::abi_init<kestrel_fill_params>();
