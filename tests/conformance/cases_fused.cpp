@@ -305,10 +305,14 @@ void fused_cases(Runner& r) {
     // Since ABI 1.5: loss scaling's state read from the device, [scale, clean, skipped, found_inf]. Steps 1
     // and 3 of 4 overflowed and change nothing; the others divide the gradient by the scale, count only
     // the updates made (Adam's bias corrections, SGD's first momentum step) and leave the state alone.
-    const double scale = 1024;
+    // The state's first entry is any positive divisor: a loss scale (a power of two), or the engine's
+    // gradient clipping's 1 / coefficient (times the scale).
     const bool overflowed[] = {true, false, true, false};
-    for (bool adam : {true, false})
-      r.run(case_name({adam ? "adam_update" : "sgd_update", dt, "loss_scaled"}), false, [&] {
+    for (double asked : {1024.0, 3.7})
+    for (bool adam : {true, false}) {
+      const double scale = round_to(DType::f32, asked);  // as the f32 state holds it
+      r.run(case_name({adam ? "adam_update" : "sgd_update", dt, asked == 1024.0 ? "loss_scaled" : "divided_by_3.7"}),
+            false, [&] {
         const int64_t n = 37;
         auto param = r.values(n, -1, 1, dtype);
         Tensor tp = r.upload({n}, param, dtype), ta = Tensor::zeros({n}, dtype, r.device()),
@@ -326,7 +330,7 @@ void fused_cases(Runner& r) {
           const std::vector<double> state{scale, 0, double(skipped), skip ? 1.0 : 0.0};
           Tensor ts = r.upload({4}, state, DType::f32);
           auto grad = r.values(n, -2, 2, dtype);
-          for (double& g : grad) g *= scale;
+          for (double& g : grad) g = round_to(dtype, g * scale);
           if (skip) grad[n / 2] = INFINITY;
           Tensor tg = r.upload({n}, grad, dtype);
           pa.step = ps.step = step;
@@ -356,6 +360,7 @@ void fused_cases(Runner& r) {
         r.expect_close(ta, m, tolerance_for(dtype, 8), adam ? "m" : "momentum buffer");
         if (adam) r.expect_close(tb, v, tolerance_for(dtype, 8), "v");
       });
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kestrel/io.h"
+#include "kestrel/ops.h"
 #include "kestrel/trainer.h"
 
 namespace {
@@ -230,6 +231,12 @@ TEST(Training, ClippingScalesTheGradientToItsMaximumNorm) {
   };
   EXPECT_NEAR(logged_norm("clip_quarter"), gradient_norm, 1e-4 * gradient_norm);
   EXPECT_EQ(logged_norm("clip_none"), -1.0);
+  // Where the update cannot read the clipping's divisor on the device (here: every op composed), the
+  // gradients are scaled before it instead, to the same effect.
+  kestrel::ops::set_fused_ops_enabled(false);
+  const std::vector<double> composed = step_of("clip_composed", gradient_norm / 4, "f32");
+  kestrel::ops::set_fused_ops_enabled(true);
+  EXPECT_NEAR(norm(composed), gradient_norm / 4, 1e-4 * gradient_norm);
   // f16 with loss scaling (256): clipped to a quarter of the f32 norm too, not 256 times less.
   EXPECT_NEAR(norm(step_of("clip_f16", gradient_norm / 4, "f16")), gradient_norm / 4, 2e-2 * gradient_norm);
 }

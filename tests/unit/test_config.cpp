@@ -120,6 +120,8 @@ TEST(RunConfig, OverridesAreCheckedAsTheFileIs) {
   EXPECT_NE(error_after([](RunConfig& c) { c.optimizer.lr = 1e30; }).find("/optimizer/lr"), std::string::npos);
   EXPECT_NE(error_after([](RunConfig& c) { c.optimizer.clip_grad_norm = -1; }).find("/optimizer/clip_grad_norm"),
             std::string::npos);
+  EXPECT_NE(error_after([](RunConfig& c) { c.optimizer.clip_grad_norm = 1e-40; }).find("/optimizer/clip_grad_norm"),
+            std::string::npos);
   EXPECT_NE(error_after([](RunConfig& c) { c.data.train_subset = -5; }).find("/data/train_subset"), std::string::npos);
   EXPECT_NE(error_after([](RunConfig& c) { c.data.workers = 1 << 30; }).find("/data/workers"), std::string::npos);
   EXPECT_NE(error_after([](RunConfig& c) { c.set_accumulate_steps(3); }).find("/accumulate_steps: 3 micro-batches"),

@@ -88,7 +88,8 @@ kes_status kes_config_parse(const char* json, const char* base_dir, kes_config**
 /* Overrides, like the command line's flags. Integer keys: "epochs", "batch_size", "max_steps", "seed",
  * "accumulate_steps", "train_subset", "test_subset". Text keys: "out", "backend" (a backend or device,
  * or a comma-separated preference list, as --backend), "devices" (a comma-separated list: the trainer
- * then runs a rank per device of this process, and speaks through rank 0). Number keys: "lr". Rules
+ * then runs a rank per device of this process, and speaks through rank 0). Number keys: "lr",
+ * "clip_grad_norm" (the gradients' global L2 norm clipped to it before each update; 0: none). Rules
  * between settings (the micro-batches dividing the batch, the deterministic mode's single micro-batch)
  * are checked when a trainer is created from the config. */
 kes_status kes_config_set_int(kes_config* config, const char* key, int64_t value);

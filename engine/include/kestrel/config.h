@@ -51,6 +51,7 @@ struct DataConfig {
 // The largest learning rate a run config or --lr accepts (and min_lr): far above any useful one.
 inline constexpr double kMaxLearningRate = 10;
 inline constexpr double kMaxClipNorm = 1e9;  // optimizer.clip_grad_norm's largest value
+inline constexpr double kMinClipNorm = 1e-30;  // and its smallest but 0, well inside f32's range
 // The largest batch a run config or a flag accepts (2^40 samples): far above any that fits, and small
 // enough that sizes computed from it stay inside 64 bits.
 inline constexpr int64_t kMaxBatchSize = int64_t(1) << 40;

@@ -2,10 +2,12 @@
 // it) and learning-rate schedules, with torch.optim's update rules.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kestrel/plugin.h"
 #include "kestrel/tensor.h"
 
 namespace kestrel {
@@ -44,6 +46,9 @@ class Optimizer {
   // Whether the last step ran as the backend's one fused update (false: composed from primitives, when
   // the backend lacks the fused op or fused ops are switched off).
   bool last_step_fused() const { return last_step_fused_; }
+  // Whether step(lr, scaler) runs as the backend's fused update, which reads the scaler's state on the
+  // device; otherwise the composed update reads it on the host (a wait). Asked once.
+  bool fuses_scaled_update() const;
   // State tensors for checkpoints, named like torch's state_dict entries.
   std::vector<std::pair<std::string, Tensor>> state() const;
 
@@ -55,6 +60,12 @@ class Optimizer {
     int64_t made;
   };
   void update(double lr, double grad_scale, const Tensor* scaler);
+  // The fused update's descriptor, its parameters in `p` (which must outlive it).
+  struct FusedParams {
+    kestrel_adam_params adam;
+    kestrel_sgd_params sgd;
+  };
+  kestrel_op fused_op(double lr, double grad_scale, const Tensor* scaler, FusedParams& p) const;
   void adam_composed(const Update& u);
   void sgd_composed(const Update& u);
   OptimizerConfig config_;
@@ -62,6 +73,7 @@ class Optimizer {
   Tensor exp_avg_, exp_avg_sq_, momentum_;
   int64_t steps_ = 0;
   bool last_step_fused_ = false;
+  mutable std::optional<bool> fuses_scaled_update_;
 };
 
 enum class ScheduleKind { constant, step, cosine };

@@ -438,7 +438,8 @@ typedef struct kestrel_softmax_params { size_t struct_size; int32_t log; } kestr
  * Since 1.5, scaler != 0 adds one last input: loss scaling's state, a contiguous f32 tensor of 4 elements
  * on the device, [scale, clean_steps, skipped_steps, found_inf], read when the op runs (so a replay reads
  * the current one). When found_inf != 0 the op changes nothing (the gradient is still zeroed if asked);
- * otherwise the gradient is divided by scale (grad_scale is ignored) and Adam's bias corrections use
+ * otherwise the gradient is divided by scale, any positive value (the engine's gradient clipping passes
+ * its divisor there too, times the loss scale if any; grad_scale is ignored), and Adam's bias corrections use
  * step - skipped_steps, the updates actually made. The op does not write the state. */
 typedef struct kestrel_adam_params {
   size_t struct_size;

@@ -176,7 +176,12 @@ kes_status kes_config_set_number(kes_config* config, const char* key, double val
     need(config, "config");
     need(key, "key");
     const std::string k = key;
-    if (k != "lr") throw InvalidArgument(fmt::format("kes_config_set_number: no number setting '{}' (lr)", k));
+    if (k == "clip_grad_norm") {  // checked with the rest when a trainer is made from the config
+      config->value.optimizer.clip_grad_norm = value;
+      return;
+    }
+    if (k != "lr")
+      throw InvalidArgument(fmt::format("kes_config_set_number: no number setting '{}' (lr, clip_grad_norm)", k));
     if (!(value >= 0 && value <= kMaxLearningRate))
       throw InvalidArgument(fmt::format("kes_config_set_number: lr must be in [0, {}], got {}", kMaxLearningRate, value));
     config->value.optimizer.lr = value;

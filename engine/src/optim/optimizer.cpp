@@ -38,11 +38,12 @@ void Optimizer::step(double lr, const Tensor& scaler) { update(lr, 1.0, &scaler)
 
 // The backend's fused update where it has one (reading a loss scaler's state itself, since plugin ABI
 // 1.5), else the same rule composed from primitives, which must read the scaler's state on the host.
-void Optimizer::update(double lr, double grad_scale, const Tensor* scaler) {
-  ++steps_;
+kestrel_op Optimizer::fused_op(double lr, double grad_scale, const Tensor* scaler, FusedParams& p) const {
   const bool adam = config_.type != OptimizerKind::sgd;
-  kestrel_adam_params a{};
-  kestrel_sgd_params s{};
+  p.adam = kestrel_adam_params{};
+  p.sgd = kestrel_sgd_params{};
+  kestrel_adam_params& a = p.adam;
+  kestrel_sgd_params& s = p.sgd;
   set_abi_size(a);
   set_abi_size(s);
   a.lr = lr, a.beta1 = config_.beta1, a.beta2 = config_.beta2, a.eps = config_.eps;
@@ -57,6 +58,24 @@ void Optimizer::update(double lr, double grad_scale, const Tensor* scaler) {
   if (adam) in(exp_avg_), in(exp_avg_sq_);
   if (!adam && momentum_.defined()) in(momentum_);
   if (scaler) in(*scaler);
+  return op;
+}
+
+bool Optimizer::fuses_scaled_update() const {
+  if (!fuses_scaled_update_) {
+    const Tensor probe = Tensor::zeros({4}, DType::f32, params_.device());  // a scaler's state, for its descriptor
+    FusedParams p;
+    fuses_scaled_update_ = params_.device().runtime().api().abi_minor >= 5 && ops::fused_ops_enabled() &&
+                           ops::supports(params_.device(), fused_op(config_.lr, 1.0, &probe, p));
+  }
+  return *fuses_scaled_update_;
+}
+
+void Optimizer::update(double lr, double grad_scale, const Tensor* scaler) {
+  ++steps_;
+  const bool adam = config_.type != OptimizerKind::sgd;
+  FusedParams p;
+  const kestrel_op op = fused_op(lr, grad_scale, scaler, p);
   const bool abi_has_scaler = params_.device().runtime().api().abi_minor >= 5;
   last_step_fused_ = (!scaler || abi_has_scaler) && ops::launch_if_supported(params_.device(), op);
   if (last_step_fused_) return;

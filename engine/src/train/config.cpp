@@ -78,6 +78,9 @@ void RunConfig::check() const {
   if (data.workers > kMaxLoaderWorkers) refuse("/data/workers", std::to_string(data.workers), fmt::format("at most {}", kMaxLoaderWorkers));
   within("/optimizer/lr", optimizer.lr, 0, kMaxLearningRate);
   within("/optimizer/clip_grad_norm", optimizer.clip_grad_norm, 0, kMaxClipNorm);
+  if (optimizer.clip_grad_norm > 0 && optimizer.clip_grad_norm < kMinClipNorm)  // f32 would flush it to 0
+    refuse("/optimizer/clip_grad_norm", fmt::format("{}", optimizer.clip_grad_norm),
+           fmt::format("0 (no clipping) or at least {}", kMinClipNorm));
   within("/distributed/bucket_cap_mb", distributed.bucket_cap_mb, 0.001, 1 << 16);
   within("/distributed/timeout_seconds", distributed.timeout_seconds, 0.1, 86400);
   if (backends.empty()) throw ConfigError(fmt::format("{}: /backend/preference: name at least one backend", source));

@@ -1,6 +1,7 @@
 // The training metrics since the last report. Engine-internal.
 #pragma once
 #include <cmath>
+#include <optional>
 
 #include "kestrel/distributed.h"
 #include "kestrel/tensor.h"
@@ -36,7 +37,7 @@ class MetricsWindow {
 
   struct Figures {
     double loss = 0, accuracy = 0, samples_per_second = 0;  // accuracy over labels: NaN without them
-    double gradient_norm = NAN;  // the last step's norm before clipping; NaN without clipping
+    std::optional<double> gradient_norm;  // the last step's norm before clipping; none without clipping
   };
   // The window's mean loss, accuracy and rate; then a new window opens.
   Figures close();

@@ -24,7 +24,7 @@ nlohmann::json to_json(const MetricRecord& r) {
     j["lr"] = r.lr;
     j["samples_per_second"] = r.samples_per_second;
     if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;
-    if (!std::isnan(r.grad_norm)) j["grad_norm"] = r.grad_norm;  // an overflowed f16 step's infinity: null
+    if (r.grad_norm) j["grad_norm"] = *r.grad_norm;  // null where it is not finite
   }
   return j;
 }
@@ -45,7 +45,7 @@ MetricRecord record_from_json(const nlohmann::json& j) {
   r.lr = j.value("lr", 0.0);
   r.samples_per_second = j.value("samples_per_second", 0.0);
   r.loss_scale = j.value("loss_scale", 0.0);
-  r.grad_norm = number_or_nan(j, "grad_norm");
+  if (j.contains("grad_norm")) r.grad_norm = number_or_nan(j, "grad_norm");
   r.seconds = j.value("seconds", 0.0);
   return r;
 }
@@ -108,7 +108,7 @@ void RunLog::record(const MetricRecord& record) {
     events_->scalar("train/learning_rate", record.step, record.lr);
     events_->scalar("train/samples_per_second", record.step, record.samples_per_second);
     if (record.loss_scale > 0) events_->scalar("train/loss_scale", record.step, record.loss_scale);
-    if (!std::isnan(record.grad_norm)) events_->scalar("train/grad_norm", record.step, record.grad_norm);
+    if (record.grad_norm) events_->scalar("train/grad_norm", record.step, *record.grad_norm);
   }
   std::ofstream out(out_dir_ + "/metrics.jsonl", std::ios::app);
   out << to_json(record).dump() << "\n";

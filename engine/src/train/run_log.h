@@ -19,7 +19,7 @@ struct MetricRecord {
   int64_t epoch = 0, step = 0;
   double loss = 0, accuracy = 0, lr = 0, samples_per_second = 0, seconds = 0;
   double loss_scale = 0;  // f16's loss scale after the step (0: none)
-  double grad_norm = NAN; // the gradients' global L2 norm before clipping, at the logged step (NaN: not clipping)
+  std::optional<double> grad_norm;  // with clipping: the logged step's gradient norm before it (may be NaN)
 };
 
 // One line of a metrics.jsonl (`path` names it in messages); nullopt for a line that is not a record (cut

@@ -77,11 +77,15 @@ void TrainStep::run(const data::Batch& batch, double lr, uint64_t& rng_offset, i
 
 // With loss scaling the overflow check, the update (skipped on overflow) and the scale's change follow
 // each other on the device; every rank has the same summed gradients, so every rank decides alike. With
-// clipping the update reads clip_gradient_norm's state, which carries the loss scale's too.
+// clipping the update reads clip_gradient_norm's state, which carries the loss scale's too; without a
+// scaler, on a backend whose update cannot read such a state on the device, the gradients are scaled.
 void TrainStep::update(double lr) {
   const double clip = config_.optimizer.clip_grad_norm;
   if (scaler_) scaler_->check(model_.flat_gradients());
-  if (clip > 0) {
+  if (clip > 0 && !scaler_ && !optimizer_.fuses_scaled_update()) {
+    metrics_.note_gradient_norm(clip_gradient_norm_in_place(model_.flat_gradients(), clip).norm);
+    optimizer_.step(lr);
+  } else if (clip > 0) {
     const GradientClipping clipping =
         clip_gradient_norm(model_.flat_gradients(), clip, scaler_ ? &scaler_->state() : nullptr);
     metrics_.note_gradient_norm(clipping.norm);
