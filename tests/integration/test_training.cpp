@@ -241,6 +241,60 @@ TEST(Training, ClippingScalesTheGradientToItsMaximumNorm) {
   EXPECT_NEAR(norm(step_of("clip_f16", gradient_norm / 4, "f16")), gradient_norm / 4, 2e-2 * gradient_norm);
 }
 
+// torch clips the gradients and the optimizer adds its L2 term (weight_decay * p) afterwards, so the
+// decay is not divided. The fused update, which reads the clipping's divisor on the device, must keep that
+// order. It is compared with the plain update after the gradients are scaled in place (every op
+// composed), over three steps of Adam (L2), AdamW and SGD with momentum and L2, on every loaded backend.
+// The decay here dominates the clipped gradient, so dividing it too would change the steps many times over.
+TEST(Training, ClippingComesBeforeEveryOptimizersWeightDecay) {
+  std::vector<std::string> backends;
+  for (const auto& plugin : kestrel::Engine::global().plugins())
+    if (plugin.loaded && !plugin.devices.empty()) backends.push_back(plugin.name + ":0");
+  for (const std::string& backend : backends)
+    for (kestrel::OptimizerKind kind : {kestrel::OptimizerKind::adam, kestrel::OptimizerKind::adamw,
+                                        kestrel::OptimizerKind::sgd}) {
+      const std::string name = kestrel::optimizer_kind_names[int(kind)];
+      SCOPED_TRACE(backend + " " + name);
+      auto steps_of = [&](bool fused, double clip) {
+        kestrel::RunConfig config = small_mlp_config(fresh_dir("clip_decay_" + name));
+        config.backends = {backend};
+        config.fallback = "error";
+        config.optimizer = {};
+        config.optimizer.type = kind;
+        config.optimizer.lr = kind == kestrel::OptimizerKind::sgd ? 0.1 : 1e-2;
+        config.optimizer.weight_decay = 0.5;
+        config.optimizer.momentum = kind == kestrel::OptimizerKind::sgd ? 0.9 : 0.0;
+        // Above the clipped gradient's elements, so Adam's steps follow the gradient's size instead of
+        // its sign, and elements near 0 do not turn the composed forward's rounding into large steps.
+        config.optimizer.eps = 1e-4;
+        config.optimizer.clip_grad_norm = clip;
+        config.max_steps = 3;
+        config.checkpoint_every = 0;
+        kestrel::ops::set_fused_ops_enabled(fused);
+        kestrel::Trainer trainer(config);
+        const std::vector<float> before = parameters(trainer);
+        trainer.fit(quiet());
+        kestrel::ops::set_fused_ops_enabled(true);
+        const std::vector<float> after = parameters(trainer);
+        std::vector<double> step(before.size());
+        for (size_t i = 0; i < step.size(); ++i) step[i] = double(after[i]) - double(before[i]);
+        return step;
+      };
+      auto largest_difference = [](const std::vector<double>& a, const std::vector<double>& b) {
+        double largest = 0;
+        for (size_t i = 0; i < a.size(); ++i) largest = std::max(largest, std::abs(a[i] - b[i]));
+        return largest;
+      };
+      const std::vector<double> fused = steps_of(true, 1e-3), composed = steps_of(false, 1e-3),
+                                unclipped = steps_of(true, 0);
+      const std::vector<double> none(fused.size(), 0.0);
+      const double size = largest_difference(composed, none);
+      ASSERT_GT(size, 0);
+      EXPECT_GT(largest_difference(unclipped, composed), 1e-2 * size);  // the clipping mattered
+      EXPECT_LE(largest_difference(fused, composed), 1e-4 * size);
+    }
+}
+
 TEST(Training, LinearRegressionFitsItsData) {
   kestrel::RunConfig config = kestrel::RunConfig::load(models + "linear_regression.train.json");
   config.backends = {"cpu"};
