@@ -33,8 +33,11 @@ std::string plan_backend() {
 
 // Plans, then trains a few steps (and evaluates once) on the plan's backend, from a fresh peak.
 // eval_batch: 0 keeps the config's (whose evaluation pass is the peak of several models).
-Peaks plan_and_train(const std::string& config_name, int64_t accumulate_steps, int64_t eval_batch = 0) {
+// clip_grad_norm: above 0, also clip the gradients (their squares are a temporary of the update).
+Peaks plan_and_train(const std::string& config_name, int64_t accumulate_steps, int64_t eval_batch = 0,
+                     double clip_grad_norm = 0) {
   kestrel::RunConfig config = kestrel::RunConfig::load((models / config_name).string());
+  if (clip_grad_norm > 0) config.optimizer.clip_grad_norm = clip_grad_norm, config.batch_size = 16;
   config.backends = {plan_backend()};
   config.max_steps = 2;  // an eager warm-up step, then (where the backend captures) a captured one
   config.accumulate_steps = accumulate_steps;
@@ -59,8 +62,9 @@ Peaks plan_and_train(const std::string& config_name, int64_t accumulate_steps, i
 
 class EveryShippedRunConfig : public testing::TestWithParam<std::string> {};
 
-Peaks expect_within_ten_percent(const std::string& config, int64_t accumulate_steps, int64_t eval_batch = 0) {
-  const Peaks peaks = plan_and_train(config, accumulate_steps, eval_batch);
+Peaks expect_within_ten_percent(const std::string& config, int64_t accumulate_steps, int64_t eval_batch = 0,
+                                double clip_grad_norm = 0) {
+  const Peaks peaks = plan_and_train(config, accumulate_steps, eval_batch, clip_grad_norm);
   std::printf("[ plan ] %s on %s, %lld micro-batches: predicted %lld bytes, measured %lld, ratio %.5f\n", config.c_str(),
               plan_backend().c_str(), static_cast<long long>(accumulate_steps), static_cast<long long>(peaks.predicted),
               static_cast<long long>(peaks.measured), double(peaks.predicted) / double(std::max<int64_t>(peaks.measured, 1)));
@@ -79,6 +83,14 @@ TEST(MemoryPlan, MicroBatchesAreWhatTheStepHolds) {
   const Peaks quarters = expect_within_ten_percent("fashion_convnet.train.json", 4, 16);
   EXPECT_LT(quarters.predicted * 2, whole.predicted);
   expect_within_ten_percent("lstm_fashion.train.json", 2, 16);
+}
+
+// A wide MLP at batch 16 with clipping: the update's squares of the gradients (a quarter of what the
+// parameters, their gradients and Adam's moments hold) outgrow the step's activations, so the update is the peak.
+TEST(MemoryPlan, ClippingsSquaresAreCounted) {
+  const Peaks clipped = expect_within_ten_percent("fashion_mlp.train.json", 1, 16, 1.0);
+  const Peaks plain = plan_and_train("fashion_mlp.train.json", 1, 16);
+  EXPECT_GT(clipped.predicted, plain.predicted);
 }
 
 std::vector<std::string> shipped_run_configs() {

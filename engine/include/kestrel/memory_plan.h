@@ -27,6 +27,7 @@ struct MemoryPlan {
   int64_t other_held = 0;           // allocated before the plan beyond the above (metrics, constants)
   int64_t activations = 0;          // kept for backward by one micro-batch's forward
   int64_t step_temporary = 0;       // a training step's peak above the kept activations
+  int64_t update_temporary = 0;     // the update's own, with the activations gone (clipping's squares)
   int64_t eval_peak = 0;            // evaluation's peak above what is held
   int64_t data_in_flight = 0;       // batches on the device: the one in use and the loader's prefetched
   int64_t per_sample = 0;           // the step's peak growth per sample of the micro-batch

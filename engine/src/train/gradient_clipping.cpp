@@ -33,6 +33,10 @@ Tensor clip_divisor(const Tensor& norm, double max_norm) {
 }
 }  // namespace
 
+int64_t clipping_temporary_bytes(const Tensor& gradients) {
+  return std::min(gradients.numel(), kSlice) * int64_t(dtype_size(gradients.dtype()));
+}
+
 GradientClipping clip_gradient_norm_in_place(Tensor& gradients, double max_norm) {
   GradientClipping clipping{l2_norm(gradients), Tensor()};
   ops::binary_(KESTREL_BINARY_DIV, gradients, gradients, clip_divisor(clipping.norm, max_norm));

@@ -12,6 +12,7 @@
 #include "kestrel/loader.h"
 #include "kestrel/ops.h"
 #include "kestrel/trainer.h"
+#include "gradient_clipping.h"
 #include "scoring.h"
 
 namespace kestrel {
@@ -140,6 +141,7 @@ MemoryPlan Trainer::plan_memory(int64_t batch_size) {
   for (const auto& [name, tensor] : optimizer_->state())
     if (tensor.defined()) state_allocated += tensor.numel() * int64_t(dtype_size(tensor.dtype()));
   plan.optimizer_state = state_tensors * param_bytes;
+  plan.update_temporary = opt.clip_grad_norm > 0 ? clipping_temporary_bytes(model_->flat_gradients()) : 0;
   // Training mode moves batch norm's running statistics: they are put back afterwards.
   std::vector<Tensor> statistics;
   int64_t statistics_bytes = 0;  // the copies: held by the plan only
@@ -224,7 +226,8 @@ MemoryPlan Trainer::plan_memory(int64_t batch_size) {
   const int64_t whole_batch = bytes_times(train_sample_bytes, plan.batch_size / ranks),
                 eval_batch_bytes = bytes_times(eval_sample_bytes, plan.eval_batch);
   const int64_t kept_copy = captured ? whole_batch : 0;
-  const int64_t training = kept_copy + std::max(step_peak + whole_batch, 2 * whole_batch);
+  const int64_t training =
+      kept_copy + std::max({step_peak + whole_batch, 2 * whole_batch, plan.update_temporary + whole_batch});
   const int64_t evaluating = kept_copy + whole_batch + std::max(plan.eval_peak + eval_batch_bytes, 2 * eval_batch_bytes);
   plan.data_in_flight = kept_copy + 2 * whole_batch;
   const int64_t held = plan.parameters + plan.gradients + plan.optimizer_state + plan.other_held;
@@ -253,6 +256,7 @@ std::string MemoryPlan::report() const {
                      mib(parameters), mib(gradients), mib(optimizer_state));
   out += fmt::format("  kept for backward  {:>12}  (one micro-batch)\n  step temporaries   {:>12}\n", mib(activations),
                      mib(step_temporary));
+  if (update_temporary > 0) out += fmt::format("  update temporaries {:>12}  (clipping)\n", mib(update_temporary));
   out += fmt::format("  evaluation         {:>12}\n  batches on device  {:>12}\n  other              {:>12}\n",
                      mib(eval_peak), mib(data_in_flight), mib(other_held));
   out += fmt::format("  predicted peak     {:>12}  (free on the device: {} of {})\n", mib(predicted_peak),
