@@ -13,6 +13,7 @@
 #include "kestrel/autograd.h"
 #include "kestrel/engine.h"
 #include "kestrel/export.h"
+#include "kestrel/generate.h"
 #include "host_views.h"
 #include "kestrel/trainer.h"
 
@@ -167,6 +168,57 @@ py::array predict(Trainer& trainer, const py::array& inputs) {
   return to_numpy(model.forward(x, false, 0, unused).value());
 }
 
+// How many leading bytes of `text` end on a whole UTF-8 character: a byte-level vocabulary's token may be
+// part of one, and Python's str takes whole characters only.
+size_t whole_characters(const std::string& text) {
+  for (size_t back = 1; back <= std::min<size_t>(3, text.size()); ++back) {
+    const auto byte = static_cast<unsigned char>(text[text.size() - back]);
+    if ((byte & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t length = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 1;
+    return length > back ? text.size() - back : text.size();
+  }
+  return text.size();
+}
+
+py::str decoded(const std::string& bytes) {  // invalid sequences as U+FFFD, never an exception
+  return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(bytes.data(), py::ssize_t(bytes.size()), "replace"));
+}
+
+// kestrel generate's sampling on the trainer's model (trained, or loaded with Trainer.load); on_text(str),
+// where given, receives the text as it is sampled, whole characters at a time.
+py::dict generate_text(Trainer& trainer, const std::string& prompt, int64_t tokens, double temperature, int64_t top_k,
+                       uint64_t seed, bool cache, const std::function<void(py::str)>& on_text) {
+  if (!trainer.vocabulary())
+    throw InvalidArgument(fmt::format("{}: generate needs a language model trained on text data (\"dataset\": \"text\")",
+                                      trainer.config().source));
+  GenerateOptions options;
+  options.prompt = prompt, options.tokens = tokens, options.temperature = temperature, options.top_k = top_k;
+  options.seed = seed, options.cache = cache;
+  std::string pending;  // sampled, not yet passed on: the start of a character
+  std::function<void(const std::string&)> stream;
+  if (on_text)
+    stream = [&](const std::string& text) {
+      pending += text;
+      const size_t whole = whole_characters(pending);
+      if (whole == 0) return;
+      py::gil_scoped_acquire gil;
+      on_text(decoded(pending.substr(0, whole)));
+      pending.erase(0, whole);
+    };
+  GenerateResult result;
+  {
+    py::gil_scoped_release no_gil;
+    result = generate(trainer.model(), *trainer.vocabulary(), options, stream);
+  }
+  if (!pending.empty()) on_text(decoded(pending));  // a character the model never finished
+  py::dict out;
+  out["text"] = decoded(result.text);
+  out["tokens"] = result.tokens;
+  out["seconds"] = result.seconds;
+  out["tokens_per_second"] = result.tokens_per_second();
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_kestrel, m) {
@@ -233,6 +285,11 @@ PYBIND11_MODULE(_kestrel, m) {
       .def_property(
           "test_subset", [](const RunConfig& c) { return c.data.test_subset; },
           [](RunConfig& c, int64_t n) { c.data.test_subset = n; })
+      .def_property(
+          "vocabulary_file", [](const RunConfig& c) { return c.data.vocabulary_file; },
+          [](RunConfig& c, std::string path) { c.data.vocabulary_file = std::move(path); },
+          "Text data: the vocabulary from a run's vocabulary.json, without reading the corpus (for generating "
+          "with a trained model where its corpus is not)")
       .def_readonly("source", &RunConfig::source);
 
   py::class_<Trainer>(m, "Trainer", "Trains a run config's model on its data")
@@ -246,6 +303,10 @@ PYBIND11_MODULE(_kestrel, m) {
       .def("load", &Trainer::load_weights, py::arg("path"), "Weights from a .safetensors file, checkpoint.json or run folder")
       .def("export_onnx", [](Trainer& t, const std::string& path) { export_onnx(t.model(), path); }, py::arg("path"),
            "Writes the model with its weights as ONNX (opset 17): input 'input', output 'output', any batch size")
+      .def("generate", &generate_text, py::arg("prompt"), py::arg("tokens") = 200, py::arg("temperature") = 1.0,
+           py::arg("top_k") = 0, py::arg("seed") = 0, py::arg("cache") = true, py::arg("on_text") = nullptr,
+           "Continues `prompt` with a language model trained on text, as `kestrel generate` does; on_text(str) "
+           "receives the text as it is sampled. Returns {text, tokens, seconds, tokens_per_second}")
       .def_property_readonly("device", [](const Trainer& t) { return t.device().str(); })
       .def_property_readonly("parameter_count", [](Trainer& t) { return t.model().spec().parameter_count(); });
 

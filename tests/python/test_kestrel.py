@@ -106,6 +106,46 @@ def test_gradient_clipping_is_set_and_logged(tmp_path):
     assert norms and all(n > 0 for n in norms)
 
 
+def test_generate_streams_text_from_a_trained_language_model(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog, said the café's owner. " * 120)
+    (tmp_path / "model.json").write_text(json.dumps({"name": "tiny_lm", "input": {"shape": [32], "dtype": "i64"}, "layers": [
+        {"type": "embedding", "num_embeddings": 64, "embedding_dim": 16}, {"type": "gru", "hidden_size": 32},
+        {"type": "linear", "out_features": 64}]}))
+    run = {"model": "model.json", "data": {"dataset": "text", "path": str(corpus)}, "batch_size": 16, "max_steps": 5,
+           "optimizer": {"type": "adam", "lr": 0.01}, "backend": {"preference": ["cpu"]}, "out": "run"}
+    config = kestrel.RunConfig.parse(json.dumps(run), str(tmp_path / "run.train.json"))
+    trainer = kestrel.Trainer(config)
+    trainer.fit()
+    pieces = []
+    result = trainer.generate("the ", tokens=40, temperature=0.8, top_k=10, seed=7, on_text=pieces.append)
+    assert result["tokens"] == 40 and len(result["text"]) == 40 and result["tokens_per_second"] > 0
+    assert "".join(pieces) == result["text"]
+    # The same seed gives the same text, with and without the cache; the model's state is not left behind.
+    assert trainer.generate("the ", tokens=40, temperature=0.8, top_k=10, seed=7)["text"] == result["text"]
+    assert trainer.generate("the ", tokens=40, temperature=0.8, top_k=10, seed=7, cache=False)["text"] == result["text"]
+    # Where the corpus is not: the run's vocabulary.json and its weights give the same text.
+    elsewhere = kestrel.RunConfig.parse(json.dumps(run), str(tmp_path / "run.train.json"))
+    elsewhere.vocabulary_file = str(tmp_path / "run" / "vocabulary.json")
+    loaded = kestrel.Trainer(elsewhere)
+    loaded.load(str(tmp_path / "run"))
+    assert loaded.generate("the ", tokens=40, temperature=0.8, top_k=10, seed=7)["text"] == result["text"]
+    with pytest.raises(ValueError, match="prompt"):
+        trainer.generate("Zebra", tokens=5)  # 'Z' is not in the corpus
+    with pytest.raises(ValueError, match="text data"):
+        kestrel.Trainer(small_config(tmp_path)).generate("the ", tokens=5)
+    # Byte tokens: a character may take several; the stream passes on whole characters (invalid bytes as U+FFFD).
+    model = json.loads((tmp_path / "model.json").read_text())
+    model["layers"][0]["num_embeddings"] = model["layers"][2]["out_features"] = 256
+    (tmp_path / "model.json").write_text(json.dumps(model))
+    run["data"]["tokenizer"], run["out"] = "byte", "bytes"
+    trainer = kestrel.Trainer(kestrel.RunConfig.parse(json.dumps(run), str(tmp_path / "run.train.json")))
+    trainer.fit()
+    pieces = []
+    result = trainer.generate("café", tokens=60, seed=3, on_text=pieces.append)
+    assert result["tokens"] == 60 and "".join(pieces) == result["text"]
+
+
 def test_two_devices_of_one_process_train_as_one_device(tmp_path):
     if not any(d["id"] == "cpu:1" for d in kestrel.devices()):
         pytest.skip("one CPU device: KESTREL_CPU_DEVICES=2 shows the host as two (ctest sets it)")

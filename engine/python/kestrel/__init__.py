@@ -5,6 +5,7 @@
     trainer = kestrel.Trainer("models/fashion_mlp.train.json")
     summary = trainer.fit(progress=lambda p: p["step"] < 100)   # False stops, with a checkpoint
     trainer.evaluate(), trainer.predict(images)         # numpy in, numpy out
+    trainer.generate("Q: ", tokens=100, seed=1)         # a language model's text, streamed with on_text=
     config.devices = ["cuda:0", "cuda:1"]; kestrel.MultiDeviceTrainer(config).fit()   # a rank per device
 """
 from ._kestrel import (Error, InvalidArgument, MultiDeviceTrainer, NonFiniteLoss, OutOfMemory, RunConfig, Tensor,
