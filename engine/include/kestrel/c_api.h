@@ -88,7 +88,8 @@ kes_status kes_config_parse(const char* json, const char* base_dir, kes_config**
 /* Overrides, like the command line's flags. Integer keys: "epochs", "batch_size", "max_steps", "seed",
  * "accumulate_steps", "train_subset", "test_subset". Text keys: "out", "backend" (a backend or device,
  * or a comma-separated preference list, as --backend), "devices" (a comma-separated list: the trainer
- * then runs a rank per device of this process, and speaks through rank 0). Number keys: "lr",
+ * then runs a rank per device of this process, and speaks through rank 0), "vocabulary_file" (text data:
+ * a run's vocabulary.json, and the corpus is not read: for generating with a trained model). Number keys: "lr",
  * "clip_grad_norm" (the gradients' global L2 norm clipped to it before each update; 0: none). Rules
  * between settings (the micro-batches dividing the batch, the deterministic mode's single micro-batch)
  * are checked when a trainer is created from the config. */
@@ -147,6 +148,30 @@ kes_status kes_trainer_predict(kes_trainer* trainer, const kes_tensor* inputs, k
 /* The trainer's device id ("cpu:0"), valid while the trainer lives. */
 const char* kes_trainer_device(const kes_trainer* trainer);
 void kes_trainer_free(kes_trainer* trainer);
+
+/* ---- text generation -------------------------------------------------------------------------- */
+
+/* A language model's sampling, as `kestrel generate` does it. Zero-initialise, then set at least prompt
+ * and tokens. */
+typedef struct kes_generate_options {
+  const char* prompt;  /* UTF-8 text to continue; the model's vocabulary must have its characters */
+  int64_t tokens;      /* how many to generate (at least 1) */
+  double temperature;  /* the scores are divided by it before sampling; 0 picks the most likely */
+  int64_t top_k;       /* sample among the k most likely only (0: all) */
+  uint64_t seed;       /* the same seed, prompt and weights give the same text on every machine */
+} kes_generate_options;
+
+/* Receives each token's bytes as soon as it is sampled: `length` bytes, not NUL-terminated (a byte-level
+ * vocabulary's token may be part of a UTF-8 character). */
+typedef void (*kes_text_fn)(const char* text, size_t length, void* user_data);
+
+/* Continues options->prompt with the trainer's model, which must have been trained on text data (the
+ * config's "dataset": "text"; for a trained run without its corpus, set the config's "vocabulary_file" and
+ * kes_trainer_load the run). on_text may be NULL. Where not NULL, *text receives the whole continuation,
+ * NUL-terminated, to free with kes_text_free, and *tokens_per_second the speed of sampling. */
+kes_status kes_trainer_generate(kes_trainer* trainer, const kes_generate_options* options, kes_text_fn on_text,
+                                void* user_data, char** text, double* tokens_per_second);
+void kes_text_free(char* text);
 
 #ifdef __cplusplus
 }

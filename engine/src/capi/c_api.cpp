@@ -165,8 +165,11 @@ kes_status kes_config_set_text(kes_config* config, const char* key, const char* 
       config->value.set_backends(value);
     } else if (k == "devices") {  // "cuda:0,cuda:1": a rank per device of this process
       config->value.set_devices(value);
+    } else if (k == "vocabulary_file") {  // a run's vocabulary.json: generation without the corpus
+      config->value.data.vocabulary_file = value;
     } else {
-      throw InvalidArgument(fmt::format("kes_config_set_text: no text setting '{}' (out, backend, devices)", k));
+      throw InvalidArgument(
+          fmt::format("kes_config_set_text: no text setting '{}' (out, backend, devices, vocabulary_file)", k));
     }
   });
 }
