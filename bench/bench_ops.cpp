@@ -304,25 +304,36 @@ void adam_update(benchmark::State& state, kestrel::Device device, int64_t n) {
 }
 
 // The fused LSTM cell at lstm_generator's step shape (batch 32, hidden 256), forward or backward: a
-// step's gate math after its two products, launched 256 times a training step each way.
-void lstm_cell(benchmark::State& state, kestrel::Device device, bool backward) {
+// step's gate math after its two products, launched 256 times a training step each way. Over `steps`
+// time steps, each launch the next step's slice of (N, T, .) tensors as in the layer, rows T apart: at
+// 128 steps they outgrow the caches, and each step's rows come from memory as in a training step.
+void lstm_cell(benchmark::State& state, kestrel::Device device, bool backward, int64_t steps) {
   constexpr int64_t batch = 32, hidden = 256;
-  const Tensor projected = random_tensor({batch, 4 * hidden}, DType::f32, device, 10);  // (N, 4H)
+  auto sequence = [&](int64_t width, uint64_t seed) {  // (N, T, width)
+    return random_tensor({batch, steps, width}, DType::f32, device, seed);
+  };
+  const Tensor projected = sequence(4 * hidden, 10), cells_before = sequence(hidden, 12);
   const Tensor recurrent = random_tensor({batch, 4 * hidden}, DType::f32, device, 11);  // (N, 4H)
-  const Tensor cell = random_tensor({batch, hidden}, DType::f32, device, 12);           // (N, H)
-  Tensor h_next = Tensor::empty({batch, hidden}, DType::f32, device), c_next = Tensor::empty({batch, hidden}, DType::f32, device);
-  Tensor gates = Tensor::empty({batch, 4 * hidden}, DType::f32, device);
-  kestrel::ops::launch(device, kestrel::ops::make_op(KESTREL_OP_LSTM_CELL, nullptr, {projected, recurrent, cell},
-                                                     {h_next, c_next, gates}));
-  Tensor dgates = Tensor::empty({batch, 4 * hidden}, DType::f32, device), dc = Tensor::empty({batch, hidden}, DType::f32, device);
-  const kestrel_op op =
-      backward ? kestrel::ops::make_op(KESTREL_OP_LSTM_CELL_BACKWARD, nullptr, {h_next, c_next, gates, cell, c_next},
-                                       {dgates, dc})
-               : kestrel::ops::make_op(KESTREL_OP_LSTM_CELL, nullptr, {projected, recurrent, cell}, {h_next, c_next, gates});
+  Tensor outputs = sequence(hidden, 13), cells = sequence(hidden, 14), gates = sequence(4 * hidden, 15),
+         dgates = sequence(4 * hidden, 16);
+  const Tensor dc_next = random_tensor({batch, hidden}, DType::f32, device, 17);  // (N, H)
+  Tensor dc = Tensor::empty({batch, hidden}, DType::f32, device);                  // (N, H)
+  auto op_at = [&](int64_t t) {
+    if (backward)
+      return kestrel::ops::make_op(KESTREL_OP_LSTM_CELL_BACKWARD, nullptr,
+                                   {outputs.select(1, t), dc_next, gates.select(1, t), cells_before.select(1, t),
+                                    cells.select(1, t)},
+                                   {dgates.select(1, t), dc});
+    return kestrel::ops::make_op(KESTREL_OP_LSTM_CELL, nullptr,
+                                 {projected.select(1, t), recurrent, cells_before.select(1, t)},
+                                 {outputs.select(1, t), cells.select(1, t), gates.select(1, t)});
+  };
   kestrel::Engine::global().synchronize(device);
+  int64_t t = 0;
   for (auto _ : state) {
-    kestrel::ops::launch(device, op);
+    kestrel::ops::launch(device, op_at(t));
     kestrel::Engine::global().synchronize(device);
+    t = (t + 1) % steps;
   }
 }
 
@@ -462,10 +473,12 @@ void register_device_benchmarks(const kestrel::Device& device) {
     } catch (const kestrel::Error&) {
       break;
     }
-    benchmark::RegisterBenchmark(fmt::format("lstm_cell{}/{}/f32/32x256", backward ? "_backward" : "", d).c_str(),
-                                 lstm_cell, device, backward)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
+    for (int64_t steps : {1, 128})
+      benchmark::RegisterBenchmark(
+          fmt::format("lstm_cell{}/{}/f32/32x{}x256", backward ? "_backward" : "", d, steps).c_str(), lstm_cell,
+          device, backward, steps)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
   }
   for (int64_t batch : {64, 512}) {
     benchmark::RegisterBenchmark(fmt::format("pool2d/{}/f32/{}x32x28x28", d, batch).c_str(), pool_forward, device,
