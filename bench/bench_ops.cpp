@@ -289,6 +289,21 @@ void overflow_check(benchmark::State& state, kestrel::Device device, std::vector
                                               benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
 }
 
+// Gradient clipping's squared norm over the seeds' MLP's 3.15M flat gradients: one SUM_SQUARES reduction
+// (ABI 1.17), or squares written and then summed (fused ops off, as on a plugin without it), side by side.
+void squared_norm(benchmark::State& state, kestrel::Device device, bool one_pass, int64_t n) {
+  Tensor gradients = random_tensor({n}, DType::f32, device, 8);
+  kestrel::Engine::global().synchronize(device);  // the inputs' generation is not timed
+  kestrel::ops::set_fused_ops_enabled(one_pass);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(kestrel::ops::sum_of_squares(gradients));
+    kestrel::Engine::global().synchronize(device);
+  }
+  kestrel::ops::set_fused_ops_enabled(true);
+  state.counters["GB/s"] = benchmark::Counter(double(n) * 4, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1024);  // the gradients, read once
+}
+
 // The fused Adam update over the seeds' MLP's 3.15M parameters: memory-bound where it is vectorised (it reads
 // parameters, gradients and both moments and writes three of them back: 28 bytes per f32 parameter).
 void adam_update(benchmark::State& state, kestrel::Device device, int64_t n) {
@@ -458,6 +473,11 @@ void register_device_benchmarks(const kestrel::Device& device) {
   for (bool adds : {true, false})
     benchmark::RegisterBenchmark(fmt::format("norm_into_residual/{}/f32/8192x768/{}", d, adds ? "adds" : "then_add").c_str(),
                                  norm_into_residual, device, adds)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  for (bool one_pass : {true, false})
+    benchmark::RegisterBenchmark(fmt::format("squared_norm/{}/f32/3150346/{}", d, one_pass ? "one_pass" : "square_then_sum").c_str(),
+                                 squared_norm, device, one_pass, 3150346)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   benchmark::RegisterBenchmark(fmt::format("adam_update/{}/f32/3150346", d).c_str(), adam_update, device, 3150346)

@@ -120,6 +120,34 @@ void fold_run(const typename E::storage* x, int64_t count, typename E::storage* 
   *y = E::store(acc);
 }
 
+// What an element adds to a sum: itself, or its square for SUM_SQUARES (ABI 1.17).
+template <class A>
+A term(bool squares, A v) { return squares ? v * v : v; }
+
+// The sum of the squares of one contiguous run x[0, count) into y: gradient clipping's norm reads
+// millions of elements for one output, so pieces of the run are summed on separate threads, each in eight
+// interleaved partial sums in double, then the pieces in order: the bits do not depend on the thread count.
+template <class E>
+void sum_squares_run(const typename E::storage* x, int64_t count, typename E::storage* y) {
+  using C = typename E::compute;
+  const int64_t pieces = (count + kGrain - 1) / kGrain;
+  std::vector<double> sums(size_t(pieces), 0.0);
+  double* out = sums.data();
+  parallel_for_split("kestrel::sum_squares_pieces", pieces, count, [=](int64_t p) {
+    const typename E::storage* v = x + p * kGrain;
+    const int64_t n = std::min(kGrain, count - p * kGrain);
+    double part[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int k = 0; k < 8; ++k) part[k] += term(true, double(E::load(v[i + k])));
+    for (; i < n; ++i) part[0] += term(true, double(E::load(v[i])));
+    out[p] = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  });
+  double total = 0;
+  for (int64_t p = 0; p < pieces; ++p) total += out[p];
+  *y = E::store(static_cast<C>(total));
+}
+
 // Rows a column sum adds on one thread before its partial sums join the others', in order.
 constexpr int64_t kSumRows = 256;
 
@@ -152,7 +180,8 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
     return;
   }
   S* y = static_cast<S*>(out.buffer->data) + out.offset;
-  const bool sum = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN;
+  const bool squares = fn == KESTREL_REDUCE_SUM_SQUARES;  // float dtypes only (reduce_fits)
+  const bool sum = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN || squares;
   if (sum && plan.reduced_rank == 1 && plan.kept_rank == 1 && plan.kept_in_strides[0] == 1) {
     // Column sums of a row-major matrix (bias gradients): walking the input row by row reads it in order
     // and vectorises. Long sums go by blocks of kSumRows rows, each block's sums on one thread and the
@@ -168,7 +197,7 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
         Acc* a = sums + block * outputs;
         for (int64_t r = block * kSumRows; r < std::min(count, (block + 1) * kSumRows); ++r) {
           const S* row = x + r * row_stride;
-          for (int64_t o = 0; o < outputs; ++o) a[o] += Acc(E::load(row[o]));
+          for (int64_t o = 0; o < outputs; ++o) a[o] += term(squares, Acc(E::load(row[o])));
         }
       }
     });
@@ -180,9 +209,12 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
     }
     return;
   }
-  if (is_extreme(fn) && outputs == 1 && plan.reduced_rank == 1 && plan.reduced_strides[0] == 1 && count > kGrain) {
+  if ((is_extreme(fn) || squares) && outputs == 1 && plan.reduced_rank == 1 && plan.reduced_strides[0] == 1 &&
+      count > kGrain) {
     int64_t base, out_at;
     plan.kept_offsets(0, base, out_at);
+    if constexpr (E::is_float)
+      if (squares) return sum_squares_run<E>(x + base, count, y + out_at);
     if (fn == KESTREL_REDUCE_MAX) fold_run<KESTREL_REDUCE_MAX, E>(x + base, count, y + out_at);
     else if (fn == KESTREL_REDUCE_MIN) fold_run<KESTREL_REDUCE_MIN, E>(x + base, count, y + out_at);
     else fold_run<KESTREL_REDUCE_MAX_ABS, E>(x + base, count, y + out_at);
@@ -204,8 +236,8 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
         Acc part[4] = {0, 0, 0, 0};
         int64_t i = 0;
         for (; i + 4 <= run; i += 4)
-          for (int k = 0; k < 4; ++k) part[k] += Acc(E::load(v[i + k]));
-        for (; i < run; ++i) part[0] += Acc(E::load(v[i]));
+          for (int k = 0; k < 4; ++k) part[k] += term(squares, Acc(E::load(v[i + k])));
+        for (; i < run; ++i) part[0] += term(squares, Acc(E::load(v[i])));
         acc += (part[0] + part[1]) + (part[2] + part[3]);
         return true;
       });
@@ -220,7 +252,7 @@ void run_reduce(kestrel_reduce_fn fn, const kestrel_tensor& in, const kestrel_te
     Acc acc = sum ? Acc(0) : first_extreme(fn, Acc(E::load(x[base])));
     plan.walk_reduced([&](int64_t, int64_t offset) {
       const Acc v = Acc(E::load(x[base + offset]));
-      acc = sum ? acc + v : fold_extreme(fn, acc, v);
+      acc = sum ? acc + term(squares, v) : fold_extreme(fn, acc, v);
       return true;
     });
     if (fn == KESTREL_REDUCE_MEAN) acc = count ? acc / Acc(count) : Acc(std::numeric_limits<double>::quiet_NaN());

@@ -66,14 +66,24 @@ using Acc = std::conditional_t<E::is_float, double, long long>;
 template <class A>
 __device__ __forceinline__ A magnitude(A v) { return v < A(0) ? -v : v; }  // a NaN stays NaN
 
+// Whether fn adds: sums, means and SUM_SQUARES (ABI 1.17), whose folds start from 0.
+__device__ __forceinline__ bool additive(int fn) {
+  return fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN || fn == KESTREL_REDUCE_SUM_SQUARES;
+}
+
+// An element as the folds below take it: its square for SUM_SQUARES, whose partial sums then add as a
+// sum's do; itself otherwise.
+template <class A>
+__device__ __forceinline__ A term(int fn, A v) { return fn == KESTREL_REDUCE_SUM_SQUARES ? v * v : v; }
+
 // MAX_ABS (ABI 1.11) folds magnitudes: taking them of a and b alike makes the same fold combine elements,
 // a block's threads and the splits' partials, which are magnitudes already.
 template <class A>
 __device__ __forceinline__ A fold(int fn, A a, A b) {
-  return fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN ? a + b
-         : fn == KESTREL_REDUCE_MAX                            ? nan_max(a, b)
-         : fn == KESTREL_REDUCE_MIN                            ? nan_min(a, b)
-                                                               : nan_max(magnitude(a), magnitude(b));
+  return additive(fn)                 ? a + b
+         : fn == KESTREL_REDUCE_MAX ? nan_max(a, b)
+         : fn == KESTREL_REDUCE_MIN ? nan_min(a, b)
+                                    : nan_max(magnitude(a), magnitude(b));
 }
 
 // Stores an output's folded value; mean divides by the whole reduced count, whatever the split.
@@ -82,7 +92,7 @@ __device__ void finish(typename E::storage* y, int64_t out_at, Acc<E> acc, int f
   using C = typename E::compute;
   if constexpr (E::is_float) {  // mean is declined for integers; max/min of nothing only has an empty input
     if (fn == KESTREL_REDUCE_MEAN) acc = count ? acc / Acc<E>(count) : Acc<E>(NAN);
-    if (count == 0 && fn != KESTREL_REDUCE_SUM) acc = Acc<E>(NAN);
+    if (count == 0 && fn != KESTREL_REDUCE_SUM && fn != KESTREL_REDUCE_SUM_SQUARES) acc = Acc<E>(NAN);
   }
   y[out_at] = E::store(static_cast<C>(acc));
 }
@@ -104,7 +114,7 @@ template <class E>
 __global__ void reduce_along_kernel(ReducePlan plan, const typename E::storage* x, typename E::storage* y,
                                     Acc<E>* partials, int64_t outputs, int fn) {
   __shared__ Acc<E> partial[kMaxReduceBlock];
-  const bool summing = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN;
+  const bool summing = additive(fn);
   const SplitRange range(plan.reduced_count, gridDim.y, blockIdx.y);
   for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
     int64_t base, out_at;
@@ -113,7 +123,7 @@ __global__ void reduce_along_kernel(ReducePlan plan, const typename E::storage* 
     Acc<E> acc = summing || range.begin == range.end ? Acc<E>(0)
                                                      : Acc<E>(E::load(x[base + plan.reduced_offset(range.begin)]));
     for (int64_t r = range.begin + threadIdx.x; r < range.end; r += blockDim.x)
-      acc = fold(fn, acc, Acc<E>(E::load(x[base + plan.reduced_offset(r)])));
+      acc = fold(fn, acc, term(fn, Acc<E>(E::load(x[base + plan.reduced_offset(r)]))));
     partial[threadIdx.x] = acc;
     __syncthreads();
     for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
@@ -133,14 +143,15 @@ __global__ void reduce_along_kernel(ReducePlan plan, const typename E::storage* 
 template <class E>
 __global__ void reduce_across_kernel(ReducePlan plan, const typename E::storage* x, typename E::storage* y,
                                      Acc<E>* partials, int64_t outputs, int fn) {
-  const bool summing = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN;
+  const bool summing = additive(fn);
   const SplitRange range(plan.reduced_count, gridDim.y, blockIdx.y);
   for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < outputs; o += int64_t(gridDim.x) * blockDim.x) {
     int64_t base, out_at;
     plan.kept_offsets(o, base, out_at);
     Acc<E> acc = summing || range.begin == range.end ? Acc<E>(0)
                                                      : Acc<E>(E::load(x[base + plan.reduced_offset(range.begin)]));
-    for (int64_t r = range.begin; r < range.end; ++r) acc = fold(fn, acc, Acc<E>(E::load(x[base + plan.reduced_offset(r)])));
+    for (int64_t r = range.begin; r < range.end; ++r)
+      acc = fold(fn, acc, term(fn, Acc<E>(E::load(x[base + plan.reduced_offset(r)]))));
     if (gridDim.y == 1) finish<E>(y, out_at, acc, fn, plan.reduced_count);
     else partials[blockIdx.y * outputs + o] = acc;
   }
@@ -158,7 +169,7 @@ __global__ void reduce_columns_packed(const typename E::storage* x, int64_t ld, 
   using S = typename E::storage;
   using A = Acc<E>;
   constexpr int K = pack_elements<S>();
-  const bool summing = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN;
+  const bool summing = additive(fn);
   const SplitRange range(rows, gridDim.y, blockIdx.y);
   auto row_pack = [&](int64_t p, int64_t r) {
     const S* at = x + r * ld + p * K;
@@ -178,14 +189,14 @@ __global__ void reduce_columns_packed(const typename E::storage* x, int64_t ld, 
       const Pack<S, K> a = row_pack(p, r), b = row_pack(p, r + 1), c = row_pack(p, r + 2), d = row_pack(p, r + 3);
 #pragma unroll
       for (int j = 0; j < K; ++j)
-        acc[j] = fold(fn, fold(fn, fold(fn, fold(fn, acc[j], A(E::load(a.v[j]))), A(E::load(b.v[j]))),
-                                A(E::load(c.v[j]))),
-                      A(E::load(d.v[j])));
+        acc[j] = fold(fn, fold(fn, fold(fn, fold(fn, acc[j], term(fn, A(E::load(a.v[j])))), term(fn, A(E::load(b.v[j])))),
+                                term(fn, A(E::load(c.v[j])))),
+                      term(fn, A(E::load(d.v[j]))));
     }
     for (; r < range.end; ++r) {
       const Pack<S, K> a = row_pack(p, r);
 #pragma unroll
-      for (int j = 0; j < K; ++j) acc[j] = fold(fn, acc[j], A(E::load(a.v[j])));
+      for (int j = 0; j < K; ++j) acc[j] = fold(fn, acc[j], term(fn, A(E::load(a.v[j]))));
     }
 #pragma unroll
     for (int j = 0; j < K; ++j) {

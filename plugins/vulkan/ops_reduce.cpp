@@ -72,7 +72,9 @@ void launch_two_passes(kestrel_stream* stream, const kestrel_op& op, const Reduc
   fold.buffers[0] = in.buffer;
   fold.buffers[1] = partials.get();
   set_workgroup_grid(stream->context, fold, uint64_t(outputs * splits));
-  run(stream, {fold, fold_slices(stream, partials.get(), views.kept_out, splits, out, fn, count)});
+  // The partials of a sum of squares are sums already.
+  const kestrel_reduce_fn partials_fn = fn == KESTREL_REDUCE_SUM_SQUARES ? KESTREL_REDUCE_SUM : fn;
+  run(stream, {fold, fold_slices(stream, partials.get(), views.kept_out, splits, out, partials_fn, count)});
 }
 
 }  // namespace

@@ -160,7 +160,9 @@ for step in "${@:-ctest conformance accuracy speedup}"; do
                for blocks in 0 1; do
                  KESTREL_CUDA_LAYER_NORM_BLOCKS=$blocks build/bin/bench_ops --benchmark_filter='(layer_norm|norm_into_residual)/cuda'
                  KESTREL_CUDA_LAYER_NORM_BLOCKS=$blocks build/bin/kestrel conformance --backend cuda --family layer_norm | tail -1
-               done ;;
+               done
+               # Gradient clipping's squared norm: one SUM_SQUARES reduction (ABI 1.17) against squares then a sum.
+               build/bin/bench_ops --benchmark_filter='squared_norm/cuda' ;;
       # Issues 15/16: PyTorch at its best (whole-step torch.compile with CUDA graphs) on the MLP and GPT-2
       # small in bf16, then Kestrel's captured steps in the same call (about 90 s on an H200).
       torch_best) python3 bench/pytorch/mfu.py --only gpt2_small mlp_8192 --precisions bf16 --modes compile-reduce-overhead \

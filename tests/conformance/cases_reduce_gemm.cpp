@@ -36,6 +36,7 @@ std::vector<double> reduce_reference(kestrel_reduce_fn fn, const std::vector<dou
     switch (fn) {
       case KESTREL_REDUCE_SUM: for (double v : g) acc += v; break;
       case KESTREL_REDUCE_MEAN: for (double v : g) acc += v; acc = g.empty() ? nan : acc / g.size(); break;
+      case KESTREL_REDUCE_SUM_SQUARES: for (double v : g) acc += v * v; break;
       case KESTREL_REDUCE_MAX:
       case KESTREL_REDUCE_MIN:
         acc = g.front();
@@ -83,27 +84,30 @@ void reduce_cases(Runner& r) {
       {{1001, 61}, {0}, Layout::padded},
       // a convolution's bias gradient: over N and the contiguous H*W, channels kept
       {{6, 4, 131}, {0, 2}, Layout::contiguous}};
-  for (int f = KESTREL_REDUCE_SUM; f <= KESTREL_REDUCE_MAX_ABS; ++f) {
+  for (int f = KESTREL_REDUCE_SUM; f <= KESTREL_REDUCE_SUM_SQUARES; ++f) {
     auto fn = static_cast<kestrel_reduce_fn>(f);
+    const bool squares = fn == KESTREL_REDUCE_SUM_SQUARES, adds = fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN || squares;
     for (DType dtype : all_dtypes) {
-      // like torch: mean of integers is an error; MAX_ABS (ABI 1.11) is for loss scaling's float gradients
-      if ((fn == KESTREL_REDUCE_MEAN || fn == KESTREL_REDUCE_MAX_ABS) && !is_floating(dtype)) continue;
-      bool required = r.required(dtype == DType::f32 || dtype == DType::i64, {dtype});
+      // like torch: mean of integers is an error; MAX_ABS (ABI 1.11) is for loss scaling's float gradients,
+      // SUM_SQUARES (1.17) for gradient clipping's, and optional: the engine squares and sums without it
+      if ((fn == KESTREL_REDUCE_MEAN || fn == KESTREL_REDUCE_MAX_ABS || squares) && !is_floating(dtype)) continue;
+      bool required = r.required(!squares && (dtype == DType::f32 || dtype == DType::i64), {dtype});
       for (const auto& [shape, dims, layout] : setups) {
         bool empty = shape_numel(shape) == 0;
-        if (empty && fn != KESTREL_REDUCE_SUM && fn != KESTREL_REDUCE_MEAN) continue;
+        if (empty && !adds) continue;
         if (fn == KESTREL_REDUCE_ARGMAX && dims.size() != 1) continue;
         for (bool keepdim : {false, true}) {
           if (keepdim && fn == KESTREL_REDUCE_ARGMAX) continue;
           r.run(case_name({reduce_fn_name(fn), std::string(dtype_name(dtype)), shape_str(shape), dims_str(dims),
                            layout_name(layout), keepdim ? "keepdim" : "squeeze"}),
                 required, [&] {
-                  double lo = dtype == DType::u8 ? 0 : -3, hi = dtype == DType::u8 ? 5 : 3;
+                  // squares of 70000 elements within f16's range
+                  double lo = dtype == DType::u8 ? 0 : squares ? -1.5 : -3, hi = dtype == DType::u8 ? 5 : squares ? 1.5 : 3;
                   auto values = r.values(shape_numel(shape), lo, hi, dtype);
                   Tensor out = ops::reduce(fn, r.upload(shape, values, dtype, layout), dims, keepdim);
                   auto want = reduce_reference(fn, values, shape, dims);
                   int64_t count = shape_numel(shape) / std::max<int64_t>(1, static_cast<int64_t>(want.size()));
-                  bool exact = fn != KESTREL_REDUCE_SUM && fn != KESTREL_REDUCE_MEAN;
+                  bool exact = !adds;
                   if (fn != KESTREL_REDUCE_ARGMAX)
                     for (double& w : want) w = round_to(dtype, w);
                   r.expect_close(out, want, exact ? Tolerance{0, 0} : tolerance_for(dtype, 2 * std::sqrt(count + 1.0)));
@@ -111,7 +115,7 @@ void reduce_cases(Runner& r) {
         }
       }
       if (!is_floating(dtype)) continue;
-      r.run(case_name({reduce_fn_name(fn), std::string(dtype_name(dtype)), "nan"}), r.required(dtype == DType::f32, {dtype}),
+      r.run(case_name({reduce_fn_name(fn), std::string(dtype_name(dtype)), "nan"}), r.required(!squares && dtype == DType::f32, {dtype}),
             [&] {
         const double nan = std::numeric_limits<double>::quiet_NaN();
         std::vector<double> values = {1, nan, 3, 2, 5, 4};
@@ -120,7 +124,7 @@ void reduce_cases(Runner& r) {
       });
       // The NaN far into a long row: in another thread's share, another subgroup of a device's workgroup.
       r.run(case_name({reduce_fn_name(fn), std::string(dtype_name(dtype)), "nan at 250 of 300"}),
-            r.required(dtype == DType::f32, {dtype}), [&] {
+            r.required(!squares && dtype == DType::f32, {dtype}), [&] {
         std::vector<double> values(600);
         for (size_t i = 0; i < values.size(); ++i) values[i] = double(int(i % 7) - 3);
         values[250] = std::numeric_limits<double>::quiet_NaN();
@@ -129,7 +133,7 @@ void reduce_cases(Runner& r) {
       });
       // Loss scaling's check: one output over a long contiguous run (a flat gradient), where a backend
       // folds pieces on separate threads or blocks, with an overflow or a NaN in a late piece.
-      if (fn == KESTREL_REDUCE_SUM || fn == KESTREL_REDUCE_MEAN || fn == KESTREL_REDUCE_ARGMAX) continue;
+      if (adds || fn == KESTREL_REDUCE_ARGMAX) continue;
       // Columns of one sign over 4225 rows, which a backend may cut into splits (66 of 65 rows left the
       // last one empty on CUDA): a fold that starts a split from 0 instead of its first element shows.
       if (fn != KESTREL_REDUCE_MAX_ABS)

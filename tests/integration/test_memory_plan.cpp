@@ -33,11 +33,11 @@ std::string plan_backend() {
 
 // Plans, then trains a few steps (and evaluates once) on the plan's backend, from a fresh peak.
 // eval_batch: 0 keeps the config's (whose evaluation pass is the peak of several models).
-// clip_grad_norm: above 0, also clip the gradients (their squares are a temporary of the update).
+// clip_grad_norm: 0 or more, a batch of 16 clipped to it (0: not clipped); below 0, the config's.
 Peaks plan_and_train(const std::string& config_name, int64_t accumulate_steps, int64_t eval_batch = 0,
-                     double clip_grad_norm = 0) {
+                     double clip_grad_norm = -1) {
   kestrel::RunConfig config = kestrel::RunConfig::load((models / config_name).string());
-  if (clip_grad_norm > 0) config.optimizer.clip_grad_norm = clip_grad_norm, config.batch_size = 16;
+  if (clip_grad_norm >= 0) config.optimizer.clip_grad_norm = clip_grad_norm, config.batch_size = 16;
   config.backends = {plan_backend()};
   config.max_steps = 2;  // an eager warm-up step, then (where the backend captures) a captured one
   config.accumulate_steps = accumulate_steps;
@@ -63,7 +63,7 @@ Peaks plan_and_train(const std::string& config_name, int64_t accumulate_steps, i
 class EveryShippedRunConfig : public testing::TestWithParam<std::string> {};
 
 Peaks expect_within_ten_percent(const std::string& config, int64_t accumulate_steps, int64_t eval_batch = 0,
-                                double clip_grad_norm = 0) {
+                                double clip_grad_norm = -1) {
   const Peaks peaks = plan_and_train(config, accumulate_steps, eval_batch, clip_grad_norm);
   std::printf("[ plan ] %s on %s, %lld micro-batches: predicted %lld bytes, measured %lld, ratio %.5f\n", config.c_str(),
               plan_backend().c_str(), static_cast<long long>(accumulate_steps), static_cast<long long>(peaks.predicted),
@@ -85,12 +85,14 @@ TEST(MemoryPlan, MicroBatchesAreWhatTheStepHolds) {
   expect_within_ten_percent("lstm_fashion.train.json", 2, 16);
 }
 
-// A wide MLP at batch 16 with clipping: the update's squares of the gradients (a quarter of what the
-// parameters, their gradients and Adam's moments hold) outgrow the step's activations, so the update is the peak.
+// Clipping's update at batch 16 of a wide MLP. Where the device sums the gradients' squares in one pass
+// (SUM_SQUARES, ABI 1.17: the CPU, Vulkan and CUDA plugins), the clipping allocates nothing of their
+// size, and the plan says so; where it squares and then sums, the plan adds a slice of the squares
+// (ops::sum_of_squares_temporary_bytes, tested with sum_of_squares), which at this batch is the peak.
 TEST(MemoryPlan, ClippingsSquaresAreCounted) {
   const Peaks clipped = expect_within_ten_percent("fashion_mlp.train.json", 1, 16, 1.0);
-  const Peaks plain = plan_and_train("fashion_mlp.train.json", 1, 16);
-  EXPECT_GT(clipped.predicted, plain.predicted);
+  const Peaks unclipped = plan_and_train("fashion_mlp.train.json", 1, 16, 0);
+  if (plan_backend() == "cpu") EXPECT_EQ(clipped.predicted, unclipped.predicted);
 }
 
 std::vector<std::string> shipped_run_configs() {

@@ -203,6 +203,35 @@ TEST(Tensor, NonfiniteFlagFindsEitherInfinityOrANanAnywhere) {
   }
 }
 
+// Gradient clipping's squared norm: one SUM_SQUARES reduction where the device has it (ABI 1.17), else the
+// squares summed in slices (every op composed). Both agree with a double-precision sum, over a long run,
+// a transposed view and nothing at all, on the CPU and (where there is one) a Vulkan device.
+TEST(Tensor, SumOfSquaresMatchesTheSquaresSummedEitherWay) {
+  std::vector<kestrel::Device> devices = {cpu()};
+  if (engine().device_count("vulkan") > 0) devices.push_back(engine().device("vulkan"));
+  std::vector<float> values(300007);
+  double want = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = float(int(i % 29) - 14) * 0.125f;
+    want += double(values[i]) * double(values[i]);
+  }
+  for (const kestrel::Device& device : devices)
+    for (bool one_pass : {true, false}) {
+      SCOPED_TRACE(device.str() + (one_pass ? " one pass" : " composed"));
+      kestrel::ops::set_fused_ops_enabled(one_pass);
+      const Tensor x = Tensor::from_vector(values, {int64_t(values.size())}, device);
+      EXPECT_NEAR(kestrel::ops::sum_of_squares(x).to_doubles()[0], want, 1e-6 * want);
+      const Tensor matrix = Tensor::from_vector(std::vector<float>(values.begin(), values.begin() + 600), {20, 30}, device);
+      double matrix_want = 0;
+      for (size_t i = 0; i < 600; ++i) matrix_want += double(values[i]) * double(values[i]);
+      EXPECT_NEAR(kestrel::ops::sum_of_squares(matrix.transpose(0, 1)).to_doubles()[0], matrix_want, 1e-6 * matrix_want);
+      EXPECT_EQ(kestrel::ops::sum_of_squares(Tensor::zeros({0}, DType::f32, device)).to_doubles()[0], 0.0);
+      EXPECT_EQ(kestrel::ops::sum_of_squares_temporary_bytes(x) == 0, one_pass) << "CPU and Vulkan have the one pass";
+      kestrel::ops::set_fused_ops_enabled(true);
+    }
+  EXPECT_THROW(kestrel::ops::sum_of_squares(Tensor::zeros({3}, DType::i64, cpu())), kestrel::InvalidArgument);
+}
+
 // Casts between f32 and f16 on the CPU (eight at a time through F16C where the CPU has it) give
 // kestrel/half.h's bits: every f16 value and the midpoints around each (round to nearest even), subnormals,
 // overflow, signed zeros, infinities and NaNs, and a million f32 bit patterns at random.

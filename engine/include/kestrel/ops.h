@@ -36,6 +36,14 @@ Tensor nonfinite_flag(const Tensor& x);
 // Whether every element is finite (true for integer tensors): nonfinite_flag read back, so it waits for
 // the device.
 bool all_finite(const Tensor& x);
+// The sum of x's squares, a 0-d tensor in x's dtype on its device (gradient clipping's squared norm).
+// One reduction where the device has SUM_SQUARES (ABI 1.17) and fused ops are on; else SQUARE then SUM
+// over slices of 2^24 elements, so the squares' temporary stays at 64 MiB of f32 however large x is.
+// x: floating, any shape.
+Tensor sum_of_squares(const Tensor& x);
+// The most sum_of_squares(x) allocates at once, a few scalars aside: 0 with the one reduction, else a
+// slice's squares.
+int64_t sum_of_squares_temporary_bytes(const Tensor& x);
 
 // a: (M, K) or (B, M, K), b: (K, N) or (B, K, N) -> (M, N) or (B, M, N). Transposed views are fine.
 Tensor matmul(const Tensor& a, const Tensor& b);

@@ -110,6 +110,10 @@
  *        connection is there before the norm's backward runs, and the separate addition (a write and
  *        two reads of dx) goes. The engine offers the extra input only to plugins built against 1.16 or
  *        later; with others, or where supports_op refuses it, it adds as before.
+ *   1.17 REDUCE's fn may be SUM_SQUARES, the sum of the squares (float dtypes): gradient clipping's norm
+ *        then reads the gradients once, with no temporary of their size, where SQUARE then SUM wrote and
+ *        read the squares. A plugin built against 1.16 or earlier refuses the unknown fn in supports_op,
+ *        and the engine squares and sums as before.
  */
 #ifndef KESTREL_PLUGIN_H
 #define KESTREL_PLUGIN_H
@@ -122,7 +126,7 @@ extern "C" {
 #endif
 
 #define KESTREL_PLUGIN_ABI_MAJOR 1
-#define KESTREL_PLUGIN_ABI_MINOR 16
+#define KESTREL_PLUGIN_ABI_MINOR 17
 #define KESTREL_PLUGIN_ENTRY_SYMBOL "kestrel_plugin_v1"
 #define KESTREL_MAX_RANK 8
 #define KESTREL_MAX_OP_TENSORS 8
@@ -354,7 +358,8 @@ typedef enum kestrel_binary_fn {
 typedef enum kestrel_reduce_fn {
   KESTREL_REDUCE_SUM = 0, KESTREL_REDUCE_MEAN = 1, KESTREL_REDUCE_MAX = 2, KESTREL_REDUCE_MIN = 3,
   KESTREL_REDUCE_ARGMAX = 4, /* exactly one reduced axis; out is i64; first index wins ties; NaN wins */
-  KESTREL_REDUCE_MAX_ABS = 5 /* 1.11: max |x|, float dtypes; NaN wins (an infinity gives +inf) */
+  KESTREL_REDUCE_MAX_ABS = 5, /* 1.11: max |x|, float dtypes; NaN wins (an infinity gives +inf) */
+  KESTREL_REDUCE_SUM_SQUARES = 6 /* 1.17: sum of x * x, float dtypes, accumulated as SUM is (0 for none) */
 } kestrel_reduce_fn;
 
 typedef enum kestrel_activation {

@@ -325,17 +325,17 @@ inline ReduceShape reduce_shape(const kestrel_tensor& in, const kestrel_tensor& 
 
 // A reduce op (one input, one output, known function) whose shapes and output dtype fit plugin.h:
 // argmax reduces at most one non-empty axis into i64, the others keep the input's dtype, max/min need
-// a non-empty axis, and there is no mean of integers (as torch).
+// a non-empty axis, and there is no mean (as torch) nor sum of squares of integers.
 inline bool reduce_fits(const kestrel_op& op) {
   auto* p = params<kestrel_reduce_params>(op);
   if (!p || !arity(op, 1, 1)) return false;
-  if (p->fn < KESTREL_REDUCE_SUM || p->fn > KESTREL_REDUCE_MAX_ABS) return false;
+  if (p->fn < KESTREL_REDUCE_SUM || p->fn > KESTREL_REDUCE_SUM_SQUARES) return false;
   const kestrel_tensor &in = op.inputs[0], &out = op.outputs[0];
   const ReduceShape r = reduce_shape(in, out);
   if (!r.ok) return false;
   if (p->fn == KESTREL_REDUCE_ARGMAX) return out.dtype == KESTREL_DTYPE_I64 && r.reduced <= 1 && r.count > 0;
   if (out.dtype != in.dtype) return false;
-  if (p->fn == KESTREL_REDUCE_MEAN) return is_float_dtype(in.dtype);
+  if (p->fn == KESTREL_REDUCE_MEAN || p->fn == KESTREL_REDUCE_SUM_SQUARES) return is_float_dtype(in.dtype);
   if (p->fn == KESTREL_REDUCE_MAX_ABS) return is_float_dtype(in.dtype) && (numel(in) == 0 || r.count > 0);
   if (p->fn == KESTREL_REDUCE_MAX || p->fn == KESTREL_REDUCE_MIN) return numel(in) == 0 || r.count > 0;
   return true;

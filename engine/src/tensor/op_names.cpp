@@ -18,8 +18,8 @@ const char* binary_fn_name(kestrel_binary_fn fn) {
 }
 
 const char* reduce_fn_name(kestrel_reduce_fn fn) {
-  static const char* names[] = {"sum", "mean", "max", "min", "argmax", "max_abs"};
-  return fn >= 0 && fn <= KESTREL_REDUCE_MAX_ABS ? names[fn] : "unknown-reduce";
+  static const char* names[] = {"sum", "mean", "max", "min", "argmax", "max_abs", "sum_squares"};
+  return fn >= 0 && fn <= KESTREL_REDUCE_SUM_SQUARES ? names[fn] : "unknown-reduce";
 }
 
 }  // namespace kestrel

@@ -217,7 +217,8 @@ Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims, bool keepdim)
   if (fn == KESTREL_REDUCE_ARGMAX && std::count(reduced.begin(), reduced.end(), true) != 1)
     throw InvalidArgument("argmax: reduce exactly one dimension");
   for (int d = 0; d < x.rank(); ++d)
-    if (reduced[d] && x.shape()[d] == 0 && fn != KESTREL_REDUCE_SUM && fn != KESTREL_REDUCE_MEAN)
+    if (reduced[d] && x.shape()[d] == 0 && fn != KESTREL_REDUCE_SUM && fn != KESTREL_REDUCE_MEAN &&
+        fn != KESTREL_REDUCE_SUM_SQUARES)  // sums of nothing are 0 (a mean's NaN)
       throw InvalidArgument(fmt::format("{}: cannot reduce an empty dimension of {}", what, x.describe()));
   DType out_dtype = fn == KESTREL_REDUCE_ARGMAX ? DType::i64 : x.dtype();
   Tensor out = Tensor::empty(kept, out_dtype, x.device());
@@ -261,6 +262,47 @@ Tensor nonfinite_flag(const Tensor& x) {
     sum = binary(KESTREL_BINARY_ADD, high, binary(KESTREL_BINARY_MUL, reduce(KESTREL_REDUCE_MIN, x), zero));
   }
   return binary(KESTREL_BINARY_NE, sum, sum);
+}
+
+namespace {
+// sum_of_squares's slices where it squares and sums (2^24 elements: GPT-2 small's 124M gradients would
+// need 500 MB of squares at once).
+constexpr int64_t kSquaresSlice = int64_t(1) << 24;
+
+kestrel_op sum_squares_op(const Tensor& x, const Tensor& out, kestrel_reduce_params& params) {
+  params = make_params<kestrel_reduce_params>();
+  params.fn = KESTREL_REDUCE_SUM_SQUARES;
+  return OpBuilder(KESTREL_OP_REDUCE, &params).in(x).out(out).op;
+}
+
+bool one_pass_squares(const Tensor& x) {
+  if (!fused_ops_enabled() || x.numel() == 0) return false;
+  const Tensor probe = Tensor::empty(Shape(size_t(x.rank()), 1), x.dtype(), x.device());
+  kestrel_reduce_params params;
+  return supports(x.device(), sum_squares_op(x, probe, params));
+}
+}  // namespace
+
+Tensor sum_of_squares(const Tensor& x) {
+  if (!is_floating(x.dtype())) throw InvalidArgument("sum_of_squares: " + x.describe() + " is not floating");
+  if (one_pass_squares(x)) {
+    const Tensor out = Tensor::empty(Shape(size_t(x.rank()), 1), x.dtype(), x.device());
+    kestrel_reduce_params params;
+    x.device().runtime().launch(sum_squares_op(x, out, params));
+    return out.view({});
+  }
+  const Tensor flat = x.is_contiguous() ? x.view({x.numel()}) : x.contiguous().view({x.numel()});
+  Tensor sum = Tensor::zeros({}, x.dtype(), x.device());
+  for (int64_t begin = 0; begin < flat.numel(); begin += kSquaresSlice) {
+    const Tensor slice = flat.slice(0, begin, std::min(flat.numel(), begin + kSquaresSlice));  // (slice)
+    sum = binary(KESTREL_BINARY_ADD, sum, reduce(KESTREL_REDUCE_SUM, unary(KESTREL_UNARY_SQUARE, slice)));
+  }
+  return sum;
+}
+
+int64_t sum_of_squares_temporary_bytes(const Tensor& x) {
+  if (one_pass_squares(x)) return 0;
+  return std::min(x.numel(), kSquaresSlice) * int64_t(dtype_size(x.dtype()));
 }
 
 bool all_finite(const Tensor& x) {

@@ -7,20 +7,8 @@
 namespace kestrel {
 
 namespace {
-// The squares are summed in slices of this many elements, so the squares' temporary stays at 64 MiB
-// however many parameters there are (GPT-2 small's 124M would need 500 MB at once).
-constexpr int64_t kSlice = int64_t(1) << 24;
-
 // The L2 norm of the flat gradients (P), a device scalar.
-Tensor l2_norm(const Tensor& gradients) {
-  const int64_t count = gradients.numel();
-  Tensor sum = Tensor::zeros({}, DType::f32, gradients.device());  // of the squares
-  for (int64_t begin = 0; begin < count; begin += kSlice) {
-    const Tensor slice = gradients.slice(0, begin, std::min(count, begin + kSlice));  // (slice)
-    sum = ops::binary(KESTREL_BINARY_ADD, sum, ops::reduce(KESTREL_REDUCE_SUM, ops::unary(KESTREL_UNARY_SQUARE, slice)));
-  }
-  return ops::unary(KESTREL_UNARY_SQRT, sum);
-}
+Tensor l2_norm(const Tensor& gradients) { return ops::unary(KESTREL_UNARY_SQRT, ops::sum_of_squares(gradients)); }
 
 // What the gradients are divided by: 1 / min(1, max_norm / (norm + 1e-6)) = max(1, (norm + 1e-6) / max_norm),
 // torch's coefficient inverted. norm: a device scalar.
@@ -33,9 +21,7 @@ Tensor clip_divisor(const Tensor& norm, double max_norm) {
 }
 }  // namespace
 
-int64_t clipping_temporary_bytes(const Tensor& gradients) {
-  return std::min(gradients.numel(), kSlice) * int64_t(dtype_size(gradients.dtype()));
-}
+int64_t clipping_temporary_bytes(const Tensor& gradients) { return ops::sum_of_squares_temporary_bytes(gradients); }
 
 GradientClipping clip_gradient_norm_in_place(Tensor& gradients, double max_norm) {
   GradientClipping clipping{l2_norm(gradients), Tensor()};

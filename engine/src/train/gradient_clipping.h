@@ -26,7 +26,8 @@ GradientClipping clip_gradient_norm(const Tensor& gradients, double max_norm, co
 // are scaled in place, one more pass, and the plain update follows.
 GradientClipping clip_gradient_norm_in_place(Tensor& gradients, double max_norm);
 
-// The most device memory the clipping allocates at once, a few scalars aside: one slice's squares.
+// The most device memory the clipping allocates at once, a few scalars aside: the squares of a slice of
+// the gradients where the device has no one-pass sum of squares (ops::sum_of_squares), else nothing.
 int64_t clipping_temporary_bytes(const Tensor& gradients);
 
 }  // namespace kestrel

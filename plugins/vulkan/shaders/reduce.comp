@@ -6,7 +6,8 @@
 // ops_reduce.cpp):
 //   tensors[0]  input over the kept axes    tensors[1]  output over the kept axes
 //   tensors[2]  input over the reduced axes, offset 0 (added to the kept offset)
-// ints[0] = kestrel_reduce_fn (MAX_ABS, 5, for floats only). The argmax variants write i64 positions along the reduced axis: the
+// ints[0] = kestrel_reduce_fn (MAX_ABS, 5, and SUM_SQUARES, 6, for floats only; the partials of a
+// sum of squares are summed, fn 0). The argmax variants write i64 positions along the reduced axis: the
 // first NaN wins, else the largest value at its smallest position.
 // T is the type values are compared in, STORE_T the stored one: f16 is loaded into floats, summed in
 // an f32 accumulator and rounded once when stored.
@@ -102,6 +103,7 @@ ACC_T fold(int fn, ACC_T acc, ACC_T v) {
   if (fn == 2) return nan_max(acc, v);
   if (fn == 3) return nan_min(acc, v);
   if (fn == 5) return nan_max(acc, magnitude(v));
+  if (fn == 6) return acc + v * v;
 #else
   if (fn == 2) return max(acc, v);
   if (fn == 3) return min(acc, v);
@@ -147,7 +149,7 @@ void main() {
   if (lid == 0) out_buf.data[element_offset(1, o)] = int64_t(best_index[0]);
 #else
   int fn = PINT(0);
-  bool additive = fn == 0 || fn == 1;
+  bool additive = fn == 0 || fn == 1 || fn == 6;
   // max/min start from the first element, which every share may fold again without harm
   ACC_T acc = additive || count == 0 ? ACC_T(0) : ACC_T(IN_LOAD(in_buf.data[base]));
 #ifdef IS_FLOAT
