@@ -86,7 +86,10 @@ int main(int argc, char** argv) {
   struct stream stream;
   char* text = NULL;
   char* again = NULL;
+  char placeholder = 0;
+  char* refused = &placeholder; /* a failed call sets it to NULL */
   double speed = 0;
+  size_t length = 0;
   if (argc != 2) {
     fprintf(stderr, "usage: generate_in_c OUT_DIR\n");
     return 2;
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
   if (!trainer) return 1;
 
   memset(&options, 0, sizeof options);
+  options.size = sizeof options;
   options.prompt = "the ";
   options.tokens = 60;
   options.temperature = 0.8;
@@ -110,28 +114,39 @@ int main(int argc, char** argv) {
   options.seed = 11;
   memset(&stream, 0, sizeof stream);
   printf("%s", options.prompt);
-  expect(kes_trainer_generate(trainer, &options, on_text, &stream, &text, &speed) == KES_OK, "kes_trainer_generate");
+  expect(kes_trainer_generate(trainer, &options, on_text, &stream, &text, &length, &speed) == KES_OK,
+         "kes_trainer_generate");
   printf("\n(%.0f tokens/s)\n", speed);
-  expect(text != NULL && strcmp(text, stream.text) == 0, "the streamed pieces make up the continuation");
+  expect(text != NULL && length == stream.length && memcmp(text, stream.text, length) == 0,
+         "the streamed pieces make up the continuation");
   expect(text != NULL && strlen(text) >= 60, "60 characters, some of two bytes (é)");
   expect(speed > 0, "a speed");
 
   /* The saved run, without reading its corpus: the same seed gives the same text. */
   loaded = trainer_for(argv[1], 0);
-  expect(loaded && kes_trainer_generate(loaded, &options, NULL, NULL, &again, NULL) == KES_OK, "generate from the run");
+  expect(loaded && kes_trainer_generate(loaded, &options, NULL, NULL, &again, NULL, NULL) == KES_OK,
+         "generate from the run");
   expect(text && again && strcmp(text, again) == 0, "the loaded run continues the prompt the same way");
 
   /* Bad input: a status and a message naming the problem. */
   options.prompt = "Zebra";
-  expect(kes_trainer_generate(trainer, &options, NULL, NULL, NULL, NULL) == KES_INVALID_ARGUMENT &&
-             strstr(kes_last_error(), "prompt"),
+  expect(kes_trainer_generate(trainer, &options, NULL, NULL, &refused, NULL, NULL) == KES_INVALID_ARGUMENT &&
+             refused == NULL && strstr(kes_last_error(), "prompt"),
          "a prompt with characters the vocabulary lacks is refused");
   printf("refused: %s\n", kes_last_error());
   options.prompt = "the ";
   options.tokens = 0;
-  expect(kes_trainer_generate(trainer, &options, NULL, NULL, NULL, NULL) == KES_INVALID_ARGUMENT, "0 tokens is refused");
+  expect(kes_trainer_generate(trainer, &options, NULL, NULL, NULL, NULL, NULL) == KES_INVALID_ARGUMENT,
+         "0 tokens is refused");
   printf("refused: %s\n", kes_last_error());
-  expect(kes_trainer_generate(trainer, NULL, NULL, NULL, NULL, NULL) == KES_INVALID_ARGUMENT, "no options is refused");
+  expect(kes_trainer_generate(trainer, NULL, NULL, NULL, NULL, NULL, NULL) == KES_INVALID_ARGUMENT,
+         "no options is refused");
+  options.tokens = 5;
+  options.size = 0;
+  expect(kes_trainer_generate(trainer, &options, NULL, NULL, NULL, NULL, NULL) == KES_INVALID_ARGUMENT &&
+             strstr(kes_last_error(), "sizeof(kes_generate_options)"),
+         "options without their size are refused");
+  printf("refused: %s\n", kes_last_error());
 
   kes_text_free(text);
   kes_text_free(again);

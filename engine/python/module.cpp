@@ -180,8 +180,10 @@ size_t whole_characters(const std::string& text) {
   return text.size();
 }
 
-py::str decoded(const std::string& bytes) {  // invalid sequences as U+FFFD, never an exception
-  return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(bytes.data(), py::ssize_t(bytes.size()), "replace"));
+py::str decoded(const std::string& bytes) {  // invalid sequences as U+FFFD
+  PyObject* text = PyUnicode_DecodeUTF8(bytes.data(), py::ssize_t(bytes.size()), "replace");
+  if (!text) throw py::error_already_set();  // out of memory
+  return py::reinterpret_steal<py::str>(text);
 }
 
 // kestrel generate's sampling on the trainer's model (trained, or loaded with Trainer.load); on_text(str),

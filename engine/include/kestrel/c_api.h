@@ -151,9 +151,11 @@ void kes_trainer_free(kes_trainer* trainer);
 
 /* ---- text generation -------------------------------------------------------------------------- */
 
-/* A language model's sampling, as `kestrel generate` does it. Zero-initialise, then set at least prompt
- * and tokens. */
+/* A language model's sampling, as `kestrel generate` does it. Zero-initialise, set size to
+ * sizeof(kes_generate_options) (fields added later will lie past what older callers set), then at least
+ * prompt and tokens. */
 typedef struct kes_generate_options {
+  size_t size;
   const char* prompt;  /* UTF-8 text to continue; the model's vocabulary must have its characters */
   int64_t tokens;      /* how many to generate (at least 1) */
   double temperature;  /* the scores are divided by it before sampling; 0 picks the most likely */
@@ -168,9 +170,10 @@ typedef void (*kes_text_fn)(const char* text, size_t length, void* user_data);
 /* Continues options->prompt with the trainer's model, which must have been trained on text data (the
  * config's "dataset": "text"; for a trained run without its corpus, set the config's "vocabulary_file" and
  * kes_trainer_load the run). on_text may be NULL. Where not NULL, *text receives the whole continuation,
- * NUL-terminated, to free with kes_text_free, and *tokens_per_second the speed of sampling. */
+ * NUL-terminated, to free with kes_text_free (NULL on failure), *text_length its length in bytes (a byte
+ * vocabulary may sample a 0 byte), and *tokens_per_second the speed of sampling. */
 kes_status kes_trainer_generate(kes_trainer* trainer, const kes_generate_options* options, kes_text_fn on_text,
-                                void* user_data, char** text, double* tokens_per_second);
+                                void* user_data, char** text, size_t* text_length, double* tokens_per_second);
 void kes_text_free(char* text);
 
 #ifdef __cplusplus

@@ -39,10 +39,10 @@ bool all_finite(const Tensor& x);
 // The sum of x's squares, a 0-d tensor in x's dtype on its device (gradient clipping's squared norm).
 // One reduction where the device has SUM_SQUARES (ABI 1.17) and fused ops are on; else SQUARE then SUM
 // over slices of 2^24 elements, so the squares' temporary stays at 64 MiB of f32 however large x is.
-// x: floating, any shape.
+// x: f32 or f64, any shape.
 Tensor sum_of_squares(const Tensor& x);
 // The most sum_of_squares(x) allocates at once, a few scalars aside: 0 with the one reduction, else a
-// slice's squares.
+// slice's squares (and a strided x's contiguous copy).
 int64_t sum_of_squares_temporary_bytes(const Tensor& x);
 
 // a: (M, K) or (B, M, K), b: (K, N) or (B, K, N) -> (M, N) or (B, M, N). Transposed views are fine.

@@ -59,7 +59,12 @@ std::optional<Var> device_recurrent_layer(const Var& x, const RecurrentWeights& 
                                         w.weight_hh.requires_grad() || w.bias_ih.requires_grad() ||
                                         w.bias_hh.requires_grad());
   if (!train) {  // inference: no saved output, nothing for backward
-    if (!ops::launch_if_supported(device, ops::make_op(KESTREL_OP_RECURRENT_LAYER, &params, inputs, outputs)))
+    // Sizing the saved output has the plugin build its plan for the layer (cuDNN's descriptors), which is
+    // where a library rejects a layer it cannot run: the steps then run instead of the launch failing.
+    std::vector<Tensor> sized = outputs;
+    sized.push_back(Tensor::empty({0}, DType::u8, device));  // the training form's stand-in
+    if (!ops::saved_bytes(device, ops::make_op(KESTREL_OP_RECURRENT_LAYER, &params, inputs, sized)) ||
+        !ops::launch_if_supported(device, ops::make_op(KESTREL_OP_RECURRENT_LAYER, &params, inputs, outputs)))
       return std::nullopt;
     if (state) *state = {h_last, c_last};
     return Var(y);

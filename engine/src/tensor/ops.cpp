@@ -269,28 +269,19 @@ namespace {
 // need 500 MB of squares at once).
 constexpr int64_t kSquaresSlice = int64_t(1) << 24;
 
-kestrel_op sum_squares_op(const Tensor& x, const Tensor& out, kestrel_reduce_params& params) {
-  params = make_params<kestrel_reduce_params>();
-  params.fn = KESTREL_REDUCE_SUM_SQUARES;
-  return OpBuilder(KESTREL_OP_REDUCE, &params).in(x).out(out).op;
-}
-
-bool one_pass_squares(const Tensor& x) {
-  if (!fused_ops_enabled() || x.numel() == 0) return false;
-  const Tensor probe = Tensor::empty(Shape(size_t(x.rank()), 1), x.dtype(), x.device());
-  kestrel_reduce_params params;
-  return supports(x.device(), sum_squares_op(x, probe, params));
+// Whether x's device may be asked for SUM_SQUARES (ABI 1.17): only plugins built against 1.17 or later,
+// since an older one that did not check REDUCE's fn could take 6 for something else.
+bool may_ask_sum_squares(const Tensor& x) {
+  return fused_ops_enabled() && x.numel() > 0 && x.device().runtime().api().abi_minor >= 17;
 }
 }  // namespace
 
 Tensor sum_of_squares(const Tensor& x) {
-  if (!is_floating(x.dtype())) throw InvalidArgument("sum_of_squares: " + x.describe() + " is not floating");
-  if (one_pass_squares(x)) {
-    const Tensor out = Tensor::empty(Shape(size_t(x.rank()), 1), x.dtype(), x.device());
-    kestrel_reduce_params params;
-    x.device().runtime().launch(sum_squares_op(x, out, params));
-    return out.view({});
-  }
+  if (x.dtype() != DType::f32 && x.dtype() != DType::f64)
+    throw InvalidArgument("sum_of_squares: " + x.describe() +
+                          " is not f32 or f64 (16-bit squares would be summed into a 16-bit result)");
+  if (may_ask_sum_squares(x))
+    if (const std::optional<Tensor> sum = reduce_whole(KESTREL_REDUCE_SUM_SQUARES, x)) return *sum;
   const Tensor flat = x.is_contiguous() ? x.view({x.numel()}) : x.contiguous().view({x.numel()});
   Tensor sum = Tensor::zeros({}, x.dtype(), x.device());
   for (int64_t begin = 0; begin < flat.numel(); begin += kSquaresSlice) {
@@ -301,8 +292,15 @@ Tensor sum_of_squares(const Tensor& x) {
 }
 
 int64_t sum_of_squares_temporary_bytes(const Tensor& x) {
-  if (one_pass_squares(x)) return 0;
-  return std::min(x.numel(), kSquaresSlice) * int64_t(dtype_size(x.dtype()));
+  if (may_ask_sum_squares(x)) {
+    auto params = make_params<kestrel_reduce_params>();
+    params.fn = KESTREL_REDUCE_SUM_SQUARES;
+    const Tensor probe = Tensor::empty(Shape(size_t(x.rank()), 1), x.dtype(), x.device());
+    if (supports(x.device(), OpBuilder(KESTREL_OP_REDUCE, &params).in(x).out(probe).op)) return 0;
+  }
+  const int64_t size = int64_t(dtype_size(x.dtype()));
+  // A slice's squares, and a strided x's contiguous copy
+  return std::min(x.numel(), kSquaresSlice) * size + (x.is_contiguous() ? 0 : x.numel() * size);
 }
 
 bool all_finite(const Tensor& x) {
