@@ -179,7 +179,7 @@ TEST(TextTraining, GenerationDecodesStepByStepAsTheWholeSequenceDoes) {
     kestrel::generate(model, vocabulary, options);
     FAIL() << "a prompt outside the vocabulary was accepted";
   } catch (const kestrel::InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("--prompt: character"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("prompt: character"), std::string::npos) << e.what();
   }
 }
 

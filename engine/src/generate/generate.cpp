@@ -47,11 +47,11 @@ int64_t sample(const std::vector<double>& scores, int64_t vocabulary, const Gene
 GenerateResult generate(Model& model, const data::Vocabulary& vocabulary, const GenerateOptions& o,
                         const std::function<void(const std::string&)>& on_text) {
   if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
-    throw InvalidArgument(fmt::format("--temperature {}: give a finite number >= 0 (0: always the best token)", o.temperature));
-  if (o.tokens < 1) throw InvalidArgument(fmt::format("--tokens {}: give at least 1", o.tokens));
-  if (o.top_k < 0) throw InvalidArgument(fmt::format("--top-k {}: give a count >= 0 (0: every token)", o.top_k));
-  const std::vector<int64_t> prompt = vocabulary.encode(std::string_view(o.prompt), "--prompt");
-  if (prompt.empty()) throw InvalidArgument("--prompt: give at least one character to continue");
+    throw InvalidArgument(fmt::format("temperature {}: give a finite number >= 0 (0: always the best token)", o.temperature));
+  if (o.tokens < 1) throw InvalidArgument(fmt::format("tokens {}: give at least 1", o.tokens));
+  if (o.top_k < 0) throw InvalidArgument(fmt::format("top_k {}: give a count >= 0 (0: every token)", o.top_k));
+  const std::vector<int64_t> prompt = vocabulary.encode(std::string_view(o.prompt), "prompt");
+  if (prompt.empty()) throw InvalidArgument("prompt: give at least one character to continue");
   const int64_t scored = model.spec().layers()[model.spec().output()].output_shape.back();
   if (scored < vocabulary.size())
     throw InvalidArgument(fmt::format("{}: the model scores {} tokens but the vocabulary has {}",
