@@ -14,6 +14,7 @@
 #include "kestrel/engine.h"
 #include "kestrel/export.h"
 #include "kestrel/generate.h"
+#include "kestrel/memory_plan.h"
 #include "host_views.h"
 #include "kestrel/trainer.h"
 
@@ -186,6 +187,35 @@ py::str decoded(const std::string& bytes) {  // invalid sequences as U+FFFD
   return py::reinterpret_steal<py::str>(text);
 }
 
+// Trainer::plan_memory as a dict; batch_size 0: the config's.
+py::dict plan_memory(Trainer& trainer, int64_t batch_size) {
+  MemoryPlan plan;
+  {
+    py::gil_scoped_release no_gil;
+    plan = trainer.plan_memory(batch_size);
+  }
+  py::dict out;
+  out["device"] = plan.device;
+  out["batch_size"] = plan.batch_size;
+  out["micro_batch"] = plan.micro_batch;
+  out["accumulate_steps"] = plan.accumulate_steps;
+  out["parameters"] = plan.parameters;
+  out["gradients"] = plan.gradients;
+  out["optimizer_state"] = plan.optimizer_state;
+  out["activations"] = plan.activations;
+  out["step_temporary"] = plan.step_temporary;
+  out["update_temporary"] = plan.update_temporary;
+  out["eval_peak"] = plan.eval_peak;
+  out["data_in_flight"] = plan.data_in_flight;
+  out["predicted_peak"] = plan.predicted_peak;
+  out["device_free"] = plan.device_free;
+  out["fits"] = plan.fits;
+  out["largest_micro_batch"] = plan.largest_micro_batch;
+  out["suggested_accumulate_steps"] = plan.suggested_accumulate_steps;
+  out["report"] = plan.report();
+  return out;
+}
+
 // kestrel generate's sampling on the trainer's model (trained, or loaded with Trainer.load); on_text(str),
 // where given, receives the text as it is sampled, whole characters at a time.
 py::dict generate_text(Trainer& trainer, const std::string& prompt, int64_t tokens, double temperature, int64_t top_k,
@@ -288,6 +318,18 @@ PYBIND11_MODULE(_kestrel, m) {
           "test_subset", [](const RunConfig& c) { return c.data.test_subset; },
           [](RunConfig& c, int64_t n) { c.data.test_subset = n; })
       .def_property(
+          "precision", [](const RunConfig& c) { return std::string(dtype_name(c.precision)); },
+          [](RunConfig& c, const std::string& name) {
+            if (name != "f32" && name != "bf16" && name != "f16")
+              throw InvalidArgument("RunConfig.precision: '" + name + "' is not f32, bf16 or f16");
+            c.precision = parse_dtype(name);
+          },
+          "Mixed precision: \"bf16\" or \"f16\" (with loss scaling) products, f32 master weights; \"f32\": off")
+      .def_property(
+          "weight_decay", [](const RunConfig& c) { return c.optimizer.weight_decay; },
+          [](RunConfig& c, double decay) { c.optimizer.weight_decay = decay; },
+          "L2 for sgd and adam, decoupled for adamw")
+      .def_property(
           "vocabulary_file", [](const RunConfig& c) { return c.data.vocabulary_file; },
           [](RunConfig& c, std::string path) { c.data.vocabulary_file = std::move(path); },
           "Text data: the vocabulary from a run's vocabulary.json, without reading the corpus (for generating "
@@ -309,6 +351,9 @@ PYBIND11_MODULE(_kestrel, m) {
            py::arg("top_k") = 0, py::arg("seed") = 0, py::arg("cache") = true, py::arg("on_text") = nullptr,
            "Continues `prompt` with a language model trained on text, as `kestrel generate` does; on_text(str) "
            "receives the text as it is sampled. Returns {text, tokens, seconds, tokens_per_second}")
+      .def("plan_memory", &plan_memory, py::arg("batch_size") = 0,
+           "What training and evaluation will hold on the device (as `kestrel plan`): a dict of byte counts, "
+           "whether it fits, the largest micro-batch that does, and the printed report")
       .def_property_readonly("device", [](const Trainer& t) { return t.device().str(); })
       .def_property_readonly("parameter_count", [](Trainer& t) { return t.model().spec().parameter_count(); });
 

@@ -146,6 +146,24 @@ def test_generate_streams_text_from_a_trained_language_model(tmp_path):
     assert result["tokens"] == 60 and "".join(pieces) == result["text"]
 
 
+def test_plan_memory_precision_and_weight_decay(tmp_path):
+    config = small_config(tmp_path, epochs=1)
+    assert config.precision == "f32" and config.weight_decay == 0
+    config.weight_decay = 0.01
+    trainer = kestrel.Trainer(config)
+    plan = trainer.plan_memory()
+    assert plan["fits"] and plan["parameters"] > 0 and plan["gradients"] == plan["parameters"]
+    assert plan["predicted_peak"] >= plan["parameters"] + plan["gradients"] + plan["optimizer_state"]
+    assert "predicted peak" in plan["report"]
+    assert trainer.plan_memory(batch_size=1 << 30)["fits"] is False  # a billion images
+    config.precision = "bf16"
+    assert config.precision == "bf16"
+    summary = kestrel.Trainer(config).fit()
+    assert summary["steps"] > 0 and math.isfinite(summary["train_loss"])
+    with pytest.raises(ValueError, match="precision"):
+        config.precision = "f64"
+
+
 def test_two_devices_of_one_process_train_as_one_device(tmp_path):
     if not any(d["id"] == "cpu:1" for d in kestrel.devices()):
         pytest.skip("one CPU device: KESTREL_CPU_DEVICES=2 shows the host as two (ctest sets it)")
