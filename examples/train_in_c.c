@@ -142,6 +142,18 @@ int main(int argc, char** argv) {
     printf("refused: %s\n", kes_last_error());
   }
 
+  expect(kes_config_set_text(config, "precision", "f64") == KES_INVALID_ARGUMENT, "precision f64 is refused");
+  printf("refused: %s\n", kes_last_error());
+  expect(kes_config_set_text(config, "precision", "bf16") == KES_OK, "precision bf16");
+  expect(kes_config_set_number(config, "weight_decay", -1) == KES_OK, "weight_decay is a setting");
+  {
+    kes_trainer* refused = NULL;
+    expect(kes_trainer_create(config, &refused) == KES_INVALID_ARGUMENT && refused == NULL &&
+               strstr(kes_last_error(), "/optimizer/weight_decay"),
+           "a negative weight decay is refused, by its JSON path");
+    printf("refused: %s\n", kes_last_error());
+  }
+
   kes_tensor_free(scores);
   kes_tensor_free(images);
   kes_trainer_free(trainer);

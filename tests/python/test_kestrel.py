@@ -162,6 +162,9 @@ def test_plan_memory_precision_and_weight_decay(tmp_path):
     assert summary["steps"] > 0 and math.isfinite(summary["train_loss"])
     with pytest.raises(ValueError, match="precision"):
         config.precision = "f64"
+    config.weight_decay = -1
+    with pytest.raises(ValueError, match="/optimizer/weight_decay"):
+        kestrel.Trainer(config)
 
 
 def test_two_devices_of_one_process_train_as_one_device(tmp_path):

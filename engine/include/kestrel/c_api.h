@@ -89,8 +89,10 @@ kes_status kes_config_parse(const char* json, const char* base_dir, kes_config**
  * "accumulate_steps", "train_subset", "test_subset". Text keys: "out", "backend" (a backend or device,
  * or a comma-separated preference list, as --backend), "devices" (a comma-separated list: the trainer
  * then runs a rank per device of this process, and speaks through rank 0), "vocabulary_file" (text data:
- * a run's vocabulary.json, and the corpus is not read: for generating with a trained model). Number keys: "lr",
- * "clip_grad_norm" (the gradients' global L2 norm clipped to it before each update; 0: none). Rules
+ * a run's vocabulary.json, and the corpus is not read: for generating with a trained model), "precision"
+ * ("bf16" or "f16": mixed precision's products; "f32": off). Number keys: "lr",
+ * "clip_grad_norm" (the gradients' global L2 norm clipped to it before each update; 0: none), "weight_decay"
+ * (L2 for sgd and adam, decoupled for adamw; 0 to 1). Rules
  * between settings (the micro-batches dividing the batch, the deterministic mode's single micro-batch)
  * are checked when a trainer is created from the config. */
 kes_status kes_config_set_int(kes_config* config, const char* key, int64_t value);

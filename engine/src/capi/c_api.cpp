@@ -167,9 +167,14 @@ kes_status kes_config_set_text(kes_config* config, const char* key, const char* 
       config->value.set_devices(value);
     } else if (k == "vocabulary_file") {  // a run's vocabulary.json: generation without the corpus
       config->value.data.vocabulary_file = value;
+    } else if (k == "precision") {  // mixed precision: bf16 or f16 products, or f32
+      const std::string name = value;
+      if (name != "f32" && name != "bf16" && name != "f16")
+        throw InvalidArgument(fmt::format("kes_config_set_text: precision '{}' is not f32, bf16 or f16", name));
+      config->value.precision = parse_dtype(name);
     } else {
-      throw InvalidArgument(
-          fmt::format("kes_config_set_text: no text setting '{}' (out, backend, devices, vocabulary_file)", k));
+      throw InvalidArgument(fmt::format(
+          "kes_config_set_text: no text setting '{}' (out, backend, devices, vocabulary_file, precision)", k));
     }
   });
 }
@@ -179,12 +184,13 @@ kes_status kes_config_set_number(kes_config* config, const char* key, double val
     need(config, "config");
     need(key, "key");
     const std::string k = key;
-    if (k == "clip_grad_norm") {  // checked with the rest when a trainer is made from the config
-      config->value.optimizer.clip_grad_norm = value;
+    if (k == "clip_grad_norm" || k == "weight_decay") {  // checked with the rest when a trainer is made
+      (k == "clip_grad_norm" ? config->value.optimizer.clip_grad_norm : config->value.optimizer.weight_decay) = value;
       return;
     }
     if (k != "lr")
-      throw InvalidArgument(fmt::format("kes_config_set_number: no number setting '{}' (lr, clip_grad_norm)", k));
+      throw InvalidArgument(
+          fmt::format("kes_config_set_number: no number setting '{}' (lr, clip_grad_norm, weight_decay)", k));
     if (!(value >= 0 && value <= kMaxLearningRate))
       throw InvalidArgument(fmt::format("kes_config_set_number: lr must be in [0, {}], got {}", kMaxLearningRate, value));
     config->value.optimizer.lr = value;

@@ -77,6 +77,7 @@ void RunConfig::check() const {
   at_least("/data/workers", data.workers, 1);
   if (data.workers > kMaxLoaderWorkers) refuse("/data/workers", std::to_string(data.workers), fmt::format("at most {}", kMaxLoaderWorkers));
   within("/optimizer/lr", optimizer.lr, 0, kMaxLearningRate);
+  within("/optimizer/weight_decay", optimizer.weight_decay, 0, 1);  // the parser's range, for the APIs' settings
   within("/optimizer/clip_grad_norm", optimizer.clip_grad_norm, 0, kMaxClipNorm);
   if (optimizer.clip_grad_norm > 0 && optimizer.clip_grad_norm < kMinClipNorm)  // f32 would flush it to 0
     refuse("/optimizer/clip_grad_norm", fmt::format("{}", optimizer.clip_grad_norm),
