@@ -22,10 +22,10 @@ if [ "${1:-}" = more ]; then
   step 40 vulkan_profile # issue 18: the Vulkan MLP steps' shaders, replays included, against their batches' spans
   exit 0
 fi
-step 130 conformance   # new since bbaec3c: column folds ending inside a pack, Adam in packs, ABI 1.14 (RELU/GELU_BACKWARD, GEMM row sums by BGRADB, CE backward from losses), ABI 1.15 (recurrent_layer through cuDNN), ABI 1.16 (layer_norm backward+add)
+step 130 conformance   # new since bbaec3c: column folds ending inside a pack, Adam in packs, ABI 1.14 (RELU/GELU_BACKWARD, GEMM row sums by BGRADB, CE backward from losses), ABI 1.15 (recurrent_layer through cuDNN), ABI 1.16 (layer_norm backward+add), ABI 1.17 (reduce sum_squares)
 step 75 cudnn_rnn      # issue 15: cuDNN's whole layers against the fused cells: layers, steps, 300 training steps each way
 step 30 gemm_cublas    # the gemm and fused families without cuBLASLt (row sums by a reduction)
-step 45 kernels        # issues 15/16: bias-gradient folds, GPT-2's loss and Adam, packed and generic; layer norm by warps and by blocks, adding into the residual's gradient or not
+step 45 kernels        # issues 15/16: bias-gradient folds, GPT-2's loss and Adam, packed and generic; layer norm by warps and by blocks, adding into the residual's gradient or not; clipping's one-pass squared norm
 step 90 mlp16          # issues 15/16: MLP and GPT-2 bf16 steps (gradients in place, fused activation gradients, packed Adam), PyTorch eager beside
 step 130 torch_best    # issues 15/16: PyTorch compile-reduce-overhead against the same steps in the same call
 step 55 profile_gpt2   # issue 15: what is left of GPT-2's step outside its products
