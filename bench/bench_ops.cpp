@@ -289,6 +289,27 @@ void overflow_check(benchmark::State& state, kestrel::Device device, std::vector
                                               benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
 }
 
+// Attention at gpt_char's shape: 32 samples x 4 heads of 128 causal positions, 32 features a head, dropout
+// 0.1 on the weights as in training; forward alone, or forward and backward (the fused op where the device
+// has it).
+void attention(benchmark::State& state, kestrel::Device device, bool backward) {
+  const Tensor q = random_tensor({128, 128, 32}, DType::f32, device, 21), k = random_tensor({128, 128, 32}, DType::f32, device, 22),
+               v = random_tensor({128, 128, 32}, DType::f32, device, 23);  // (B, T, D) each
+  const Tensor dy = random_tensor({128, 128, 32}, DType::f32, device, 24);
+  kestrel::fn::AttentionOptions options;
+  options.causal = true;
+  options.dropout = 0.1;
+  options.training = true;
+  kestrel::Engine::global().synchronize(device);  // the inputs' generation is not timed
+  for (auto _ : state) {
+    kestrel::Var qv(q, backward), kv(k, backward), vv(v, backward);
+    const kestrel::Var out = kestrel::fn::scaled_dot_product_attention(qv, kv, vv, options);
+    if (backward) kestrel::backward(kestrel::fn::sum(kestrel::fn::mul(out, kestrel::Var(dy))));
+    kestrel::Engine::global().synchronize(device);
+    ++options.offset;
+  }
+}
+
 // Gradient clipping's squared norm over the seeds' MLP's 3.15M flat gradients: one SUM_SQUARES reduction
 // (ABI 1.17), or squares written and then summed (fused ops off, as on a plugin without it), side by side.
 void squared_norm(benchmark::State& state, kestrel::Device device, bool one_pass, int64_t n) {
@@ -473,6 +494,11 @@ void register_device_benchmarks(const kestrel::Device& device) {
   for (bool adds : {true, false})
     benchmark::RegisterBenchmark(fmt::format("norm_into_residual/{}/f32/8192x768/{}", d, adds ? "adds" : "then_add").c_str(),
                                  norm_into_residual, device, adds)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  for (bool backward : {false, true})
+    benchmark::RegisterBenchmark(fmt::format("attention{}/{}/f32/128x128x32/causal_dropout", backward ? "_with_backward" : "", d).c_str(),
+                                 attention, device, backward)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   for (bool one_pass : {true, false})

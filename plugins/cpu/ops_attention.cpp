@@ -1,10 +1,11 @@
 // Fused scaled dot-product attention (ABI 1.7; its operands as (N,H,T,D) views since 1.13), forward and
-// backward side by side. Each batch entry is
-// one task: its tensors are staged in the arithmetic type (keys and values also transposed), so every
-// inner loop is a contiguous multiply-add over keys or over features, vectorised for the CPU's widest
-// units (KESTREL_VECTOR_CLONES); one query row's scores at a time live in a row-sized buffer, never a
-// (Tq x Tk) matrix. Backward recomputes the weights from the log-sum-exp forward left, and the dropout
-// mask (1.8) from Philox, row by row. A key-padding mask (1.9) becomes a per-key bias of the entry's
+// backward side by side. Each batch entry is one task: its tensors are staged row-major in the arithmetic
+// type, and its products are BLAS calls on the task's thread, a block of 32 queries at a time, so only a
+// block's (32 x Tk) scores are ever held, never the (Tq x Tk) matrix; under a causal mask a block
+// multiplies only the keys its last query sees. Between the products, each row's softmax, dropout and
+// gradient run in loops vectorised for the CPU's widest units (KESTREL_VECTOR_CLONES). Row by row with
+// vector loops (before 2026-11-28), gpt_char's attention ran at 26-39 GFLOP/s. Backward recomputes the
+// weights from the log-sum-exp forward left, and the dropout mask (1.8) from Philox, row by row. A key-padding mask (1.9) becomes a per-key bias of the entry's
 // scores (-1e29 on padded keys); where every query of an entry sees a real key and padding is an eighth
 // of the keys or more, the padded keys are left out altogether (their weights are exactly 0; only the
 // sums' rounding moves with the keys' lanes), so a padded batch's attention costs what its real keys do.
@@ -112,132 +113,147 @@ template <class A>
   for (int64_t j = 0; j < seen; ++j) factors[j] = every[real->index[size_t(j)]];
 }
 
-// Batch entry b's (rows, depth) matrix of m (laid out as `at` says) in the arithmetic type, row-major or
-// transposed (depth, rows), only the rows `real` selects when given.
-enum class Layout { rows, columns };
+// Batch entry b's (rows, depth) matrix of m (laid out as `at` says) in the arithmetic type, row-major,
+// only the rows `real` selects when given.
 template <class E>
-void stage(const typename E::storage* m, const HeadRows& at, int64_t b, std::vector<Acc<E>>& out, Layout layout,
+void stage(const typename E::storage* m, const HeadRows& at, int64_t b, std::vector<Acc<E>>& out,
            const RealKeys* real = nullptr) {
   const int64_t rows = at.rows, depth = at.depth, kept = real ? int64_t(real->index.size()) : rows;
   out.resize(size_t(kept * depth));
   for (int64_t r = 0; r < kept; ++r) {
     const typename E::storage* from = m + at.at(b, real ? real->index[size_t(r)] : r);
-    for (int64_t d = 0; d < depth; ++d)
-      out[layout == Layout::rows ? r * depth + d : d * kept + r] = Acc<E>(E::load(from[d]));
+    for (int64_t d = 0; d < depth; ++d) out[r * depth + d] = Acc<E>(E::load(from[d]));
   }
 }
 
-// y[0, n) += a * x[0, n)
-template <class A>
-[[gnu::always_inline]] inline void multiply_add(A* y, A a, const A* x, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) y[j] += a * x[j];
+// Queries whose scores one BLAS product computes at once: the block's (rows, keys) scores stay in a
+// thread's scratch, and under a causal mask each block multiplies only the keys its last query sees.
+constexpr int64_t kQueryBlock = 32;
+
+// The keys the loops run over for query i: the real ones it sees when `real` is given, else its visible ones.
+int64_t seen_by(const Geometry& g, const RealKeys* real, int64_t i) {
+  return real ? real->visible[size_t(i)] : std::max<int64_t>(0, g.visible(i));
 }
 
-// out[j] = exp(s_j - max s) with s_j = scale * row . m_j [+ bias_j] for j < seen, m given transposed
-// (depth, keys); returns their sum, with max s in top. The exps go through the vector math
-// (cpu_vector_math.hpp).
+// s[j] = exp(scale * s_j [+ bias_j] - top) for j < seen, top the largest exponent; returns their sum. The
+// exps go through the vector math (cpu_vector_math.hpp).
 template <class A>
-[[gnu::always_inline]] inline A exp_scores(const A* row, const A* m_t, int64_t depth, int64_t keys, int64_t seen,
-                                           A scale, const A* bias, A* out, A& top) {
-  std::fill(out, out + seen, A(0));
-  for (int64_t d = 0; d < depth; ++d) multiply_add(out, row[d], m_t + d * keys, seen);
+[[gnu::always_inline]] inline A exp_row(A* s, int64_t seen, A scale, const A* bias, A& top) {
   top = -INFINITY;
   if (bias)
-    for (int64_t j = 0; j < seen; ++j) top = std::max(top, out[j] = out[j] * scale + bias[j]);
+    for (int64_t j = 0; j < seen; ++j) top = std::max(top, s[j] = s[j] * scale + bias[j]);
   else
-    for (int64_t j = 0; j < seen; ++j) top = std::max(top, out[j] *= scale);
-  map_staged<A>(0, seen, [=](int64_t j) { return out[j] - top; }, [=](int64_t j, A e) { out[j] = e; },
+    for (int64_t j = 0; j < seen; ++j) top = std::max(top, s[j] *= scale);
+  map_staged<A>(0, seen, [=](int64_t j) { return s[j] - top; }, [=](int64_t j, A e) { s[j] = e; },
                 [](A shift) { return std::exp(shift); });
   A sum = 0;
-  for (int64_t j = 0; j < seen; ++j) sum += out[j];
+  for (int64_t j = 0; j < seen; ++j) sum += s[j];
   return sum;
 }
 
-// Batch entry b's forward on staged arrays: q (Tq, D), k_t (D, K), v (K, D) over K keys (Tk, or the real
-// ones `real` selects), bias (Tk) or null -> out (Tq, D), lse (Tq); weights, factors, every: Tk scratch.
+// Batch entry b's forward on staged arrays: q (Tq, D), k and v (K, D) over K keys (Tk, or the real ones
+// `real` selects), bias (Tk) or null -> out (Tq, D), lse (Tq). Per block of queries: scores = q k^T (one
+// product), each row's weights in place (exp, dropout, normalised; 0 past the keys the query sees), then
+// out = weights v (another). scores: kQueryBlock * K scratch; factors, every: Tk scratch.
 template <class A>
 [[gnu::always_inline]] inline void entry_forward(const Geometry& g, int64_t b, const RealKeys* real, const A* q,
-                                                 const A* k_t, const A* v, const A* bias, A* out, A* lse, A* weights,
+                                                 const A* k, const A* v, const A* bias, A* out, A* lse, A* scores,
                                                  A* factors, A* every) {
   const int64_t depth = g.depth, keys = real ? int64_t(real->index.size()) : g.keys;
-  for (int64_t i = 0; i < g.queries; ++i) {
-    const int64_t seen = real ? real->visible[size_t(i)] : g.visible(i);
-    A top;
-    const A sum = exp_scores(q + i * depth, k_t, depth, keys, seen, A(g.scale), real ? nullptr : bias, weights, top);
-    if (g.dropout()) {
-      kept_factors(g, b, i, seen, real, factors, every);
-      for (int64_t j = 0; j < seen; ++j) weights[j] *= factors[j];
+  if (real) bias = nullptr;  // every key left is real
+  for (int64_t first = 0; first < g.queries; first += kQueryBlock) {
+    const int64_t rows = std::min(kQueryBlock, g.queries - first), reach = seen_by(g, real, first + rows - 1);
+    if (reach > 0)
+      gemm_block<A>({q + first * depth, depth}, {k, depth, true}, rows, reach, depth, A(1), A(0), scores, keys);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = first + r, seen = seen_by(g, real, i);
+      A* w = scores + r * keys;
+      A top;
+      const A sum = exp_row(w, seen, A(g.scale), bias, top);
+      if (g.dropout()) {
+        kept_factors(g, b, i, seen, real, factors, every);
+        for (int64_t j = 0; j < seen; ++j) w[j] *= factors[j];
+      }
+      for (int64_t j = 0; j < seen; ++j) w[j] /= sum;
+      std::fill(w + seen, w + reach, A(0));
+      lse[i] = top + std::log(sum);
     }
-    A* row = out + i * depth;
-    std::fill(row, row + depth, A(0));
-    for (int64_t j = 0; j < seen; ++j) multiply_add(row, weights[j] / sum, v + j * depth, depth);
-    lse[i] = top + std::log(sum);
+    if (reach > 0)
+      gemm_block<A>({scores, keys}, {v, depth}, rows, depth, reach, A(1), A(0), out + first * depth, depth);
+    else
+      std::fill(out + first * depth, out + (first + rows) * depth, A(0));
   }
 }
 
 // With p = softmax(s) recomputed from the log-sum-exp, m_j each weight's dropout factor (1 without
-// dropout) and dp_j = m_j dout . v_j: ds_j = scale * p_j (dp_j - sum_l p_l dp_l); dq = sum_j ds_j k_j;
-// dk_j += ds_j q; dv_j += m_j p_j dout. Batch entry b on staged arrays: q, dout (Tq, D); k (K, D), k_t
-// and v_t (D, K) over K keys (Tk, or the real ones `real` selects); bias (Tk) or null; lse (Tq) -> dq
-// (Tq, D), dk and dv (K, D), summed over the entry's queries; p, ds, factors, every: Tk scratch.
+// dropout) and dp_j = m_j dout . v_j: ds_j = scale * p_j (dp_j - sum_l p_l dp_l); dq = ds k; dk = ds^T q;
+// dv = (m p)^T dout. Batch entry b on staged arrays: q, dout (Tq, D); k, v (K, D) over K keys (Tk, or the
+// real ones `real` selects); bias (Tk) or null; lse (Tq) -> dq (Tq, D), dk and dv (K, D), summed over the
+// entry's queries. Per block of queries, five products: the scores and dout v^T, then dq, dk and dv.
+// p, dp: kQueryBlock * K scratch; factors, every: Tk scratch.
 template <class A>
 [[gnu::always_inline]] inline void entry_backward(const Geometry& g, int64_t b, const RealKeys* real, const A* q,
-                                                  const A* dout, const A* k, const A* k_t, const A* v_t, const A* bias,
-                                                  const A* lse, A* dq, A* dk, A* dv, A* p, A* ds, A* factors,
-                                                  A* every) {
+                                                  const A* dout, const A* k, const A* v, const A* bias, const A* lse,
+                                                  A* dq, A* dk, A* dv, A* p, A* dp, A* factors, A* every) {
   const int64_t depth = g.depth, keys = real ? int64_t(real->index.size()) : g.keys;
   if (real) bias = nullptr;  // every key left is real
   std::fill(dk, dk + keys * depth, A(0));
   std::fill(dv, dv + keys * depth, A(0));
-  for (int64_t i = 0; i < g.queries; ++i) {
-    const int64_t seen = real ? real->visible[size_t(i)] : g.visible(i);
-    const A *qi = q + i * depth, *doi = dout + i * depth;
-    std::fill(ds, ds + seen, A(0));
-    for (int64_t d = 0; d < depth; ++d) multiply_add(ds, doi[d], v_t + d * keys, seen);  // dp_j
-    const A scale = A(g.scale);
-    if (bias) {
-      // The weights as forward made them. A query that sees only padded keys has a log-sum-exp near
-      // -1e29, which has lost its log(sum) to rounding, so exp(score - lse) would not give them back.
-      A top;
-      const A sum = exp_scores(qi, k_t, depth, keys, seen, scale, bias, p, top);
-      for (int64_t j = 0; j < seen; ++j) p[j] /= sum;
-    } else {
-      std::fill(p, p + seen, A(0));
-      for (int64_t d = 0; d < depth; ++d) multiply_add(p, qi[d], k_t + d * keys, seen);  // q . k_j
-      const A log_sum = lse[i];
-      map_staged<A>(0, seen, [=](int64_t j) { return scale * p[j] - log_sum; }, [=](int64_t j, A e) { p[j] = e; },
-                    [](A shift) { return std::exp(shift); });
+  const A scale = A(g.scale);
+  for (int64_t first = 0; first < g.queries; first += kQueryBlock) {
+    const int64_t rows = std::min(kQueryBlock, g.queries - first), reach = seen_by(g, real, first + rows - 1);
+    const A *q_block = q + first * depth, *dout_block = dout + first * depth;
+    if (reach == 0) {
+      std::fill(dq + first * depth, dq + (first + rows) * depth, A(0));
+      continue;
     }
-    if (g.dropout()) {
-      kept_factors(g, b, i, seen, real, factors, every);
-      for (int64_t j = 0; j < seen; ++j) ds[j] *= factors[j];
+    gemm_block<A>({q_block, depth}, {k, depth, true}, rows, reach, depth, A(1), A(0), p, keys);      // q . k_j
+    gemm_block<A>({dout_block, depth}, {v, depth, true}, rows, reach, depth, A(1), A(0), dp, keys);  // dout . v_j
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = first + r, seen = seen_by(g, real, i);
+      A *pi = p + r * keys, *dpi = dp + r * keys;
+      if (bias) {
+        // The weights as forward made them. A query that sees only padded keys has a log-sum-exp near
+        // -1e29, which has lost its log(sum) to rounding, so exp(score - lse) would not give them back.
+        A top;
+        const A sum = exp_row(pi, seen, scale, bias, top);
+        for (int64_t j = 0; j < seen; ++j) pi[j] /= sum;
+      } else {
+        const A log_sum = lse[i];
+        map_staged<A>(0, seen, [=](int64_t j) { return scale * pi[j] - log_sum; }, [=](int64_t j, A e) { pi[j] = e; },
+                      [](A shift) { return std::exp(shift); });
+      }
+      if (g.dropout()) {
+        kept_factors(g, b, i, seen, real, factors, every);
+        for (int64_t j = 0; j < seen; ++j) dpi[j] *= factors[j];
+      }
+      A delta = 0;
+      for (int64_t j = 0; j < seen; ++j) delta += pi[j] * dpi[j];
+      for (int64_t j = 0; j < seen; ++j) {
+        dpi[j] = pi[j] * (dpi[j] - delta) * scale;       // ds_j
+        if (g.dropout()) pi[j] *= factors[j];             // the weight dv sees
+      }
+      std::fill(pi + seen, pi + reach, A(0));
+      std::fill(dpi + seen, dpi + reach, A(0));
     }
-    A delta = 0;
-    for (int64_t j = 0; j < seen; ++j) delta += p[j] * ds[j];
-    A* dqi = dq + i * depth;
-    std::fill(dqi, dqi + depth, A(0));
-    for (int64_t j = 0; j < seen; ++j) {
-      const A dsj = p[j] * (ds[j] - delta) * A(g.scale);
-      multiply_add(dqi, dsj, k + j * depth, depth);
-      multiply_add(dk + j * depth, dsj, qi, depth);
-      multiply_add(dv + j * depth, g.dropout() ? p[j] * factors[j] : p[j], doi, depth);
-    }
+    gemm_block<A>({dp, keys}, {k, depth}, rows, depth, reach, A(1), A(0), dq + first * depth, depth);
+    gemm_block<A>({dp, keys, true}, {q_block, depth}, reach, depth, rows, A(1), A(1), dk, depth);
+    gemm_block<A>({p, keys, true}, {dout_block, depth}, reach, depth, rows, A(1), A(1), dv, depth);
   }
 }
 
 // Per vector width (KESTREL_VECTOR_CLONES), for the two arithmetic types.
 template <class A>
 KESTREL_VECTOR_CLONES void entry_forward_cloned(const Geometry& g, int64_t b, const RealKeys* real, const A* q,
-                                                const A* k_t, const A* v, const A* bias, A* out, A* lse, A* weights,
+                                                const A* k, const A* v, const A* bias, A* out, A* lse, A* scores,
                                                 A* factors, A* every) {
-  entry_forward(g, b, real, q, k_t, v, bias, out, lse, weights, factors, every);
+  entry_forward(g, b, real, q, k, v, bias, out, lse, scores, factors, every);
 }
 template <class A>
 KESTREL_VECTOR_CLONES void entry_backward_cloned(const Geometry& g, int64_t b, const RealKeys* real, const A* q,
-                                                 const A* dout, const A* k, const A* k_t, const A* v_t, const A* bias,
-                                                 const A* lse, A* dq, A* dk, A* dv, A* p, A* ds, A* factors,
-                                                 A* every) {
-  entry_backward(g, b, real, q, dout, k, k_t, v_t, bias, lse, dq, dk, dv, p, ds, factors, every);
+                                                 const A* dout, const A* k, const A* v, const A* bias, const A* lse,
+                                                 A* dq, A* dk, A* dv, A* p, A* dp, A* factors, A* every) {
+  entry_backward(g, b, real, q, dout, k, v, bias, lse, dq, dk, dv, p, dp, factors, every);
 }
 
 // A staged (rows, depth) block back into batch entry b of `to` (laid out as `at` says): row r of `from` to
@@ -271,19 +287,20 @@ void attention_forward(const kestrel_op& op) {
     A* lse = mutable_data_of<A>(op.outputs[1]);  // (B, Tq), statistics_dtype
     const S* mask = g.padding_input < 0 ? nullptr : data_of<S>(op.inputs[g.padding_input]);  // (N, Tk)
     const int64_t q_width = g.queries * g.depth, k_width = g.keys * g.depth;
+    const auto turn = blas_turn(/*one_thread_each=*/true);  // each entry's products on its own thread
     parallel_for_split("kestrel::attention", g.batch, g.batch * g.queries * k_width, [=, &q_at, &k_at, &v_at, &out_at](int64_t b) {
-      thread_local std::vector<A> queries, keys_t, values, bias, sum, scores, factors, every;
+      thread_local std::vector<A> queries, keys, values, bias, sum, scores, factors, every;
       thread_local RealKeys selection;
       const RealKeys* real = select_real_keys<S, E>(g, mask, b, selection);
       const A* key_bias = real ? nullptr : stage_key_bias<E>(g, mask, b, bias);
-      stage<E>(q, q_at, b, queries, Layout::rows);
-      stage<E>(k, k_at, b, keys_t, Layout::columns, real);
-      stage<E>(v, v_at, b, values, Layout::rows, real);
+      stage<E>(q, q_at, b, queries);
+      stage<E>(k, k_at, b, keys, real);
+      stage<E>(v, v_at, b, values, real);
       sum.resize(size_t(q_width));
-      scores.resize(size_t(g.keys));
+      scores.resize(size_t(kQueryBlock * g.keys));
       factors.resize(size_t(g.keys));
       every.resize(size_t(g.keys));
-      entry_forward_cloned<A>(g, b, real, queries.data(), keys_t.data(), values.data(), key_bias, sum.data(),
+      entry_forward_cloned<A>(g, b, real, queries.data(), keys.data(), values.data(), key_bias, sum.data(),
                               lse + b * g.queries, scores.data(), factors.data(), every.data());
       store_rows<E>(sum, out, out_at, b);
     });
@@ -306,28 +323,27 @@ void attention_backward(const kestrel_op& op) {
     S *dq = mutable_data_of<S>(op.outputs[0]), *dk = mutable_data_of<S>(op.outputs[1]), *dv = mutable_data_of<S>(op.outputs[2]);
     const S* mask = g.padding_input < 0 ? nullptr : data_of<S>(op.inputs[g.padding_input]);  // (N, Tk)
     const int64_t q_width = g.queries * g.depth, k_width = g.keys * g.depth;
+    const auto turn = blas_turn(/*one_thread_each=*/true);  // each entry's products on its own thread
     parallel_for_split("kestrel::attention_backward", g.batch, g.batch * g.queries * k_width,
                        [=, &dout_at, &q_at, &k_at, &v_at, &dq_at, &dk_at, &dv_at](int64_t b) {
-      thread_local std::vector<A> queries, grads, keys, keys_t, values_t, bias, dq_sum, dk_sum, dv_sum, p, ds, factors,
-          every;
+      thread_local std::vector<A> queries, grads, keys, values, bias, dq_sum, dk_sum, dv_sum, p, dp, factors, every;
       thread_local RealKeys selection;
       const RealKeys* real = select_real_keys<S, E>(g, mask, b, selection);
       const A* key_bias = real ? nullptr : stage_key_bias<E>(g, mask, b, bias);
-      stage<E>(q, q_at, b, queries, Layout::rows);
-      stage<E>(dout, dout_at, b, grads, Layout::rows);
-      stage<E>(k, k_at, b, keys, Layout::rows, real);
-      stage<E>(k, k_at, b, keys_t, Layout::columns, real);
-      stage<E>(v, v_at, b, values_t, Layout::columns, real);
+      stage<E>(q, q_at, b, queries);
+      stage<E>(dout, dout_at, b, grads);
+      stage<E>(k, k_at, b, keys, real);
+      stage<E>(v, v_at, b, values, real);
       dq_sum.resize(size_t(q_width));
       dk_sum.resize(size_t(k_width));
       dv_sum.resize(size_t(k_width));
-      p.resize(size_t(g.keys));
-      ds.resize(size_t(g.keys));
+      p.resize(size_t(kQueryBlock * g.keys));
+      dp.resize(size_t(kQueryBlock * g.keys));
       factors.resize(size_t(g.keys));
       every.resize(size_t(g.keys));
-      entry_backward_cloned<A>(g, b, real, queries.data(), grads.data(), keys.data(), keys_t.data(), values_t.data(),
-                               key_bias, lse + b * g.queries, dq_sum.data(), dk_sum.data(), dv_sum.data(), p.data(),
-                               ds.data(), factors.data(), every.data());
+      entry_backward_cloned<A>(g, b, real, queries.data(), grads.data(), keys.data(), values.data(), key_bias,
+                               lse + b * g.queries, dq_sum.data(), dk_sum.data(), dv_sum.data(), p.data(), dp.data(),
+                               factors.data(), every.data());
       store_rows<E>(dq_sum, dq, dq_at, b);
       store_rows<E>(dk_sum, dk, dk_at, b, real);
       store_rows<E>(dv_sum, dv, dv_at, b, real);
