@@ -289,9 +289,9 @@ void overflow_check(benchmark::State& state, kestrel::Device device, std::vector
                                               benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
 }
 
-// Attention at gpt_char's shape: 32 samples x 4 heads of 128 causal positions, 32 features a head, dropout
-// 0.1 on the weights as in training; forward alone, or forward and backward (the fused op where the device
-// has it).
+// Attention at gpt_char's shape: (B, T, D) = (128, 128, 32), its 32 samples x 4 heads of 128 causal
+// positions and 32 features a head, dropout 0.1 on the weights as in training; forward alone, or forward
+// and backward (the fused op where the device has it).
 void attention(benchmark::State& state, kestrel::Device device, bool backward) {
   const Tensor q = random_tensor({128, 128, 32}, DType::f32, device, 21), k = random_tensor({128, 128, 32}, DType::f32, device, 22),
                v = random_tensor({128, 128, 32}, DType::f32, device, 23);  // (B, T, D) each

@@ -1,11 +1,13 @@
 // Fused scaled dot-product attention (ABI 1.7; its operands as (N,H,T,D) views since 1.13), forward and
 // backward side by side. Each batch entry is one task: its tensors are staged row-major in the arithmetic
-// type, and its products are BLAS calls on the task's thread, a block of 32 queries at a time, so only a
-// block's (32 x Tk) scores are ever held, never the (Tq x Tk) matrix; under a causal mask a block
-// multiplies only the keys its last query sees. Between the products, each row's softmax, dropout and
-// gradient run in loops vectorised for the CPU's widest units (KESTREL_VECTOR_CLONES). Row by row with
-// vector loops (before 2026-11-28), gpt_char's attention ran at 26-39 GFLOP/s. Backward recomputes the
-// weights from the log-sum-exp forward left, and the dropout mask (1.8) from Philox, row by row. A key-padding mask (1.9) becomes a per-key bias of the entry's
+// type, and its products are BLAS calls on the task's thread, a block of 32 queries at a time. Only a
+// block's (32 x Tk) scores are ever held, never the (Tq x Tk) matrix, and under a causal mask a block
+// multiplies only the keys its last query sees (its other rows' weights there are exact zeros, so a NaN
+// in a later key's value reaches them, as in the composed path's product). Between the products, each
+// row's softmax, dropout and gradient run in loops vectorised for the CPU's widest units
+// (KESTREL_VECTOR_CLONES). Before 2026-11-28 the products too were vector loops over one query row at a
+// time, at 26-39 GFLOP/s in gpt_char's attention. Backward recomputes the weights from the log-sum-exp
+// forward left, and the dropout mask (1.8) from Philox. A key-padding mask (1.9) becomes a per-key bias of the entry's
 // scores (-1e29 on padded keys); where every query of an entry sees a real key and padding is an eighth
 // of the keys or more, the padded keys are left out altogether (their weights are exactly 0; only the
 // sums' rounding moves with the keys' lanes), so a padded batch's attention costs what its real keys do.
@@ -163,8 +165,10 @@ template <class A>
   if (real) bias = nullptr;  // every key left is real
   for (int64_t first = 0; first < g.queries; first += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, g.queries - first), reach = seen_by(g, real, first + rows - 1);
-    if (reach > 0)
+    if (reach > 0 && depth > 0)
       gemm_block<A>({q + first * depth, depth}, {k, depth, true}, rows, reach, depth, A(1), A(0), scores, keys);
+    else  // no features: every score 0 (BLAS takes no product of depth 0 into rows of width 0)
+      for (int64_t r = 0; r < rows; ++r) std::fill(scores + r * keys, scores + r * keys + reach, A(0));
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = first + r, seen = seen_by(g, real, i);
       A* w = scores + r * keys;
@@ -178,7 +182,7 @@ template <class A>
       std::fill(w + seen, w + reach, A(0));
       lse[i] = top + std::log(sum);
     }
-    if (reach > 0)
+    if (reach > 0 && depth > 0)
       gemm_block<A>({scores, keys}, {v, depth}, rows, depth, reach, A(1), A(0), out + first * depth, depth);
     else
       std::fill(out + first * depth, out + (first + rows) * depth, A(0));
@@ -203,7 +207,7 @@ template <class A>
   for (int64_t first = 0; first < g.queries; first += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, g.queries - first), reach = seen_by(g, real, first + rows - 1);
     const A *q_block = q + first * depth, *dout_block = dout + first * depth;
-    if (reach == 0) {
+    if (reach == 0 || depth == 0) {  // no keys seen, or no features: no gradient (but zeros) to write
       std::fill(dq + first * depth, dq + (first + rows) * depth, A(0));
       continue;
     }
