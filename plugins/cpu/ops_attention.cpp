@@ -97,11 +97,16 @@ template <class A>
 [[gnu::always_inline]] inline void dropout_factors(const Geometry& g, int64_t row, int64_t seen, A* factor) {
   alignas(64) uint32_t words[4 * kPhiloxLanes];
   const A kept = A(1.0 / g.keep);
+  const uint32_t limit = kestrel_philox_bernoulli_limit(g.keep);  // kestrel_philox_bernoulli as one compare
   const int64_t first = row * g.keys, last = first + seen;
   for (int64_t e = first; e < last;) {
     const int64_t block = e / 4, end = std::min(last, (block + kPhiloxLanes) * 4);
     philox_lanes(g.seed, g.offset + uint64_t(block), words);
-    for (; e < end; ++e) factor[e - first] = kestrel_philox_bernoulli(words[e - block * 4], g.keep) ? kept : A(0);
+    const uint32_t* word = words + (e - block * 4);  // element e's word, then the next ones'
+    A* out = factor + (e - first);
+#pragma omp simd
+    for (int64_t i = 0; i < end - e; ++i) out[i] = (word[i] >> 8) < limit ? kept : A(0);
+    e = end;
   }
 }
 

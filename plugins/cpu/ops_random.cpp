@@ -6,6 +6,7 @@
 // threads.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "cpu_ops.hpp"
 #include "cpu_philox.hpp"
@@ -16,8 +17,10 @@ namespace kestrel_cpu {
 namespace {
 
 // The elements of blocks [begin, end) (from the start of a group of kPhiloxLanes blocks), `per` elements a
-// block: element i is draw(its 4 / per words). Built per vector width.
-template <class S, class Draw>
+// block: element i is draw(its 4 / per words). Built per vector width; with Vector (draws of one word each,
+// per = 4), the draws of a contiguous output run in vector lanes too (draws of integer and exact double
+// arithmetic only, which give the same bits in a lane as alone: a vectorised log or cos would not).
+template <bool Vector, class S, class Draw>
 KESTREL_VECTOR_CLONES void draw_blocks(const View<S>& y, uint64_t seed, uint64_t offset, int64_t per, int64_t begin,
                                        int64_t end, const Draw& draw) {
   alignas(64) uint32_t words[4 * kPhiloxLanes];
@@ -25,10 +28,15 @@ KESTREL_VECTOR_CLONES void draw_blocks(const View<S>& y, uint64_t seed, uint64_t
   for (int64_t first = begin; first < end; first += kPhiloxLanes) {
     philox_lanes(seed, offset + uint64_t(first), words);
     const int64_t from = first * per, count = std::min(std::min(end, first + kPhiloxLanes) * per, y.numel) - from;
-    if (y.contiguous)
-      for (int64_t e = 0; e < count; ++e) y.base[from + e] = draw(words + e * words_each);
-    else
+    S* out = y.base + from;
+    if (y.contiguous && Vector) {
+#pragma omp simd
+      for (int64_t e = 0; e < count; ++e) out[e] = draw(words + e);
+    } else if (y.contiguous) {
+      for (int64_t e = 0; e < count; ++e) out[e] = draw(words + e * words_each);
+    } else {
       for (int64_t e = 0; e < count; ++e) y.base[y.at(from + e)] = draw(words + e * words_each);
+    }
   }
 }
 
@@ -47,25 +55,31 @@ void launch_random(const kestrel_op& op) {
     const uint64_t offset = p.offset + (op.num_inputs ? uint64_t(view_of<int64_t>(op.inputs[0]).base[0]) : 0);
     const double a = p.a, b = p.b;
     // Pieces are whole groups of kPhiloxLanes blocks; each group's words are computed once.
-    auto per_block = [&](const char* label, int64_t per, auto draw) {
+    auto per_block = [&](const char* label, int64_t per, auto vector, auto draw) {
       const int64_t blocks = (y.numel + per - 1) / per, groups = (blocks + kPhiloxLanes - 1) / kPhiloxLanes;
       parallel_chunks(label, groups, y.numel, [=](int64_t begin, int64_t end) {
-        draw_blocks(y, seed, offset, per, begin * kPhiloxLanes, std::min(blocks, end * kPhiloxLanes), draw);
+        draw_blocks<decltype(vector)::value>(y, seed, offset, per, begin * kPhiloxLanes,
+                                             std::min(blocks, end * kPhiloxLanes), draw);
       });
     };
+    using InLanes = std::true_type;
+    using Alone = std::false_type;
     switch (p.distribution) {
       case KESTREL_DISTRIBUTION_UNIFORM:
-        per_block("kestrel::random_uniform", 4, [=](const uint32_t* word) {
+        per_block("kestrel::random_uniform", 4, InLanes{}, [=](const uint32_t* word) {
           return E::store(C(a + (b - a) * kestrel_philox_unit(*word)));
         });
         break;
       case KESTREL_DISTRIBUTION_BERNOULLI:
-        per_block("kestrel::random_bernoulli", 4, [=](const uint32_t* word) {
-          return E::store(C(kestrel_philox_bernoulli(*word, a)));
+      {
+        const uint32_t limit = kestrel_philox_bernoulli_limit(a);  // one integer compare a draw
+        per_block("kestrel::random_bernoulli", 4, InLanes{}, [=](const uint32_t* word) {
+          return E::store(C((*word >> 8) < limit ? 1 : 0));
         });
+      }
         break;
       case KESTREL_DISTRIBUTION_NORMAL:
-        per_block("kestrel::random_normal", 2, [=](const uint32_t* words) {
+        per_block("kestrel::random_normal", 2, Alone{}, [=](const uint32_t* words) {
           // Box-Muller on a block's words (0, 1) or (2, 3); u1 is shifted into (0, 1] so the logarithm
           // stays finite.
           double u1 = kestrel_philox_unit(words[0]) + 1.0 / 16777216.0;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "kestrel/half.h"
 #include "kestrel/philox.h"
@@ -20,6 +21,26 @@ TEST(Philox, BernoulliUsesTheTop24Bits) {
   EXPECT_FALSE(kestrel_philox_bernoulli(0xffffffffu, 0.999));
   EXPECT_FALSE(kestrel_philox_bernoulli(0x80000000u, 0.5));  // exactly the threshold is dropped
   EXPECT_TRUE(kestrel_philox_bernoulli(0x7fffffffu, 0.5));
+}
+
+// The integer form the CPU's vector loops compare against decides every word as the shared one does: for
+// probabilities on and between 2^-24 steps, at the ends and past them, and every word near each limit.
+TEST(Philox, BernoulliLimitDecidesEveryWordAlike) {
+  std::vector<double> probabilities = {0.0, 1.0, 0.5, 0.1, 0.9, 0.3, 0.4, 1e-9, 1 - 1e-9, 1.0 / 16777216,
+                                       1 - 1.0 / 16777216, 2.0, -0.5, 1e300, -1e300, std::nan("")};
+  for (int k = 1; k < 2000; ++k) probabilities.push_back(k * 0.000497);              // between steps
+  for (int k = 0; k < 1000; ++k) probabilities.push_back(k * 16384.0 / 16777216.0);  // on steps
+  for (double p : probabilities) {
+    const uint32_t limit = kestrel_philox_bernoulli_limit(p);
+    std::vector<uint32_t> tops = {0, 1, 0xffffff, 0x800000, 0x7fffff};
+    for (int64_t d = -2; d <= 2; ++d)
+      if (int64_t(limit) + d >= 0 && int64_t(limit) + d < (1 << 24)) tops.push_back(uint32_t(int64_t(limit) + d));
+    for (uint32_t top : tops)
+      for (uint32_t low : {0u, 0x7fu, 0xffu}) {
+        const uint32_t word = top << 8 | low;
+        ASSERT_EQ(kestrel_philox_bernoulli(word, p) != 0, (word >> 8) < limit) << "p " << p << " word " << word;
+      }
+  }
 }
 
 TEST(Half, RoundTripsEveryFiniteHalf) {
