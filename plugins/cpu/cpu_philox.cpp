@@ -12,13 +12,16 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+#define KESTREL_PHILOX_LOOP_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define KESTREL_PHILOX_LOOP_CLONES
 #endif
 
 namespace kestrel_cpu {
 
 namespace {
 
-__attribute__((target_clones("avx2", "default"))) void lanes_in_loops(uint64_t seed, uint64_t first, uint32_t* words) {
+KESTREL_PHILOX_LOOP_CLONES void lanes_in_loops(uint64_t seed, uint64_t first, uint32_t* words) {
   uint32_t c0[kPhiloxLanes], c1[kPhiloxLanes], c2[kPhiloxLanes], c3[kPhiloxLanes];
   for (int64_t l = 0; l < kPhiloxLanes; ++l) {
     const uint64_t block = first + uint64_t(l);
