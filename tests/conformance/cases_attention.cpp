@@ -110,8 +110,9 @@ void attention_cases(Runner& r) {
   const Case cases[] = {{2, 5, 5, 4, false}, {2, 5, 5, 4, true},    {3, 3, 7, 6, false}, {3, 3, 7, 6, true},
                         {1, 40, 40, 16, true}, {2, 1, 9, 8, true},  {0, 3, 3, 4, true},  {2, 0, 5, 4, true},
                         {2, 3, 0, 4, false}};
-  // Dropout (1.8) on a few of them: a quarter of the weights, a seed, an offset and a counter base.
-  const Dropout none, quarter{0.25, 7, 5, 3};
+  // Dropout (1.8) on a few of them: a quarter of the weights, a seed, an offset and a counter base. The
+  // seed has both key words and the counters cross 2^32 (a block counter's high word changes).
+  const Dropout none, quarter{0.25, 0x5eed00000007ULL, (uint64_t{1} << 32) - 7, 3};
   for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16})
     for (const Case& c : cases)
       for (const Dropout* drop : {&none, &quarter})

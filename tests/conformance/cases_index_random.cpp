@@ -120,7 +120,8 @@ void random_cases(Runner& r) {
   for (DType dtype : all_dtypes) {
     bool is_float = is_floating(dtype);
     for (Shape shape : {Shape{1000}, Shape{7, 13}, Shape{0}})
-      for (uint64_t offset : {uint64_t{0}, uint64_t{5}}) {
+      // Counters crossing 2^32 (the block's high word changes) and wrapping past 2^64.
+      for (uint64_t offset : {uint64_t{0}, uint64_t{5}, (uint64_t{1} << 32) - 5, ~uint64_t{0} - 40}) {
         const uint64_t seed = 0x5eed1234abcdULL;
         std::string where = shape_str(shape) + fmt::format("/offset{}", offset);
         if (is_float)

@@ -49,7 +49,7 @@ KESTREL_PHILOX_FN int kestrel_philox_bernoulli(uint32_t word, double p) {
 /* The same decision as an integer compare, for loops that draw many with one p (a vector compare of
  * words): kestrel_philox_bernoulli(word, p) == ((word >> 8) < kestrel_philox_bernoulli_limit(p)) for
  * every word, since an integer x is below a real t exactly when it is below ceil(t). 0 for a p <= 0 or
- * NaN, 2^24 (every word) from p = 1 - 2^-24 up. */
+ * NaN, 2^24 (every word) for a p above 1 - 2^-24. */
 KESTREL_PHILOX_FN uint32_t kestrel_philox_bernoulli_limit(double p) {
   double threshold = p * 16777216.0;
   if (!(threshold > 0)) return 0;
