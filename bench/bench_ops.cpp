@@ -315,12 +315,11 @@ void attention(benchmark::State& state, kestrel::Device device, bool backward) {
 void squared_norm(benchmark::State& state, kestrel::Device device, bool one_pass, int64_t n) {
   Tensor gradients = random_tensor({n}, DType::f32, device, 8);
   kestrel::Engine::global().synchronize(device);  // the inputs' generation is not timed
-  kestrel::ops::set_fused_ops_enabled(one_pass);
+  const kestrel::ops::FusedOpsScope fused_ops(one_pass);
   for (auto _ : state) {
     benchmark::DoNotOptimize(kestrel::ops::sum_of_squares(gradients));
     kestrel::Engine::global().synchronize(device);
   }
-  kestrel::ops::set_fused_ops_enabled(true);
   state.counters["GB/s"] = benchmark::Counter(double(n) * 4, benchmark::Counter::kIsIterationInvariantRate,
                                               benchmark::Counter::kIs1024);  // the gradients, read once
 }

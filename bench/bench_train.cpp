@@ -46,7 +46,7 @@ const Workload workloads[] = {{"seeds_mlp", "seeds_mlp.json", 128},
 // backend offers capture (`captured`), else (or for the eager variants) every op launched each time.
 // `fused` false composes every fused op from primitives (the composed variants).
 void train_step(benchmark::State& state, kestrel::Device device, Workload workload, bool captured, bool fused) {
-  kestrel::ops::set_fused_ops_enabled(fused);
+  const kestrel::ops::FusedOpsScope fused_ops(fused);
   kestrel::ModelSpec spec = kestrel::ModelSpec::load(
       std::string(workload.bench_model ? KESTREL_BENCH_MODELS_DIR : KESTREL_MODELS_DIR) + "/" + workload.model_file);
   kestrel::Model model(spec, device, 42);
@@ -89,7 +89,6 @@ void train_step(benchmark::State& state, kestrel::Device device, Workload worklo
   state.counters["samples/s"] = benchmark::Counter(double(workload.batch), benchmark::Counter::kIsIterationInvariantRate);
   // The optimizer's share of a step's floor (bench/floor.py) follows from how many values it updates.
   state.counters["parameters"] = double(model.flat_parameters().numel());
-  kestrel::ops::set_fused_ops_enabled(true);
 }
 
 // The eight sgemm calls of one seeds' MLP training step at batch 128 (forward X W^T; backward dY W,

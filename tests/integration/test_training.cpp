@@ -233,9 +233,10 @@ TEST(Training, ClippingScalesTheGradientToItsMaximumNorm) {
   EXPECT_EQ(logged_norm("clip_none"), -1.0);
   // Where the update cannot read the clipping's divisor on the device (here: every op composed), the
   // gradients are scaled before it instead, to the same effect.
-  kestrel::ops::set_fused_ops_enabled(false);
-  const std::vector<double> composed = step_of("clip_composed", gradient_norm / 4, "f32");
-  kestrel::ops::set_fused_ops_enabled(true);
+  const std::vector<double> composed = [&] {
+    const kestrel::ops::FusedOpsScope composed_ops(false);
+    return step_of("clip_composed", gradient_norm / 4, "f32");
+  }();
   EXPECT_NEAR(norm(composed), gradient_norm / 4, 1e-4 * gradient_norm);
   // f16 with loss scaling (256): clipped to a quarter of the f32 norm too, not 256 times less.
   EXPECT_NEAR(norm(step_of("clip_f16", gradient_norm / 4, "f16")), gradient_norm / 4, 2e-2 * gradient_norm);
@@ -270,11 +271,10 @@ TEST(Training, ClippingComesBeforeEveryOptimizersWeightDecay) {
         config.optimizer.clip_grad_norm = clip;
         config.max_steps = 3;
         config.checkpoint_every = 0;
-        kestrel::ops::set_fused_ops_enabled(fused);
+        const kestrel::ops::FusedOpsScope fused_ops(fused);
         kestrel::Trainer trainer(config);
         const std::vector<float> before = parameters(trainer);
         trainer.fit(quiet());
-        kestrel::ops::set_fused_ops_enabled(true);
         const std::vector<float> after = parameters(trainer);
         std::vector<double> step(before.size());
         for (size_t i = 0; i < step.size(); ++i) step[i] = double(after[i]) - double(before[i]);

@@ -188,7 +188,7 @@ TEST(Recurrent, EachDevicesLayersMatchItsComposedSteps) {
                      h0 = values({batch, hidden}, 16), c0 = values({batch, hidden}, 17);
         // y, the last h and c, then the gradients of x, w_ih, w_hh, b_ih and b_hh.
         auto run = [&](bool fused) {
-          kestrel::ops::set_fused_ops_enabled(fused);
+          const kestrel::ops::FusedOpsScope fused_ops(fused);
           std::vector<Var> leaves{Var(x, true), Var(w_ih, true), Var(w_hh, true), Var(b_ih, true), Var(b_hh, true)};
           std::vector<std::vector<double>> got;
           for (int pass = 0; pass < 2; ++pass) {
@@ -202,7 +202,6 @@ TEST(Recurrent, EachDevicesLayersMatchItsComposedSteps) {
             }
           }
           for (const Var& leaf : leaves) got.push_back(leaf.grad().to_doubles());
-          kestrel::ops::set_fused_ops_enabled(true);
           return got;
         };
         const auto composed = run(false), fused = run(true);

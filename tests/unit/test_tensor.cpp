@@ -218,7 +218,7 @@ TEST(Tensor, SumOfSquaresMatchesTheSquaresSummedEitherWay) {
   for (const kestrel::Device& device : devices)
     for (bool one_pass : {true, false}) {
       SCOPED_TRACE(device.str() + (one_pass ? " one pass" : " composed"));
-      kestrel::ops::set_fused_ops_enabled(one_pass);
+      const kestrel::ops::FusedOpsScope fused_ops(one_pass);
       const Tensor x = Tensor::from_vector(values, {int64_t(values.size())}, device);
       EXPECT_NEAR(kestrel::ops::sum_of_squares(x).to_doubles()[0], want, 1e-6 * want);
       const Tensor matrix = Tensor::from_vector(std::vector<float>(values.begin(), values.begin() + 600), {20, 30}, device);
@@ -227,7 +227,6 @@ TEST(Tensor, SumOfSquaresMatchesTheSquaresSummedEitherWay) {
       EXPECT_NEAR(kestrel::ops::sum_of_squares(matrix.transpose(0, 1)).to_doubles()[0], matrix_want, 1e-6 * matrix_want);
       EXPECT_EQ(kestrel::ops::sum_of_squares(Tensor::zeros({0}, DType::f32, device)).to_doubles()[0], 0.0);
       EXPECT_EQ(kestrel::ops::sum_of_squares_temporary_bytes(x) == 0, one_pass) << "CPU and Vulkan have the one pass";
-      kestrel::ops::set_fused_ops_enabled(true);
     }
   EXPECT_THROW(kestrel::ops::sum_of_squares(Tensor::zeros({3}, DType::i64, cpu())), kestrel::InvalidArgument);
 }

@@ -101,7 +101,7 @@ TEST(Attention, DropoutDropsTheSameWeightsFusedAndComposed) {
   };
   const std::vector<double> padding{1, 1, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0};  // (2 samples, 6 keys)
   auto run = [&](bool fused, bool causal, double dropout, bool scoped, bool padded) {
-    kestrel::ops::set_fused_ops_enabled(fused);
+    const kestrel::ops::FusedOpsScope fused_ops(fused);
     Var tq(Tensor::from_vector(q, {batch, queries, depth}, cpu()).to(kestrel::DType::f32), true),
         tk(Tensor::from_vector(k, {batch, keys, depth}, cpu()).to(kestrel::DType::f32), true),
         tv(Tensor::from_vector(v, {batch, keys, depth}, cpu()).to(kestrel::DType::f32), true);
@@ -118,7 +118,6 @@ TEST(Attention, DropoutDropsTheSameWeightsFusedAndComposed) {
     Var out = fn::scaled_dot_product_attention(tq, tk, tv, o);
     kestrel::backward(fn::sum(fn::mul(out, Var(Tensor::from_vector(w, {batch, queries, depth}, cpu())
                                                      .to(kestrel::DType::f32)))));
-    kestrel::ops::set_fused_ops_enabled(true);
     return Result{out.value().to_doubles(), tq.grad().to_doubles(), tk.grad().to_doubles(), tv.grad().to_doubles()};
   };
   auto expect_near = [](const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
@@ -311,7 +310,7 @@ TEST(Attention, PaddedKeysGetNoWeight) {
   for (bool fused : {true, false})  // the CPU plugin's fused op takes the mask (plugin ABI 1.9)
     for (bool causal : {false, true}) {
       SCOPED_TRACE(fmt::format("{}, {}", fused ? "fused" : "composed", causal ? "causal" : "not causal"));
-      kestrel::ops::set_fused_ops_enabled(fused);
+      const kestrel::ops::FusedOpsScope fused_ops(fused);
       fn::AttentionOptions o;
       o.causal = causal;
       o.key_padding = Tensor::from_vector(padding, {samples, keys}, cpu());
@@ -322,7 +321,6 @@ TEST(Attention, PaddedKeysGetNoWeight) {
                                                padding[(b / heads) * keys + j] == 0;
                                       }),
                   1e-12);
-      kestrel::ops::set_fused_ops_enabled(true);
     }
   {  // which the CPU plugin offers, so the loop above compared two paths
     Tensor t = Tensor::zeros({batch, queries, depth}, kestrel::DType::f64, cpu());

@@ -128,6 +128,18 @@ std::optional<Tensor> launch_new_if_supported(kestrel_op_kind kind, const void* 
 // the two paths or to debug a plugin's fused kernels. Initially on unless KESTREL_DISABLE_FUSED=1.
 void set_fused_ops_enabled(bool enabled);
 bool fused_ops_enabled();
+// Fused ops on or off for a scope (a comparison of the two paths); the setting before comes back at its
+// end, also when an exception leaves it.
+class FusedOpsScope {
+ public:
+  explicit FusedOpsScope(bool enabled) : before_(fused_ops_enabled()) { set_fused_ops_enabled(enabled); }
+  ~FusedOpsScope() { set_fused_ops_enabled(before_); }
+  FusedOpsScope(const FusedOpsScope&) = delete;
+  FusedOpsScope& operator=(const FusedOpsScope&) = delete;
+
+ private:
+  bool before_;
+};
 // Whether the device's plugin runs `op` (a fused op may be absent and is then composed).
 bool supports(const Device& device, const kestrel_op& op);
 // The bytes of `op`'s saved output, in a layout of the plugin's own (RECURRENT_LAYER's, ABI 1.15), or
