@@ -38,6 +38,20 @@ struct OpBuilder {
   }
 };
 
+// The plugin ABI minor version that added REDUCE's fn (0: there from the start). A plugin built against
+// an older one is not asked: if it never range-checked fn, it could take the number for something else.
+uint32_t reduce_fn_since(ReduceFn fn) {
+  return fn == KESTREL_REDUCE_SUM_SQUARES ? 17 : fn == KESTREL_REDUCE_MAX_ABS ? 11 : 0;
+}
+bool knows_reduce_fn(const Device& device, ReduceFn fn) {
+  return device.runtime().api().abi_minor >= reduce_fn_since(fn);
+}
+void need_reduce_fn(const Device& device, ReduceFn fn, const char* what) {
+  if (!knows_reduce_fn(device, fn))
+    throw Unsupported(fmt::format("{}: {}'s plugin was built against plugin ABI 1.{}, before this reduction (1.{})",
+                                  what, device.str(), device.runtime().api().abi_minor, reduce_fn_since(fn)));
+}
+
 template <class P>
 P make_params() {
   return abi_init<P>();
@@ -200,6 +214,7 @@ void reduce_into(ReduceFn fn, Tensor& out, const Tensor& x) {
     throw InvalidArgument(fmt::format("{}: cannot reduce {} into {}; the output needs the input's dtype and rank "
                                       "with extent 1 on the reduced axes",
                                       what, x.describe(), out.describe()));
+  need_reduce_fn(x.device(), fn, what);
   auto params = make_params<kestrel_reduce_params>();
   params.fn = fn;
   run(what, x.device(), OpBuilder(KESTREL_OP_REDUCE, &params).in(x).out(out).op);
@@ -220,6 +235,7 @@ Tensor reduce(ReduceFn fn, const Tensor& x, std::vector<int> dims, bool keepdim)
     if (reduced[d] && x.shape()[d] == 0 && fn != KESTREL_REDUCE_SUM && fn != KESTREL_REDUCE_MEAN &&
         fn != KESTREL_REDUCE_SUM_SQUARES)  // sums of nothing are 0 (a mean's NaN)
       throw InvalidArgument(fmt::format("{}: cannot reduce an empty dimension of {}", what, x.describe()));
+  need_reduce_fn(x.device(), fn, what);
   DType out_dtype = fn == KESTREL_REDUCE_ARGMAX ? DType::i64 : x.dtype();
   Tensor out = Tensor::empty(kept, out_dtype, x.device());
   auto params = make_params<kestrel_reduce_params>();
@@ -236,6 +252,7 @@ namespace {
 // All of x reduced with fn into a 0-d tensor, or nothing where x's device lacks fn (MAX_ABS is ABI 1.11's,
 // and optional): the one output serves the question and the answer.
 std::optional<Tensor> reduce_whole(ReduceFn fn, const Tensor& x) {
+  if (!knows_reduce_fn(x.device(), fn)) return std::nullopt;
   auto params = make_params<kestrel_reduce_params>();
   params.fn = fn;
   const Tensor out = Tensor::empty(Shape(size_t(x.rank()), 1), x.dtype(), x.device());
@@ -269,10 +286,9 @@ namespace {
 // need 500 MB of squares at once).
 constexpr int64_t kSquaresSlice = int64_t(1) << 24;
 
-// Whether x's device may be asked for SUM_SQUARES (ABI 1.17): only plugins built against 1.17 or later,
-// since an older one that did not check REDUCE's fn could take 6 for something else.
+// Whether x's device may be asked for SUM_SQUARES: fused ops on, and a plugin that knows the fn.
 bool may_ask_sum_squares(const Tensor& x) {
-  return fused_ops_enabled() && x.numel() > 0 && x.device().runtime().api().abi_minor >= 17;
+  return fused_ops_enabled() && x.numel() > 0 && knows_reduce_fn(x.device(), KESTREL_REDUCE_SUM_SQUARES);
 }
 }  // namespace
 
