@@ -86,8 +86,8 @@ int main(int argc, char** argv) {
   struct stream stream;
   char* text = NULL;
   char* again = NULL;
-  char placeholder = 0;
-  char* refused = &placeholder; /* a failed call sets it to NULL */
+  char not_yet_cleared = 0;
+  char* refused = &not_yet_cleared; /* points somewhere, so the test sees a failed call set it to NULL */
   double speed = 0;
   size_t length = 0;
   if (argc != 2) {

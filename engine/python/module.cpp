@@ -123,15 +123,18 @@ py::dict eval_dict(const EvalResult& r) {
   return out;
 }
 
+// work()'s result, computed without holding the GIL: the engine's threads (the loader's, other ranks')
+// and callbacks that take it themselves go on meanwhile.
+template <class Work>
+auto without_gil(const Work& work) {
+  py::gil_scoped_release no_gil;
+  return work();
+}
+
 // Trainer or MultiDeviceTrainer: a data-parallel evaluation waits for the other ranks, without the GIL.
 template <class AnyTrainer>
 py::dict evaluate(AnyTrainer& trainer) {
-  EvalResult r;
-  {
-    py::gil_scoped_release no_gil;
-    r = trainer.evaluate();
-  }
-  return eval_dict(r);
+  return eval_dict(without_gil([&] { return trainer.evaluate(); }));
 }
 
 // progress(dict) is called after every optimizer step; returning False stops the run with a checkpoint.
@@ -153,12 +156,7 @@ py::dict fit(AnyTrainer& trainer, const std::function<py::object(py::dict)>& pro
       py::object answer = progress(state);
       return answer.is_none() || answer.cast<bool>();
     };
-  TrainSummary summary;
-  {
-    py::gil_scoped_release no_gil;  // the loader's threads and the callback's own acquire
-    summary = trainer.fit(options);
-  }
-  return summary_dict(summary);
+  return summary_dict(without_gil([&] { return trainer.fit(options); }));
 }
 
 py::array predict(Trainer& trainer, const py::array& inputs) {
@@ -189,11 +187,7 @@ py::str decoded(const std::string& bytes) {  // invalid sequences as U+FFFD
 
 // Trainer::plan_memory as a dict; batch_size 0: the config's.
 py::dict plan_memory(Trainer& trainer, int64_t batch_size) {
-  MemoryPlan plan;
-  {
-    py::gil_scoped_release no_gil;
-    plan = trainer.plan_memory(batch_size);
-  }
+  const MemoryPlan plan = without_gil([&] { return trainer.plan_memory(batch_size); });
   py::dict out;
   out["device"] = plan.device;
   out["batch_size"] = plan.batch_size;
@@ -237,11 +231,8 @@ py::dict generate_text(Trainer& trainer, const std::string& prompt, int64_t toke
       on_text(decoded(pending.substr(0, whole)));
       pending.erase(0, whole);
     };
-  GenerateResult result;
-  {
-    py::gil_scoped_release no_gil;
-    result = generate(trainer.model(), *trainer.vocabulary(), options, stream);
-  }
+  const GenerateResult result =
+      without_gil([&] { return generate(trainer.model(), *trainer.vocabulary(), options, stream); });
   if (!pending.empty()) on_text(decoded(pending));  // a character the model never finished
   py::dict out;
   out["text"] = decoded(result.text);
@@ -359,9 +350,8 @@ PYBIND11_MODULE(_kestrel, m) {
 
   py::class_<MultiDeviceTrainer>(m, "MultiDeviceTrainer",
                                  "Trains a run config data-parallel over the devices its `devices` names, a rank each")
-      .def(py::init([](const RunConfig& config) {
-             py::gil_scoped_release no_gil;  // the ranks' threads build their trainers
-             return std::make_unique<MultiDeviceTrainer>(config);
+      .def(py::init([](const RunConfig& config) {  // the ranks' threads build their trainers
+             return without_gil([&] { return std::make_unique<MultiDeviceTrainer>(config); });
            }),
            py::arg("config"))
       .def("fit", &fit<MultiDeviceTrainer>, py::arg("progress") = nullptr, py::arg("resume") = false,

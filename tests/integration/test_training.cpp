@@ -44,6 +44,17 @@ kestrel::TrainOptions quiet() {
   return options;
 }
 
+// What training `config` to its end changes each parameter by: after - before.
+std::vector<double> parameter_change(const kestrel::RunConfig& config) {
+  kestrel::Trainer trainer(config);
+  const std::vector<float> before = parameters(trainer);
+  trainer.fit(quiet());
+  const std::vector<float> after = parameters(trainer);
+  std::vector<double> change(before.size());
+  for (size_t i = 0; i < change.size(); ++i) change[i] = double(after[i]) - double(before[i]);
+  return change;
+}
+
 TEST(Training, ResumingAKilledRunMatchesAnUninterruptedOneExactly) {
   fs::path straight_dir = fresh_dir("straight"), resumed_dir = fresh_dir("resumed");
   kestrel::Trainer straight(small_mlp_config(straight_dir));
@@ -194,13 +205,7 @@ TEST(Training, ClippingScalesTheGradientToItsMaximumNorm) {
     config.loss_scale.init_scale = 256;  // f16: a first step that cannot overflow (it would be skipped)
     config.max_steps = 1;
     config.checkpoint_every = 0;
-    kestrel::Trainer trainer(config);
-    const std::vector<float> before = parameters(trainer);
-    trainer.fit(quiet());
-    const std::vector<float> after = parameters(trainer);
-    std::vector<double> step(before.size());
-    for (size_t i = 0; i < step.size(); ++i) step[i] = double(before[i]) - double(after[i]);
-    return step;
+    return parameter_change(config);  // -lr * the clipped gradient
   };
   auto norm = [](const std::vector<double>& v) {
     double sum = 0;
@@ -272,13 +277,7 @@ TEST(Training, ClippingComesBeforeEveryOptimizersWeightDecay) {
         config.max_steps = 3;
         config.checkpoint_every = 0;
         const kestrel::ops::FusedOpsScope fused_ops(fused);
-        kestrel::Trainer trainer(config);
-        const std::vector<float> before = parameters(trainer);
-        trainer.fit(quiet());
-        const std::vector<float> after = parameters(trainer);
-        std::vector<double> step(before.size());
-        for (size_t i = 0; i < step.size(); ++i) step[i] = double(after[i]) - double(before[i]);
-        return step;
+        return parameter_change(config);
       };
       auto largest_difference = [](const std::vector<double>& a, const std::vector<double>& b) {
         double largest = 0;
